@@ -1,0 +1,55 @@
+"""Multi-turn tool environments: a typed, batched reset/step protocol (see ``base``).
+
+Built in: ``files`` (a virtual filesystem) and ``kvstore`` (a key-value store). Tool-call markup is
+documented in ``tools``. No torch, no model: the rollout side drives these with generated text.
+"""
+
+from rlvr.envs.base import (
+    EnvError,
+    Environment,
+    EnvLimits,
+    GoalResult,
+    GoldLeakError,
+    LeakGuard,
+    Observation,
+    PolicyViolation,
+    StepResult,
+    ToolEnv,
+    ToolError,
+    ToolSpec,
+    Violation,
+)
+from rlvr.envs.batched import BatchedEnv
+from rlvr.envs.files import FilesEnv, generate_files_tasks
+from rlvr.envs.kvstore import KVStoreEnv, generate_kvstore_tasks
+from rlvr.envs.registry import ENVIRONMENTS, env_class, make_env
+from rlvr.envs.tools import ToolCall, ToolCallError, parse_turn, render_output, split_transcript
+
+__all__ = [
+    "ENVIRONMENTS",
+    "BatchedEnv",
+    "EnvError",
+    "EnvLimits",
+    "Environment",
+    "FilesEnv",
+    "GoalResult",
+    "GoldLeakError",
+    "KVStoreEnv",
+    "LeakGuard",
+    "Observation",
+    "PolicyViolation",
+    "StepResult",
+    "ToolCall",
+    "ToolCallError",
+    "ToolEnv",
+    "ToolError",
+    "ToolSpec",
+    "Violation",
+    "env_class",
+    "generate_files_tasks",
+    "generate_kvstore_tasks",
+    "make_env",
+    "parse_turn",
+    "render_output",
+    "split_transcript",
+]
