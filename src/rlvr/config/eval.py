@@ -1,0 +1,32 @@
+"""Held-out evaluation: greedy pass@1 and sampled pass@k with the task's verifier."""
+
+from __future__ import annotations
+
+from pydantic import field_validator
+
+from rlvr.config.base import Section
+from rlvr.config.data import BuiltinArithmetic, TaskSource
+
+
+class EvalConfig(Section):
+    """Held-out evaluation run after each stage (and during training every ``every`` steps)."""
+
+    tasks: TaskSource = BuiltinArithmetic(families=["add2"], n=200, split="heldout", seed=1234)
+    """Held-out tasks (must not overlap the training split)."""
+    k: int = 1
+    """Samples per task for pass@k (1 = greedy only)."""
+    temperature: float = 1.0
+    """Sampling temperature for the k samples (greedy pass@1 is always computed)."""
+    max_new_tokens: int = 64
+    """Generation budget per completion."""
+    batch_size: int = 256
+    """Prompts per generation batch."""
+    workers: int = 0
+    """Verifier worker processes (0 = inline; arithmetic needs none)."""
+
+    @field_validator("tasks")
+    @classmethod
+    def _heldout_only(cls, v):
+        if isinstance(v, BuiltinArithmetic) and v.split != "heldout":
+            raise ValueError("built-in evaluation tasks must use split: heldout (never the training split)")
+        return v

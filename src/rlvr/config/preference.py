@@ -1,0 +1,159 @@
+"""Preference alignment (DPO family). Each loss is a typed alternative holding only its own fields."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from rlvr.config.base import Section, typed_union
+from rlvr.config.data import BuiltinArithmetic, TaskSource
+from rlvr.config.optim import OptimConfig
+
+
+class DPOLoss(Section):
+    """DPO (Rafailov et al. 2023), sigmoid loss; label smoothing gives cDPO."""
+
+    type: Literal["dpo"] = "dpo"
+    beta: float = 0.1
+    """Inverse temperature β."""
+    label_smoothing: float = 0.0
+    """cDPO label-noise rate ε."""
+
+
+class IPOLoss(Section):
+    """IPO (Azar et al. 2023): squared loss toward margin 1/(2β)."""
+
+    type: Literal["ipo"] = "ipo"
+    beta: float = 0.1
+    """Regularisation β."""
+
+
+class SimPOLoss(Section):
+    """SimPO (Meng et al. 2024): length-normalised, margin γ, no reference model."""
+
+    type: Literal["simpo"] = "simpo"
+    beta: float = 2.0
+    """Reward scale β."""
+    gamma: float = 0.5
+    """Target margin γ."""
+
+
+class KTOLoss(Section):
+    """KTO (Ethayarajh et al. 2024): unpaired desirable/undesirable labels."""
+
+    type: Literal["kto"] = "kto"
+    beta: float = 0.1
+    """β."""
+    lambda_d: float = 1.0
+    """Weight of desirable examples."""
+    lambda_u: float = 1.0
+    """Weight of undesirable examples."""
+
+
+class ORPOLoss(Section):
+    """ORPO (Hong et al. 2024): SFT + λ · odds-ratio term, no reference model."""
+
+    type: Literal["orpo"] = "orpo"
+    lam: float = 0.1
+    """Weight λ of the odds-ratio term."""
+
+
+class CPOLoss(Section):
+    """CPO (Xu et al. 2024): reference-free DPO-style term + NLL on chosen."""
+
+    type: Literal["cpo"] = "cpo"
+    beta: float = 0.1
+    """β."""
+    nll_weight: float = 1.0
+    """Weight of the NLL term on chosen."""
+
+
+PreferenceLoss = typed_union(DPOLoss, IPOLoss, SimPOLoss, KTOLoss, ORPOLoss, CPOLoss, default="dpo")
+
+
+class PairBuilder(Section):
+    """Self-sampling + rule verification: sample the policy on tasks, judge with the verifier, pair."""
+
+    tasks: TaskSource = BuiltinArithmetic(families=["add3"], n=512)
+    """Tasks to sample on."""
+    samples_per_task: int = 8
+    """Samples drawn per task."""
+    pairs_per_task: int = 2
+    """Max (correct, incorrect) pairs kept per task."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    max_new_tokens: int = 64
+    """Generation budget."""
+    heldout_frac: float = 0.1
+    """Fraction of pairs held out for preference accuracy."""
+    scorer: Literal["verifier", "reward_model"] = "verifier"
+    """Who judges the samples: the task's verifier (correct vs incorrect) or a reward model (best vs worst)."""
+    reward_model_path: str | None = None
+    """Reward model folder when ``scorer: reward_model``."""
+    min_margin: float = 0.0
+    """Keep a pair only if its score margin (chosen - rejected) exceeds this."""
+
+
+class PairsFile(Section):
+    """Pairs from JSONL: ``{"prompt", "chosen", "rejected"}`` or ``{"prompt", "completion", "desirable"}``."""
+
+    path: str
+    """Path to the JSONL file."""
+    heldout_path: str | None = None
+    """Optional held-out pairs for accuracy."""
+
+
+class Weighting(Section):
+    """Optional per-pair weights."""
+
+    type: Literal["none", "uni_dpo", "rgpo"] = "none"
+    """none; uni_dpo (quality- and performance-aware); rgpo (reliability)."""
+    eta: float = 0.7
+    """Uni-DPO quality weight sigma(eta * score margin)."""
+    perf_beta: float = 2.0
+    """Uni-DPO performance weight scale on the length-averaged policy margin."""
+    tau_ref: float = 1.0
+    """Uni-DPO performance weight offset."""
+    focal_gamma: float = 3.0
+    """Uni-DPO focal exponent."""
+    nll_lambda: float = 0.0
+    """Uni-DPO calibrated NLL weight on chosen (0 disables)."""
+
+
+class PreferenceStage(Section):
+    """Offline preference optimisation on pairs built by the verifier or read from a file."""
+
+    type: Literal["preference"] = "preference"
+    name: str = "preference"
+    """Stage name (its run sub-directory)."""
+    loss: PreferenceLoss = DPOLoss()
+    """Loss variant."""
+    pairs: PairBuilder | PairsFile = PairBuilder()
+    """Where the pairs come from."""
+    weighting: Weighting = Weighting()
+    """Per-pair weights."""
+    optim: OptimConfig = OptimConfig(lr=5e-5, warmup_steps=5)
+    """Optimiser and schedule."""
+    epochs: int = 1
+    """Passes over the pairs."""
+    max_steps: int | None = None
+    """Stop after N optimizer steps (None: epochs decide)."""
+    batch_size: int = 32
+    """Pairs per optimizer step."""
+    micro_batch_size: int = 32
+    """Pairs per forward (chosen+rejected concatenated)."""
+    max_length: int = 256
+    """Truncate prompt+response to this many tokens."""
+    save_every: int = 0
+    """Checkpoint every N steps (0: end only)."""
+    keep_last: int = 2
+    """Keep this many step checkpoints."""
+    eval_every: int = 0
+    """Held-out greedy pass@1 every N steps (0: only the pipeline's after-stage eval)."""
+    monitor_every: int = 10
+    """Held-out pair accuracy and the length-bias probe every N steps (0: start and end only)."""
+    probe_prompts: int = 16
+    """Prompts sampled by the length-bias probe."""
+    displacement_tol: float = 0.5
+    """Flag likelihood displacement when chosen and rejected logps both fell by more than this (nats)."""
+    length_bias_tol: float = 0.2
+    """Flag length bias when (policy length / chosen length) rose by more than this since the start."""

@@ -1,0 +1,52 @@
+"""Chat templating and tokenisation of prompts and completions (prompt tokens are never trained on)."""
+
+from __future__ import annotations
+
+from rlvr.data.types import Task
+
+END_TOKENS = ("<|end|>", "<|im_end|>", "<|eot_id|>", "<end_of_turn>")
+
+
+def stop_token_ids(tokenizer) -> list[int]:
+    """Token ids that end an assistant turn: eos plus the template's end-of-turn token if any."""
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    vocab = tokenizer.get_vocab()
+    ids += [vocab[t] for t in END_TOKENS if t in vocab and vocab[t] not in ids]
+    return ids
+
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token appended after a demonstration's completion (end-of-turn token, else eos)."""
+    vocab = tokenizer.get_vocab()
+    for t in END_TOKENS:
+        if t in vocab:
+            return vocab[t]
+    return tokenizer.eos_token_id
+
+
+def prompt_text(tokenizer, task: Task) -> str:
+    """The rendered prompt (chat template with the generation prompt)."""
+    msgs = task.policy_messages()
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    return "\n".join(m["content"] for m in msgs) + "\n"
+
+
+def encode_prompt(tokenizer, task: Task) -> list[int]:
+    return tokenizer(prompt_text(tokenizer, task), add_special_tokens=False)["input_ids"]
+
+
+def encode_completion(tokenizer, completion: str, add_end: bool = True) -> list[int]:
+    ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    return ids + [end_of_turn_id(tokenizer)] if add_end else ids
+
+
+def encode_example(tokenizer, task: Task, completion: str, max_length: int | None = None):
+    """``(input_ids, loss_mask)`` for prompt + completion; loss_mask is 1 on completion tokens only."""
+    p = encode_prompt(tokenizer, task)
+    c = encode_completion(tokenizer, completion)
+    ids = p + c
+    mask = [0] * len(p) + [1] * len(c)
+    if max_length is not None:
+        ids, mask = ids[:max_length], mask[:max_length]
+    return ids, mask

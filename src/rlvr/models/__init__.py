@@ -1,0 +1,1 @@
+"""Model loading, the tiny from-scratch factory, logprob computation and checkpoints."""

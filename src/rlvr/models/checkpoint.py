@@ -1,0 +1,118 @@
+"""Checkpoints: HF format (safetensors) written atomically (temp dir + rename), keep-last-N, and the
+training state (optimizer, scheduler, RNG states, data position) needed for exact resume."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STEP_PREFIX = "step-"
+STATE_FILE = "trainer_state.pt"
+
+
+def _atomic_dir(out_dir: Path, write) -> Path:
+    """Write into a temp dir beside ``out_dir`` then rename over it (readers never see a partial dir)."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+    try:
+        write(tmp)
+        old = None
+        if out_dir.exists():
+            old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir
+
+
+def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Save an HF-format model + tokenizer (a peft model is merged first) atomically."""
+    def write(tmp: Path) -> None:
+        m = model
+        if hasattr(m, "merge_and_unload") and hasattr(m, "peft_config"):
+            import copy
+
+            m = copy.deepcopy(m).merge_and_unload()
+        m.save_pretrained(tmp, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp)
+        if extra:
+            torch.save(extra, tmp / STATE_FILE)
+    return _atomic_dir(Path(out_dir), write)
+
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def save_training_checkpoint(ckpt_root: str | Path, step: int, model, tokenizer, optimizer, scheduler,
+                             state: dict[str, Any], keep_last: int = 2) -> Path:
+    """Write ``ckpt_root/step-NNNNNN`` (model + trainer_state.pt) atomically, then prune to keep_last."""
+    extra = {"step": step, "optimizer": optimizer.state_dict(),
+             "scheduler": scheduler.state_dict() if scheduler is not None else None,
+             "rng": rng_state(), "state": state}
+    path = save_pretrained_atomic(model, tokenizer, Path(ckpt_root) / f"{STEP_PREFIX}{step:06d}", extra)
+    if keep_last > 0:
+        for old in list_checkpoints(ckpt_root)[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def list_checkpoints(ckpt_root: str | Path) -> list[Path]:
+    """Complete step checkpoints, oldest first (temp dirs start with '.', so never listed)."""
+    root = Path(ckpt_root)
+    if not root.exists():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX)
+                  and (p / STATE_FILE).exists())
+
+
+def latest_checkpoint(ckpt_root: str | Path) -> Path | None:
+    cks = list_checkpoints(ckpt_root)
+    return cks[-1] if cks else None
+
+
+def load_training_state(ckpt: str | Path, model, optimizer, scheduler) -> dict[str, Any]:
+    """Restore model weights, optimizer, scheduler and RNG from a step checkpoint; return its state."""
+    from safetensors.torch import load_file
+
+    ckpt = Path(ckpt)
+    extra = torch.load(ckpt / STATE_FILE, weights_only=False)
+    weights = load_file(str(ckpt / "model.safetensors"))
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model
+    missing, unexpected = target.load_state_dict(weights, strict=False)
+    real_missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    if real_missing or unexpected:
+        raise RuntimeError(f"checkpoint {ckpt} does not match the model: missing {real_missing[:5]}, "
+                           f"unexpected {unexpected[:5]}")
+    if getattr(target.config, "tie_word_embeddings", False):
+        target.tie_weights()
+    optimizer.load_state_dict(extra["optimizer"])
+    if scheduler is not None and extra["scheduler"] is not None:
+        scheduler.load_state_dict(extra["scheduler"])
+    set_rng_state(extra["rng"])
+    return {"step": extra["step"], **extra["state"]}

@@ -1,0 +1,1 @@
+"""Metrics, health rules, screening, held-out eval, sinks and reports."""

@@ -1,0 +1,76 @@
+"""Metrics sinks: append-only ``metrics.jsonl`` (flushed each write), optional TensorBoard."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+
+class MetricsWriter:
+    """Appends one JSON object per call to ``path``; never rewrites what is already there."""
+
+    def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._f = open(self.path, "a", encoding="utf-8")
+        self._tb = None
+        if tensorboard_dir is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(tensorboard_dir))
+            except Exception:  # noqa: BLE001 - tensorboard is optional
+                self._tb = None
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        rec = {"step": step, "time": round(time.time(), 3)}
+        rec.update({k: _clean(v) for k, v in metrics.items()})
+        self._f.write(json.dumps(rec) + "\n")
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        if self._tb is not None:
+            for k, v in rec.items():
+                if isinstance(v, (int, float)) and k not in ("step", "time"):
+                    self._tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self._f.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _clean(v: Any) -> Any:
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and (math.isnan(v) or math.isinf(v)):
+        return str(v)
+    return v
+
+
+def read_metrics(path: str | Path, after_step: int | None = None) -> list[dict[str, Any]]:
+    """Read a metrics file; a torn last line (killed mid-write) is skipped."""
+    out = []
+    p = Path(path)
+    if not p.exists():
+        return out
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if after_step is None or rec.get("step", 0) <= after_step:
+            out.append(rec)
+    return out
+
+
+def truncate_metrics_after(path: str | Path, step: int) -> None:
+    """On resume, drop records logged after the checkpoint's step (they will be logged again)."""
+    from rlvr.data.jsonl import write_jsonl_atomic
+
+    p = Path(path)
+    if p.exists():
+        write_jsonl_atomic(p, read_metrics(p, after_step=step))

@@ -1,0 +1,117 @@
+"""Run a recipe's stages in order; each starts from the previous stage's final checkpoint.
+
+Run directory layout::
+
+    RUN_DIR/
+      config.yaml            the resolved recipe
+      pipeline.json          stage states (done / running), written atomically
+      summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "checkpoint"}, ...]}
+      report.html            plots of each stage's curves and the summary table
+      base/eval.json         the starting model's held-out evaluation (when eval_base)
+      <stage>/metrics.jsonl  append-only metrics
+      <stage>/checkpoints/step-NNNNNN/   resumable checkpoints (model + trainer_state.pt)
+      <stage>/final/         the stage's output model (HF format)
+      <stage>/eval.json      held-out evaluation after the stage
+
+Stage-level resume: a stage marked done in pipeline.json (with its final/ present) is not rerun; the
+stage that was running resumes from its latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rlvr.config.load import dump_recipe
+from rlvr.config.recipe import Recipe
+from rlvr.data.jsonl import write_json_atomic, write_text_atomic
+
+
+def stage_trainer(kind: str):
+    """The training function for a stage type (imported lazily)."""
+    if kind == "sft":
+        from rlvr.trainers.sft import train_sft as fn
+    elif kind == "rl":
+        from rlvr.trainers.rl import train_rl as fn
+    elif kind == "preference":
+        from rlvr.trainers.preference import train_preference as fn
+    elif kind == "reward_model":
+        from rlvr.trainers.reward_model import train_reward_model as fn
+    elif kind == "ppo":
+        from rlvr.trainers.ppo import train_ppo as fn
+    else:
+        raise ValueError(f"unknown stage type {kind!r}")
+    return fn
+
+
+def _read_state(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {"stages": {}}
+
+
+def evaluate_checkpoint(recipe: Recipe, model_path: str | None, out_json: Path, judge=None) -> dict:
+    """Held-out evaluation of a checkpoint (or the recipe's starting model when ``model_path`` is None)."""
+    from rlvr.data.sources import load_task_source
+    from rlvr.models.load import load_model_and_tokenizer
+    from rlvr.monitoring.evaluate import default_judge, evaluate
+    from rlvr.rollout.hf_engine import HFEngine
+
+    model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), model_path)
+    ev = recipe.eval
+    engine = HFEngine(model, tok, batch_size=ev.batch_size)
+    res = evaluate(engine, tok, load_task_source(ev.tasks), judge or default_judge(ev.workers), k=ev.k,
+                   temperature=ev.temperature, max_new_tokens=ev.max_new_tokens, seed=recipe.seed)
+    write_json_atomic(out_json, res)
+    return res
+
+
+def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | None = None,
+                 init_path: str | None = None) -> dict:
+    """Run all stages (or only those of type ``only``); returns the summary dict."""
+    run_dir = Path(recipe.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(run_dir / "config.yaml", dump_recipe(recipe))
+    state_path = run_dir / "pipeline.json"
+    state = _read_state(state_path) if resume else {"stages": {}}
+    summary = {"stages": []}
+    prev = init_path
+    if recipe.eval_base and only is None:
+        base_json = run_dir / "base" / "eval.json"
+        t0 = time.time()
+        res = json.loads(base_json.read_text()) if resume and base_json.exists() else \
+            evaluate_checkpoint(recipe, prev, base_json, judge)
+        summary["stages"].append(_row("base", res, time.time() - t0, prev or "(initial model)"))
+    for stage in recipe.stages:
+        if only is not None and stage.type != only:
+            continue
+        st = state["stages"].get(stage.name, {})
+        final = run_dir / stage.name / "final"
+        if resume and st.get("status") == "done" and final.exists():
+            res = json.loads((run_dir / stage.name / "eval.json").read_text())
+            summary["stages"].append(_row(stage.name, res, st["wall_s"], str(final)))
+            prev = str(final)
+            continue
+        state["stages"][stage.name] = {"status": "running"}
+        write_json_atomic(state_path, state)
+        t0 = time.time()
+        result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
+                                           resume=resume, eval_cfg=recipe.eval, judge=judge)
+        train_wall = time.time() - t0
+        res = evaluate_checkpoint(recipe, result.checkpoint, run_dir / stage.name / "eval.json", judge)
+        state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
+                                       "checkpoint": result.checkpoint}
+        write_json_atomic(state_path, state)
+        summary["stages"].append(_row(stage.name, res, train_wall, result.checkpoint))
+        prev = result.checkpoint
+        write_json_atomic(run_dir / "summary.json", summary)
+    write_json_atomic(run_dir / "summary.json", summary)
+    return summary
+
+
+def _row(name: str, res: dict, wall: float, ckpt: str) -> dict:
+    row = {"stage": name, "pass_at_1": res["pass_at_1"], "by_family": res["by_family"],
+           "mean_length": res["mean_length"], "wall_s": round(wall, 2), "checkpoint": ckpt}
+    for k, v in res.items():
+        if k.startswith("pass_at_") and k.endswith("_sampled"):
+            row[k] = v
+    return row

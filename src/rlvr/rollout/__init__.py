@@ -1,0 +1,1 @@
+"""Generation engines (HF in-process; vLLM optional) and collectors that turn tasks into trajectories."""

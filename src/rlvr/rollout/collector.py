@@ -1,0 +1,119 @@
+"""Turn tasks into scored trajectory groups: generate G samples per task, verify, compose rewards.
+
+The gold payload stays with the Task; only the rendered prompt reaches the engine. Verifier outcomes
+``infra`` are kept out of the advantage computation (``valid`` = False) and counted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from rlvr.data.chat import encode_prompt, stop_token_ids
+from rlvr.data.types import Task
+from rlvr.rollout.engine import SamplingParams
+from rlvr.verifiers.base import INFRA_OUTCOMES
+
+
+@dataclass
+class Rollouts:
+    """A batch of ``num_groups × G`` trajectories, group-major (row ``g * G + j``)."""
+
+    tasks: list[Task]                  # one per group
+    group_size: int
+    prompt_ids: list[list[int]]        # per trajectory
+    completion_ids: list[list[int]]
+    old_logprobs: list[list[float]]
+    finish_reason: list[str]
+    texts: list[str]
+    rewards: torch.Tensor              # [num_groups, G] composed reward
+    valid: torch.Tensor                # [num_groups, G] bool: verdict usable for advantages
+    passed: torch.Tensor               # [num_groups, G] bool
+    outcomes: list[str]
+    reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.tasks)
+
+    def select_groups(self, keep: list[int]) -> "Rollouts":
+        """The sub-batch made of groups ``keep`` (in that order)."""
+        G = self.group_size
+        rows = [g * G + j for g in keep for j in range(G)]
+        pick = lambda xs: [xs[r] for r in rows]  # noqa: E731
+        return Rollouts(
+            [self.tasks[g] for g in keep], G, pick(self.prompt_ids), pick(self.completion_ids),
+            pick(self.old_logprobs), pick(self.finish_reason), pick(self.texts), self.rewards[keep],
+            self.valid[keep], self.passed[keep], pick(self.outcomes),
+            {k: v[keep] for k, v in self.reward_terms.items()}, dict(self.seconds))
+
+    @staticmethod
+    def concat(parts: list["Rollouts"]) -> "Rollouts":
+        first = parts[0]
+        cat = lambda name: [x for p in parts for x in getattr(p, name)]  # noqa: E731
+        secs: dict[str, float] = {}
+        for p in parts:
+            for k, v in p.seconds.items():
+                secs[k] = secs.get(k, 0.0) + v
+        return Rollouts(
+            cat("tasks"), first.group_size, cat("prompt_ids"), cat("completion_ids"), cat("old_logprobs"),
+            cat("finish_reason"), cat("texts"), torch.cat([p.rewards for p in parts]),
+            torch.cat([p.valid for p in parts]), torch.cat([p.passed for p in parts]), cat("outcomes"),
+            {k: torch.cat([p.reward_terms[k] for p in parts]) for k in first.reward_terms}, secs)
+
+
+def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, penalty: float) -> torch.Tensor:
+    """DAPO soft overlong punishment: 0 up to Lmax - Lb, then linear down to -penalty at Lmax.
+
+    R_len(L) = 0 if L <= Lmax - Lb;  ((Lmax - Lb) - L) / Lb * penalty if L <= Lmax;  -penalty otherwise.
+    """
+    if buffer <= 0:
+        return torch.zeros_like(lengths, dtype=torch.float32)
+    start = max_new_tokens - buffer
+    over = (lengths.float() - start).clamp(min=0)
+    return -(over / buffer).clamp(max=1.0) * penalty
+
+
+def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int) -> dict[str, torch.Tensor]:
+    """Per-term reward vectors: correct (verifier), format (answer extractable), length (-len/max)."""
+    out = {}
+    for term in terms:
+        if term.name == "correct":
+            v = [vd.reward for vd in verdicts]
+        elif term.name == "format":
+            v = [0.0 if vd.outcome == "format" else 1.0 for vd in verdicts]
+        else:
+            v = [-n / max_new_tokens for n in completion_lens]
+        out[term.name] = torch.tensor(v, dtype=torch.float32)
+    return out
+
+
+def collect(engine, tokenizer, tasks: list[Task], judge, sampling, reward_terms, seed: int,
+            overlong: tuple[int, float] = (0, 0.0)) -> Rollouts:
+    """Generate ``sampling.group_size`` samples per task, verify them, and compose rewards."""
+    G = sampling.group_size
+    t0 = time.perf_counter()
+    prompts = [encode_prompt(tokenizer, t) for t in tasks]
+    params = SamplingParams(n=G, temperature=sampling.temperature, top_p=sampling.top_p,
+                            max_new_tokens=sampling.max_new_tokens, stop_token_ids=stop_token_ids(tokenizer),
+                            stop_strings=list(sampling.stop), seed=seed)
+    gen = engine.generate(prompts, params)
+    t1 = time.perf_counter()
+    rep = [tasks[i] for i in gen.prompt_index]
+    verdicts = judge(rep, gen.texts)
+    t2 = time.perf_counter()
+    lens = [len(c) for c in gen.completion_ids]
+    terms = compose_rewards(verdicts, lens, reward_terms, sampling.max_new_tokens)
+    total = sum(t.weight * terms[t.name] for t in reward_terms)
+    if overlong[0] > 0:
+        total = total + overlong_penalty(torch.tensor(lens), sampling.max_new_tokens, *overlong)
+    shape = (len(tasks), G)
+    valid = torch.tensor([v.outcome not in INFRA_OUTCOMES for v in verdicts]).view(shape)
+    return Rollouts(
+        tasks, G, gen.prompt_ids, gen.completion_ids, gen.old_logprobs, gen.finish_reason, gen.texts,
+        total.view(shape), valid, torch.tensor([v.passed for v in verdicts]).view(shape),
+        [v.outcome for v in verdicts], {k: v.view(shape) for k, v in terms.items()},
+        {"generate": t1 - t0, "verify": t2 - t1})

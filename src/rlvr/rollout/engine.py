@@ -1,0 +1,45 @@
+"""The rollout engine protocol. Any engine (HF in-process, vLLM, a remote server) implements it.
+
+``generate(prompts, params)`` takes token-id prompts and returns, per sample, the completion ids, the
+per-token logprobs of the sampling policy (``old_logprobs``, under logits / temperature) and why it
+stopped (``eos`` or ``length``). ``sync_weights(model)`` pushes trained weights into the engine (a
+no-op for the in-process HF engine, which samples from the training model itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass
+class SamplingParams:
+    """How to sample. ``n`` samples per prompt are returned consecutively (prompt-major)."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    greedy: bool = False
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop_strings: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+
+@dataclass
+class Generation:
+    """Engine output for ``len(prompts) * n`` samples, prompt-major."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    old_logprobs: list[list[float]]
+    finish_reason: list[str]
+    texts: list[str]
+    prompt_index: list[int]
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation: ...
+
+    def sync_weights(self, model) -> None: ...

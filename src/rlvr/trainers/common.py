@@ -1,0 +1,80 @@
+"""Pieces every trainer shares: optimiser + schedule, thread setup, run-dir bookkeeping, batching."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from rlvr.config.optim import OptimConfig
+
+
+def setup_threads(threads: int | None) -> None:
+    """Set torch intra-op threads (OMP_WAIT_POLICY=PASSIVE is set by the CLI before torch loads)."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def build_optimizer(model, cfg: OptimConfig, total_steps: int):
+    """AdamW over trainable parameters, with linear warmup then cosine/linear/constant decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.ndim >= 2]
+    no_decay = [p for p in params if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lr_lambda(cfg, total_steps))
+    return opt, sched
+
+
+def lr_lambda(cfg: OptimConfig, total_steps: int):
+    """Multiplier of the peak lr at a step: warmup, then the schedule down to min_lr_ratio."""
+    warm = max(0, cfg.warmup_steps)
+    floor = cfg.min_lr_ratio
+
+    def f(step: int) -> float:
+        if step < warm:
+            return (step + 1) / (warm + 1)
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warm) / max(1, total_steps - warm))
+        if cfg.schedule == "linear":
+            return floor + (1 - floor) * (1 - progress)
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    return f
+
+
+def clip_grads(model, max_norm: float) -> float:
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return 0.0
+    if max_norm and max_norm > 0:
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    return float(torch.norm(torch.stack([p.grad.detach().norm() for p in params])))
+
+
+def stage_dir(run_dir: str | Path, name: str) -> Path:
+    p = Path(run_dir) / name
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def pad_batch(seqs: list[list[int]], pad_id: int, masks: list[list[int]] | None = None, left: bool = True):
+    """Pad token lists to a tensor batch: ``(input_ids, attention_mask, loss_mask or None)``."""
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    att = torch.zeros((len(seqs), T), dtype=torch.long)
+    lm = torch.zeros((len(seqs), T), dtype=torch.float32) if masks is not None else None
+    for i, s in enumerate(seqs):
+        sl = slice(T - len(s), T) if left else slice(0, len(s))
+        ids[i, sl] = torch.tensor(s, dtype=torch.long)
+        att[i, sl] = 1
+        if lm is not None:
+            lm[i, sl] = torch.tensor(masks[i], dtype=torch.float32)
+    return ids, att, lm
+
+
+def omp_passive() -> None:
+    """Ask OpenMP threads to sleep instead of spin when idle (set before torch is imported)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

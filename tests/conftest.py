@@ -1,0 +1,36 @@
+"""Shared fixtures: the smallest tiny model (hidden 64, 2 layers) saved in HF format, GPU marker."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A 'test'-size tiny model + tokenizer saved in HF format (built once per session)."""
+    from rlvr.models.tiny import build_tiny
+
+    d = tmp_path_factory.mktemp("tiny") / "model"
+    build_tiny(d, size="test", seed=0)
+    return str(d)

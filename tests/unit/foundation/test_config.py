@@ -1,0 +1,64 @@
+"""Recipes: unknown keys name key, file, line and nearest valid key; --set overrides; typed variants."""
+
+import pytest
+
+from rlvr.config.load import apply_override, load_recipe
+from rlvr.errors import ConfigError
+
+RECIPE = """\
+name: t
+stages:
+  - type: sft
+    optim:
+      lrr: 0.1
+"""
+
+
+def test_unknown_key_names_key_file_line_and_nearest(tmp_path):
+    p = tmp_path / "r.yaml"
+    p.write_text(RECIPE)
+    with pytest.raises(ConfigError) as e:
+        load_recipe(p)
+    msg = str(e.value)
+    assert f"{p}:5" in msg  # the line of `lrr:`
+    assert "stages.0.sft.optim.lrr" in msg
+    assert "did you mean 'lr'" in msg
+
+
+def test_mistyped_variant_field_suggests_the_variant_field():
+    with pytest.raises(ConfigError, match="did you mean 'eps_high'"):
+        load_recipe(None, ["stages=[{type: rl, loss: {type: dapo, eps_hgh: 0.3}}]"])
+
+
+def test_overrides_keep_defaults_and_switch_variants():
+    r = load_recipe(None, ["stages=[{type: rl}]", "stages.rl.optim.lr=2e-4", "stages.rl.loss.type=dapo",
+                           "stages.0.loss.eps_high=0.3"])
+    st = r.stages[0]
+    assert st.optim.lr == 2e-4 and st.optim.schedule == "constant"  # the stage default survives
+    assert st.loss.type == "dapo" and st.loss.eps_high == 0.3 and st.loss.eps_low == 0.2
+
+
+def test_bad_override_syntax_and_unknown_stage_name():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        apply_override({}, "stages.sft")
+    with pytest.raises(ConfigError, match="no list item named 'nope'"):
+        load_recipe(None, ["stages=[{type: sft}]", "stages.nope.max_steps=3"])
+
+
+def test_eval_tasks_must_be_heldout():
+    with pytest.raises(ConfigError, match="heldout"):
+        load_recipe(None, ["eval.tasks.split=train"])
+
+
+def test_duplicate_stage_names_rejected():
+    with pytest.raises(ConfigError, match="unique"):
+        load_recipe(None, ["stages=[{type: sft}, {type: sft}]"])
+
+
+def test_every_shipped_recipe_validates():
+    from pathlib import Path
+
+    recipes = sorted(Path(__file__).resolve().parents[3].joinpath("recipes").glob("*.yaml"))
+    assert recipes, "no recipes shipped"
+    for p in recipes:
+        load_recipe(p)
