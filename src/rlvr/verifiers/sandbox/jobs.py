@@ -1,0 +1,239 @@
+"""One sandboxed run: a function checked by trusted tests, or a stdin/stdout program."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr.verifiers.sandbox.harness import limit_hit
+from rlvr.verifiers.sandbox.isolation import Isolation, detect_isolation
+from rlvr.verifiers.sandbox.launch import feed, kill_tree, spawn_candidate, spawn_harness
+from rlvr.verifiers.sandbox.limits import SandboxLimits
+from rlvr.verifiers.sandbox.supervise import Stream, pump
+from rlvr.verifiers.sandbox.uids import acquire_uid, kill_uid, remove_uid_files
+
+HARNESS_OUTCOMES = ("pass", "wrong", "crash", "violation", "infra")
+
+
+@dataclass
+class SandboxResult:
+    """What a run ended with. Function runs: a verdict outcome. Program runs: ``ok`` (exit 0) or
+    timeout/violation/crash/infra, with the captured stdout/stderr."""
+
+    outcome: str
+    details: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    stdout: str = ""
+    stderr: str = ""
+
+
+class _Session:
+    """Leased uid, working dirs and guaranteed cleanup (process trees, uid, files) for one run."""
+
+    def __init__(self, iso: Isolation, limits: SandboxLimits):
+        self.iso, self.limits, self.procs = iso, limits, []
+        self.lease = None
+        self.root = ""
+
+    def __enter__(self) -> "_Session":
+        if self.iso.uid_switch:
+            self.lease = acquire_uid(self.iso.uid_base)
+            kill_uid(self.lease.uid, rounds=2)  # leftovers of a verifier that was killed mid-run
+        self.root = tempfile.mkdtemp(prefix="rlvr-sbx-")
+        os.chmod(self.root, 0o711)  # the candidate may traverse to its own dir, not list ours
+        os.mkdir(self.harness_dir, 0o700)
+        os.mkdir(self.candidate_dir, 0o700)
+        if self.lease is not None:
+            os.chown(self.candidate_dir, self.lease.uid, self.lease.gid)
+        return self
+
+    @property
+    def harness_dir(self) -> str:
+        return os.path.join(self.root, "h")
+
+    @property
+    def candidate_dir(self) -> str:
+        return os.path.join(self.root, "c")
+
+    def __exit__(self, *exc) -> None:
+        for p in self.procs:
+            kill_tree(p)
+        if self.lease is not None:
+            kill_uid(self.lease.uid)
+            if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
+                remove_uid_files(self.lease.uid)
+            self.lease.release()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _exit_signal(rc: int | None, bwrap: bool) -> int | None:
+    """The signal that ended the candidate (bubblewrap reports a signalled child as 128 + signal)."""
+    if rc is None:
+        return None
+    if rc < 0:
+        return -rc
+    return rc - 128 if bwrap and 128 < rc < 128 + 65 else None
+
+
+def _death(proc: subprocess.Popen, iso: Isolation) -> dict[str, Any]:
+    try:
+        rc = proc.wait(timeout=0.5)
+    except subprocess.TimeoutExpired:
+        rc = None
+    sig = _exit_signal(rc, iso.uses_bwrap)
+    out: dict[str, Any] = {"exit_code": rc}
+    if sig:
+        out["signal"] = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else sig
+    return out
+
+
+def _signal_outcome(details: dict[str, Any]) -> str:
+    """A candidate killed by the kernel for a limit: CPU (SIGKILL at the hard limit) or file size."""
+    sig = details.get("signal")
+    if sig == "SIGXFSZ":
+        details["limit"] = "file size"
+        return "violation"
+    if sig in ("SIGKILL", "SIGXCPU"):
+        details["limit"] = "cpu"
+        return "timeout"
+    return "crash"
+
+
+def _pipes(n: int) -> list[tuple[int, int]]:
+    return [os.pipe() for _ in range(n)]
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def run_function(source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None = None,
+                 limits: SandboxLimits | None = None, isolation: str = "auto") -> SandboxResult:
+    """Load ``source`` in the sandbox and run each check block's ``check(candidate)`` in the harness.
+
+    ``checks``: [{"name": "tests", "source": "<defines check(candidate)>"}, ...], all must pass.
+    """
+    limits = limits or SandboxLimits()
+    iso = detect_isolation(isolation)
+    t0 = time.monotonic()
+    job = json.dumps({"source": source, "entry_point": entry_point, "prelude": prelude, "checks": checks})
+    with _Session(iso, limits) as sess:
+        (req_r, req_w), (resp_r, resp_w), (res_r, res_w), (out_r, out_w), (hout_r, hout_w) = _pipes(5)
+        try:
+            cand = spawn_candidate(iso, limits, sess.lease, "function", sess.candidate_dir, req_r, resp_w,
+                                   subprocess.DEVNULL, out_w, subprocess.STDOUT)
+            sess.procs.append(cand)
+            harness = spawn_harness(limits, sess.harness_dir, req_w, resp_r, res_w, hout_w)
+            sess.procs.insert(0, harness)
+        except OSError as e:
+            _close(out_r, res_r, hout_r)
+            return SandboxResult("infra", {"error": f"could not start the sandbox: {e}"}, time.monotonic() - t0)
+        finally:
+            _close(req_r, req_w, resp_r, resp_w, res_w, out_w, hout_w)
+        feed(harness.stdin, job.encode("utf-8"))
+        out, hout, res = Stream(out_r, 4096), Stream(hout_r, 4096, counted=False), Stream(res_r, 1 << 20, False)
+        try:
+            stop = pump([out, hout, res], lambda: res.eof and hout.eof and harness.poll() is not None,
+                        t0 + limits.timeout_s, limits.output_limit_bytes)
+        finally:
+            _close(out_r, hout_r, res_r)
+        result = _function_result(stop, res, hout, out, limits)
+        if result.details.pop("candidate_ended", False):
+            result.details.update(_death(cand, iso))
+            if result.outcome == "crash":
+                result.outcome = _signal_outcome(result.details)
+    result.seconds = time.monotonic() - t0
+    result.details["isolation"] = iso.level
+    return result
+
+
+def _function_result(stop: str | None, res: Stream, hout: Stream, out: Stream,
+                     limits: SandboxLimits) -> SandboxResult:
+    if stop == "timeout":
+        return SandboxResult("timeout", {"limit_s": limits.timeout_s})
+    if stop == "output":
+        return SandboxResult("violation", {"limit": "output", "output_limit_bytes": limits.output_limit_bytes})
+    raw = bytes(res.data)
+    try:
+        (n,) = struct.unpack(">I", raw[:4])
+        msg = json.loads(raw[4:4 + n].decode("utf-8"))
+        outcome, details = msg["outcome"], dict(msg.get("details") or {})
+        if outcome not in HARNESS_OUTCOMES:
+            raise ValueError(outcome)
+    except (struct.error, ValueError, KeyError, TypeError, AttributeError):
+        return SandboxResult("infra", {"error": "the harness ended without a result",
+                                       "harness_output": hout.text()[-2000:]})
+    if outcome != "pass" and out.data:
+        details["candidate_output"] = out.text()[-1000:]
+    return SandboxResult(outcome, details)
+
+
+def run_program(source: str, stdin: str, limits: SandboxLimits | None = None,
+                isolation: str = "auto") -> SandboxResult:
+    """Run ``source`` as a script in the sandbox with ``stdin``; outcome ``ok`` when it exits 0."""
+    limits = limits or SandboxLimits()
+    iso = detect_isolation(isolation)
+    t0 = time.monotonic()
+    with _Session(iso, limits) as sess:
+        req_r, req_w = os.pipe()
+        try:
+            cand = spawn_candidate(iso, limits, sess.lease, "program", sess.candidate_dir, req_r, None,
+                                   subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
+            sess.procs.append(cand)
+        except OSError as e:
+            _close(req_w)
+            return SandboxResult("infra", {"error": f"could not start the sandbox: {e}"}, time.monotonic() - t0)
+        finally:
+            _close(req_r)
+        init = json.dumps({"source": source}).encode("utf-8")
+        feed(req_w, struct.pack(">I", len(init)) + init)
+        feed(cand.stdin, stdin.encode("utf-8"))
+        out = Stream(cand.stdout.fileno(), limits.output_limit_bytes)
+        err = Stream(cand.stderr.fileno(), 8192)
+        exited_at: list[float] = []
+
+        def done() -> bool:
+            if cand.poll() is None:
+                return False
+            exited_at.append(time.monotonic()) if not exited_at else None
+            return (out.eof and err.eof) or time.monotonic() - exited_at[0] > 0.1  # a child may hold the pipe
+
+        stop = pump([out, err], done, t0 + limits.timeout_s, limits.output_limit_bytes)
+        result = _program_result(stop, cand, iso, out, err, limits)
+        cand.stdout.close()
+        cand.stderr.close()
+    result.seconds = time.monotonic() - t0
+    result.details["isolation"] = iso.level
+    return result
+
+
+def _program_result(stop: str | None, cand: subprocess.Popen, iso: Isolation, out: Stream, err: Stream,
+                    limits: SandboxLimits) -> SandboxResult:
+    if stop == "timeout":
+        return SandboxResult("timeout", {"limit_s": limits.timeout_s})
+    if stop == "output":
+        return SandboxResult("violation", {"limit": "output", "output_limit_bytes": limits.output_limit_bytes})
+    death = _death(cand, iso)
+    tail = err.text()[-1000:]
+    outcome = _signal_outcome(death)
+    if outcome != "crash":
+        return SandboxResult(outcome, {**death, "stderr": tail}, stdout=out.text(), stderr=tail)
+    if death["exit_code"] != 0:
+        last = tail.strip().splitlines()[-1] if tail.strip() else ""
+        name, _, message = last.partition(": ")
+        limit = limit_hit(name.rsplit(".", 1)[-1], message)
+        details = {**death, "stderr": tail, **({"limit": limit} if limit else {})}
+        return SandboxResult("violation" if limit else "crash", details, stdout=out.text(), stderr=tail)
+    return SandboxResult("ok", {}, stdout=out.text(), stderr=tail)

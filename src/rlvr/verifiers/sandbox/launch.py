@@ -1,0 +1,108 @@
+"""Start the sandboxed candidate and the trusted harness; kill whole process trees afterwards."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from rlvr.verifiers.sandbox.isolation import CANDIDATE_PATH, Isolation, bwrap_args
+from rlvr.verifiers.sandbox.limits import SandboxLimits
+from rlvr.verifiers.sandbox.uids import UidLease, kill_uid
+
+_HERE = Path(__file__).parent
+PY_FLAGS = ["-s", "-B"]  # no user site-packages, no bytecode writes
+
+
+@functools.lru_cache(maxsize=None)
+def _source(name: str) -> str:
+    return (_HERE / name).read_text()
+
+
+def runner_source(with_main: bool = True) -> str:
+    """The candidate-side script: wire format + runner (+ a call to main)."""
+    return _source("wire.py") + "\n" + _source("runner.py") + ("\nmain()\n" if with_main else "")
+
+
+def harness_source() -> str:
+    """The trusted harness script: wire format + harness + a call to main."""
+    return _source("wire.py") + "\n" + _source("harness.py") + "\nmain()\n"
+
+
+def candidate_env() -> dict[str, str]:
+    """The whole environment of the candidate: nothing of the host's."""
+    return {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "TMPDIR": "/tmp", "HOME": "/tmp"}
+
+
+def spawn_candidate(iso: Isolation, limits: SandboxLimits, lease: UidLease | None, mode: str, cwd: str,
+                    fd_in: int, fd_out: int | None, stdin, stdout, stderr) -> subprocess.Popen:
+    """Launch the runner (as root when a uid switch follows) inside bubblewrap or bare, in its own session."""
+    cfg = {
+        "mode": mode, "fd_in": fd_in, "fd_out": fd_out, "cwd": "/tmp" if iso.uses_bwrap else cwd,
+        "rlimits": limits.candidate_rlimits(lease is not None), "uid": lease.uid if lease else None,
+        "unshare": bool(iso.unshare) and not iso.uses_bwrap, "tmpfs_mb": limits.tmpfs_mb,
+        "message_limit": limits.message_limit_bytes,
+    }
+    cmd = [iso.python, *PY_FLAGS, "-c", runner_source(), json.dumps(cfg)]
+    if iso.uses_bwrap:
+        cmd = bwrap_args(iso.bwrap, iso.python, limits.tmpfs_mb, os.geteuid() == 0) + ["--", *cmd]
+    fds = tuple(fd for fd in (fd_in, fd_out) if fd is not None)
+    return subprocess.Popen(cmd, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds, env=candidate_env(),
+                            cwd=cwd, start_new_session=True, close_fds=True)
+
+
+def spawn_harness(limits: SandboxLimits, cwd: str, fd_to: int, fd_from: int, fd_result: int,
+                  stdout: int) -> subprocess.Popen:
+    """Launch the trusted harness under the caller's uid with its own (looser) limits."""
+    cfg = {"fd_to": fd_to, "fd_from": fd_from, "fd_result": fd_result, "rlimits": limits.harness_rlimits(),
+           "message_limit": limits.message_limit_bytes}
+    env = {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.Popen([sys.executable, *PY_FLAGS, "-c", harness_source(), json.dumps(cfg)],
+                            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.STDOUT,
+                            pass_fds=(fd_to, fd_from, fd_result), env=env, cwd=cwd, start_new_session=True,
+                            close_fds=True)
+
+
+def feed(fd_or_file, data: bytes) -> threading.Thread:
+    """Write ``data`` on a daemon thread, then close; a reader that died just ends the write."""
+    def _write() -> None:
+        try:
+            if isinstance(fd_or_file, int):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd_or_file, view):]
+            else:
+                fd_or_file.write(data)
+        except (OSError, ValueError):
+            pass
+        finally:
+            try:
+                os.close(fd_or_file) if isinstance(fd_or_file, int) else fd_or_file.close()
+            except OSError:
+                pass
+
+    t = threading.Thread(target=_write, daemon=True, name="rlvr-sandbox-feed")
+    t.start()
+    return t
+
+
+def kill_tree(proc: subprocess.Popen | None, lease: UidLease | None = None) -> None:
+    """SIGKILL the process group (and so bubblewrap's PID namespace), then every process of the leased uid."""
+    if proc is not None and proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    if lease is not None:
+        kill_uid(lease.uid)
+    if proc is not None:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass

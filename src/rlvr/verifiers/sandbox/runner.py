@@ -1,0 +1,131 @@
+"""The candidate-side runner: the first code that runs in the sandboxed process.
+
+Sent into the sandbox as ``python -c <wire.py source + this file's source>`` with a JSON config as
+argv[1]. It sets its own rlimits (soft = hard), optionally unshares network and mounts (fallback
+isolation, as root), drops to the leased unprivileged uid with ``setresuid``, sets no_new_privs,
+and only then reads the candidate's source from the request pipe and runs it.
+
+Function mode: it loads the candidate module, reports ``ready`` and then serves calls from the
+trusted harness: each request carries plain-data args, each reply a plain-data value (or the
+exception's type name and message). It never receives the tests or any expected value.
+Program mode: it runs the source as ``__main__`` with the real stdin/stdout.
+"""
+
+import builtins
+import json
+import os
+import sys
+
+try:  # inside the sandbox the wire module's source is prepended to this file's
+    send_msg  # noqa: B018
+except NameError:  # imported normally (tests, linters)
+    from rlvr.verifiers.sandbox.wire import WireError, from_wire, recv_msg, send_msg, to_wire
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def _unshare(tmpfs_mb):
+    """As root without bubblewrap: private network (loopback down) and private /tmp, /var/tmp, /dev/shm."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    done = {"net": libc.unshare(_CLONE_NEWNET) == 0, "tmp": False}
+    if libc.unshare(_CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0:
+        opts = b"size=%dm,mode=1777" % tmpfs_mb
+        flags = _MS_NOSUID | _MS_NODEV
+        done["tmp"] = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", flags, opts) == 0
+        for d in (b"/var/tmp", b"/dev/shm"):
+            if os.path.isdir(d):
+                libc.mount(b"tmpfs", d, b"tmpfs", flags, opts)
+    return done
+
+
+def _no_new_privs():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - best effort; bubblewrap sets it already
+        pass
+
+
+def drop_privileges(cfg):
+    """Limits first, then namespaces, then the uid switch; returns the working directory."""
+    import resource
+
+    for name, value in cfg["rlimits"]:
+        resource.setrlimit(getattr(resource, name), (value, value))
+    private = _unshare(cfg["tmpfs_mb"]) if cfg.get("unshare") else {}
+    uid = cfg.get("uid")
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+    _no_new_privs()
+    cwd = "/tmp" if private.get("tmp") else cfg["cwd"]
+    os.chdir(cwd)
+    os.environ["HOME"] = cwd
+    os.umask(0o077)
+    return cwd
+
+
+def _describe(e):
+    try:
+        message = str(e)[:500]
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        message = "<unprintable>"
+    return {"type": type(e).__name__, "message": message}
+
+
+def serve(source, entry_point, fd_in, fd_out, limit):
+    """Load the candidate, then answer call requests until the harness closes the pipe."""
+    g = {"__name__": "candidate", "__builtins__": builtins}
+    try:
+        exec(compile(source, "solution.py", "exec"), g)
+        fn = g[entry_point]
+        if not callable(fn):
+            raise TypeError("%s is not callable" % entry_point)
+    except KeyError:
+        send_msg(fd_out, {"load_error": {"type": "NameError", "message": "%s is not defined" % entry_point}})
+        return
+    except Exception as e:  # noqa: BLE001 - reported to the harness as a crash
+        send_msg(fd_out, {"load_error": _describe(e)})
+        return
+    send_msg(fd_out, {"ready": True})
+    while True:
+        try:
+            msg = recv_msg(fd_in, limit)
+        except EOFError:
+            return
+        args, kwargs = from_wire(msg["args"]), from_wire(msg["kwargs"])
+        try:
+            result = fn(*args, **kwargs)
+        except Exception as e:  # noqa: BLE001 - the harness re-raises it inside the tests
+            send_msg(fd_out, {"raised": _describe(e)})
+            continue
+        try:
+            reply = {"value": to_wire(result)}
+        except (WireError, ValueError, RecursionError) as e:
+            reply = {"bad_value": str(e)[:300]}
+        send_msg(fd_out, reply)
+
+
+def run_program(source):
+    """Run the source as a script with the real stdin/stdout (stdin/stdout tasks)."""
+    sys.argv = ["main.py"]
+    exec(compile(source, "main.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    drop_privileges(cfg)
+    fd_in, fd_out = cfg["fd_in"], cfg.get("fd_out")
+    init = recv_msg(fd_in, cfg["message_limit"])
+    if cfg["mode"] == "program":
+        os.close(fd_in)
+        run_program(init["source"])
+    else:
+        serve(init["source"], init["entry_point"], fd_in, fd_out, cfg["message_limit"])
