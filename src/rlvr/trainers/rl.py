@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -101,7 +102,9 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
 def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool) -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics."""
     if len(batch) == 0:
-        sched.step()  # nothing informative: no optimizer step (AdamW momentum must not move the weights)
+        with warnings.catch_warnings():  # no optimizer step: AdamW momentum must not move the weights
+            warnings.simplefilter("ignore", UserWarning)
+            sched.step()
         return {"train/sequences": 0}
     on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1
     out: dict = {}
