@@ -150,6 +150,13 @@ def _register_optional() -> None:
 def main() -> None:
     from rlvr.errors import RlvrError
 
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+
     _register_optional()
     try:
         app(standalone_mode=False)
