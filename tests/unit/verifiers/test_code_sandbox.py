@@ -14,7 +14,14 @@ import time
 
 import pytest
 
-from rlvr.verifiers.sandbox import LEVELS, SandboxLimits, detect_isolation, isolation_report, run_function, run_program
+from rlvr.verifiers.sandbox import (
+    LEVELS,
+    SandboxLimits,
+    detect_isolation,
+    isolation_report,
+    run_function,
+    run_program,
+)
 from rlvr.verifiers.sandbox import isolation as iso_mod
 from rlvr.verifiers.sandbox.uids import UID_COUNT, acquire_uid, kill_uid
 from rlvr.verifiers.sandbox.wire import WireError, from_wire, recv_msg, send_msg, to_wire
@@ -42,6 +49,7 @@ def _env_report(isolation="auto", **limits):
 
 # --- wire format -----------------------------------------------------------------------------------
 
+
 def _same(a, b):
     if type(a) is not type(b):
         return False
@@ -54,10 +62,29 @@ def _same(a, b):
     return a == b
 
 
-@pytest.mark.parametrize("value", [
-    None, True, 0, -(10 ** 40), 1.5, float("nan"), float("inf"), -0.0, "", "héllo\x00\ud800",
-    [1, [2, (3, 4)]], (1,), (), {1, 2}, frozenset({"a"}), {"k": [1]}, {(1, 2): {3: None}}, [True, 1, 1.0],
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        True,
+        0,
+        -(10**40),
+        1.5,
+        float("nan"),
+        float("inf"),
+        -0.0,
+        "",
+        "héllo\x00\ud800",
+        [1, [2, (3, 4)]],
+        (1,),
+        (),
+        {1, 2},
+        frozenset({"a"}),
+        {"k": [1]},
+        {(1, 2): {3: None}},
+        [True, 1, 1.0],
+    ],
+)
 def test_wire_roundtrip_keeps_exact_types(value):
     back = from_wire(json.loads(json.dumps(to_wire(value))))
     assert _same(back, value)
@@ -70,17 +97,37 @@ class RiggedInt(int):
     __hash__ = int.__hash__
 
 
-@pytest.mark.parametrize("value", [RiggedInt(3), type("S", (str,), {})("x"), [1, RiggedInt(2)],
-                                   {"a": type("L", (list,), {})()}, object(), (x for x in []), b"bytes",
-                                   1 + 2j, lambda: 0])
+@pytest.mark.parametrize(
+    "value",
+    [
+        RiggedInt(3),
+        type("S", (str,), {})("x"),
+        [1, RiggedInt(2)],
+        {"a": type("L", (list,), {})()},
+        object(),
+        (x for x in []),
+        b"bytes",
+        1 + 2j,
+        lambda: 0,
+    ],
+)
 def test_wire_rejects_anything_not_exactly_plain(value):
     with pytest.raises(WireError):
         to_wire(value)
 
 
-@pytest.mark.parametrize("wire", [{"t": "evil", "v": []}, {"t": "set", "v": [[1]]}, {"t": "tuple"},
-                                  {"t": "tuple", "v": [], "x": 1}, {"t": "dict", "v": [[1, 2, 3]]},
-                                  {"t": "dict", "v": [[[1], 2]]}, {"a": 1}])
+@pytest.mark.parametrize(
+    "wire",
+    [
+        {"t": "evil", "v": []},
+        {"t": "set", "v": [[1]]},
+        {"t": "tuple"},
+        {"t": "tuple", "v": [], "x": 1},
+        {"t": "dict", "v": [[1, 2, 3]]},
+        {"t": "dict", "v": [[[1], 2]]},
+        {"a": 1},
+    ],
+)
 def test_wire_rejects_malformed_values(wire):
     with pytest.raises(WireError):
         from_wire(wire)
@@ -103,6 +150,7 @@ def test_wire_rejects_deep_nesting_and_oversized_messages():
 
 
 # --- isolation -------------------------------------------------------------------------------------
+
 
 def test_isolation_report_names_the_level():
     rep = isolation_report()
@@ -134,8 +182,16 @@ def test_candidate_runs_unprivileged_with_hard_limits_and_scrubbed_env(isolation
     assert lim["RLIMIT_FSIZE"] == [3 << 20] * 2 and lim["RLIMIT_NOFILE"] == [99, 99]
     assert lim["RLIMIT_CORE"] == [0, 0] and lim["RLIMIT_NPROC"] == [7, 7]
     assert "RLVR_HOST_SECRET" not in rep["env"] and set(rep["env"]) <= {
-        "PATH", "LANG", "LC_ALL", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "TMPDIR",
-        "HOME", "PWD"}
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "PYTHONHASHSEED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONIOENCODING",
+        "TMPDIR",
+        "HOME",
+        "PWD",
+    }
     assert rep["files"] == []  # a fresh, empty working directory
 
 
@@ -145,9 +201,11 @@ def test_bwrap_root_is_read_only_and_tmp_private(tmp_path):
     with open(marker, "w") as f:
         f.write("host")
     try:
-        src = ("import os\nprint(os.path.exists(%r), os.path.exists('/work'), os.path.exists(%r))\n"
-               "try:\n    open('/usr/rlvr-x', 'w')\nexcept OSError as e:\n    print(e.errno)\n"
-               % (marker, str(tmp_path)))
+        src = (
+            f"import os\nprint(os.path.exists({marker!r}), os.path.exists('/work'),"
+            f" os.path.exists({str(tmp_path)!r}))\n"
+            "try:\n    open('/usr/rlvr-x', 'w')\nexcept OSError as e:\n    print(e.errno)\n"
+        )
         res = run_program(src, "")
         assert res.outcome == "ok", res
         assert res.stdout.split() == ["False", "False", "False", "30"]  # EROFS
@@ -157,9 +215,11 @@ def test_bwrap_root_is_read_only_and_tmp_private(tmp_path):
 
 @UID_ONLY
 def test_process_cap_is_enforced():
-    src = ("import threading, time\nn = 0\ntry:\n    for _ in range(50):\n"
-           "        threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n        n += 1\n"
-           "except RuntimeError:\n    pass\nprint(n)\n")
+    src = (
+        "import threading, time\nn = 0\ntry:\n    for _ in range(50):\n"
+        "        threading.Thread(target=time.sleep, args=(2,), daemon=True).start()\n        n += 1\n"
+        "except RuntimeError:\n    pass\nprint(n)\n"
+    )
     res = run_program(src, "", SandboxLimits(timeout_s=5, max_procs=6))
     assert res.outcome == "ok", res
     assert int(res.stdout) <= 5  # the main thread is the sixth task
@@ -231,8 +291,9 @@ def test_uid_leases_are_exclusive_and_kill_uid_kills_everything():
     a, b = acquire_uid(ISO.uid_base), acquire_uid(ISO.uid_base)
     try:
         assert a.uid != b.uid
-        p = subprocess.Popen(["/bin/sh", "-c", "setsid sleep 60 & sleep 60"], user=a.uid, group=a.uid,
-                             extra_groups=[], cwd="/")
+        p = subprocess.Popen(
+            ["/bin/sh", "-c", "setsid sleep 60 & sleep 60"], user=a.uid, group=a.uid, extra_groups=[], cwd="/"
+        )
         time.sleep(0.1)
         assert kill_uid(a.uid) >= 1
         assert p.wait(timeout=5) == -9
@@ -262,6 +323,8 @@ def test_concurrent_runs_do_not_interfere():
 
 
 def test_verifiers_do_not_import_torch():
-    code = ("import sys, rlvr.verifiers.code, rlvr.verifiers.sandbox, rlvr.verifiers.humaneval, "
-            "rlvr.verifiers.probes.code\nassert 'torch' not in sys.modules and 'transformers' not in sys.modules")
+    code = (
+        "import sys, rlvr.verifiers.code, rlvr.verifiers.sandbox, rlvr.verifiers.humaneval, "
+        "rlvr.verifiers.probes.code\nassert 'torch' not in sys.modules and 'transformers' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

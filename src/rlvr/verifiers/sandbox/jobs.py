@@ -43,10 +43,11 @@ class _Session:
         self.lease = None
         self.root = ""
 
-    def __enter__(self) -> "_Session":
+    def __enter__(self) -> _Session:
         if self.iso.uid_switch:
             self.lease = acquire_uid(self.iso.uid_base)
-            kill_uid(self.lease.uid, rounds=2)  # leftovers of a verifier that was killed mid-run
+            if not self.iso.uses_bwrap:  # leftovers of a verifier killed mid-run (bubblewrap: died with it)
+                kill_uid(self.lease.uid)
         self.root = tempfile.mkdtemp(prefix="rlvr-sbx-")
         os.chmod(self.root, 0o711)  # the candidate may traverse to its own dir, not list ours
         os.mkdir(self.harness_dir, 0o700)
@@ -67,7 +68,7 @@ class _Session:
         for p in self.procs:
             kill_tree(p)
         if self.lease is not None:
-            kill_uid(self.lease.uid)
+            kill_uid(self.lease.uid, rounds=1 if self.iso.uses_bwrap else 2)
             if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
                 remove_uid_files(self.lease.uid)
             self.lease.release()
@@ -119,8 +120,14 @@ def _close(*fds: int) -> None:
             pass
 
 
-def run_function(source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None = None,
-                 limits: SandboxLimits | None = None, isolation: str = "auto") -> SandboxResult:
+def run_function(
+    source: str,
+    entry_point: str,
+    checks: list[dict[str, str]],
+    prelude: str | None = None,
+    limits: SandboxLimits | None = None,
+    isolation: str = "auto",
+) -> SandboxResult:
     """Load ``source`` in the sandbox and run each check block's ``check(candidate)`` in the harness.
 
     ``checks``: [{"name": "tests", "source": "<defines check(candidate)>"}, ...], all must pass.
@@ -132,21 +139,41 @@ def run_function(source: str, entry_point: str, checks: list[dict[str, str]], pr
     with _Session(iso, limits) as sess:
         (req_r, req_w), (resp_r, resp_w), (res_r, res_w), (out_r, out_w), (hout_r, hout_w) = _pipes(5)
         try:
-            cand = spawn_candidate(iso, limits, sess.lease, "function", sess.candidate_dir, req_r, resp_w,
-                                   subprocess.DEVNULL, out_w, subprocess.STDOUT)
+            cand = spawn_candidate(
+                iso,
+                limits,
+                sess.lease,
+                "function",
+                sess.candidate_dir,
+                req_r,
+                resp_w,
+                subprocess.DEVNULL,
+                out_w,
+                subprocess.STDOUT,
+            )
             sess.procs.append(cand)
             harness = spawn_harness(limits, sess.harness_dir, req_w, resp_r, res_w, hout_w)
             sess.procs.insert(0, harness)
         except OSError as e:
             _close(out_r, res_r, hout_r)
-            return SandboxResult("infra", {"error": f"could not start the sandbox: {e}"}, time.monotonic() - t0)
+            return SandboxResult(
+                "infra", {"error": f"could not start the sandbox: {e}"}, time.monotonic() - t0
+            )
         finally:
             _close(req_r, req_w, resp_r, resp_w, res_w, out_w, hout_w)
         feed(harness.stdin, job.encode("utf-8"))
-        out, hout, res = Stream(out_r, 4096), Stream(hout_r, 4096, counted=False), Stream(res_r, 1 << 20, False)
+        out, hout, res = (
+            Stream(out_r, 4096),
+            Stream(hout_r, 4096, counted=False),
+            Stream(res_r, 1 << 20, False),
+        )
         try:
-            stop = pump([out, hout, res], lambda: res.eof and hout.eof and harness.poll() is not None,
-                        t0 + limits.timeout_s, limits.output_limit_bytes)
+            stop = pump(
+                [out, hout, res],
+                lambda: res.eof and hout.eof and harness.poll() is not None,
+                t0 + limits.timeout_s,
+                limits.output_limit_bytes,
+            )
         finally:
             _close(out_r, hout_r, res_r)
         result = _function_result(stop, res, hout, out, limits)
@@ -159,29 +186,34 @@ def run_function(source: str, entry_point: str, checks: list[dict[str, str]], pr
     return result
 
 
-def _function_result(stop: str | None, res: Stream, hout: Stream, out: Stream,
-                     limits: SandboxLimits) -> SandboxResult:
+def _function_result(
+    stop: str | None, res: Stream, hout: Stream, out: Stream, limits: SandboxLimits
+) -> SandboxResult:
     if stop == "timeout":
         return SandboxResult("timeout", {"limit_s": limits.timeout_s})
     if stop == "output":
-        return SandboxResult("violation", {"limit": "output", "output_limit_bytes": limits.output_limit_bytes})
+        return SandboxResult(
+            "violation", {"limit": "output", "output_limit_bytes": limits.output_limit_bytes}
+        )
     raw = bytes(res.data)
     try:
         (n,) = struct.unpack(">I", raw[:4])
-        msg = json.loads(raw[4:4 + n].decode("utf-8"))
+        msg = json.loads(raw[4 : 4 + n].decode("utf-8"))
         outcome, details = msg["outcome"], dict(msg.get("details") or {})
         if outcome not in HARNESS_OUTCOMES:
             raise ValueError(outcome)
     except (struct.error, ValueError, KeyError, TypeError, AttributeError):
-        return SandboxResult("infra", {"error": "the harness ended without a result",
-                                       "harness_output": hout.text()[-2000:]})
+        return SandboxResult(
+            "infra", {"error": "the harness ended without a result", "harness_output": hout.text()[-2000:]}
+        )
     if outcome != "pass" and out.data:
         details["candidate_output"] = out.text()[-1000:]
     return SandboxResult(outcome, details)
 
 
-def run_program(source: str, stdin: str, limits: SandboxLimits | None = None,
-                isolation: str = "auto") -> SandboxResult:
+def run_program(
+    source: str, stdin: str, limits: SandboxLimits | None = None, isolation: str = "auto"
+) -> SandboxResult:
     """Run ``source`` as a script in the sandbox with ``stdin``; outcome ``ok`` when it exits 0."""
     limits = limits or SandboxLimits()
     iso = detect_isolation(isolation)
@@ -189,12 +221,24 @@ def run_program(source: str, stdin: str, limits: SandboxLimits | None = None,
     with _Session(iso, limits) as sess:
         req_r, req_w = os.pipe()
         try:
-            cand = spawn_candidate(iso, limits, sess.lease, "program", sess.candidate_dir, req_r, None,
-                                   subprocess.PIPE, subprocess.PIPE, subprocess.PIPE)
+            cand = spawn_candidate(
+                iso,
+                limits,
+                sess.lease,
+                "program",
+                sess.candidate_dir,
+                req_r,
+                None,
+                subprocess.PIPE,
+                subprocess.PIPE,
+                subprocess.PIPE,
+            )
             sess.procs.append(cand)
         except OSError as e:
             _close(req_w)
-            return SandboxResult("infra", {"error": f"could not start the sandbox: {e}"}, time.monotonic() - t0)
+            return SandboxResult(
+                "infra", {"error": f"could not start the sandbox: {e}"}, time.monotonic() - t0
+            )
         finally:
             _close(req_r)
         init = json.dumps({"source": source}).encode("utf-8")
@@ -219,12 +263,15 @@ def run_program(source: str, stdin: str, limits: SandboxLimits | None = None,
     return result
 
 
-def _program_result(stop: str | None, cand: subprocess.Popen, iso: Isolation, out: Stream, err: Stream,
-                    limits: SandboxLimits) -> SandboxResult:
+def _program_result(
+    stop: str | None, cand: subprocess.Popen, iso: Isolation, out: Stream, err: Stream, limits: SandboxLimits
+) -> SandboxResult:
     if stop == "timeout":
         return SandboxResult("timeout", {"limit_s": limits.timeout_s})
     if stop == "output":
-        return SandboxResult("violation", {"limit": "output", "output_limit_bytes": limits.output_limit_bytes})
+        return SandboxResult(
+            "violation", {"limit": "output", "output_limit_bytes": limits.output_limit_bytes}
+        )
     death = _death(cand, iso)
     tail = err.text()[-1000:]
     outcome = _signal_outcome(death)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import sysconfig
 import threading
 from pathlib import Path
 
@@ -16,10 +17,20 @@ from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.uids import UidLease, kill_uid
 
 _HERE = Path(__file__).parent
-PY_FLAGS = ["-s", "-B"]  # no user site-packages, no bytecode writes
+# -S: no site processing (its .pth files cost ~50 ms a start here); site-packages go on sys.path by hand.
+PY_FLAGS = ["-S", "-s", "-B"]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
+def site_dirs(python: str) -> tuple[str, ...]:
+    """site-packages dirs for sys.path (no .pth processing): ours, when ``python`` is our interpreter."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return ()
+    paths = sysconfig.get_paths()
+    return tuple(dict.fromkeys(p for p in (paths["purelib"], paths["platlib"]) if os.path.isdir(p)))
+
+
+@functools.cache
 def _source(name: str) -> str:
     return (_HERE / name).read_text()
 
@@ -36,47 +47,96 @@ def harness_source() -> str:
 
 def candidate_env() -> dict[str, str]:
     """The whole environment of the candidate: nothing of the host's."""
-    return {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0",
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8", "TMPDIR": "/tmp", "HOME": "/tmp"}
+    return {
+        "PATH": CANDIDATE_PATH,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+        "TMPDIR": "/tmp",
+        "HOME": "/tmp",
+    }
 
 
-def spawn_candidate(iso: Isolation, limits: SandboxLimits, lease: UidLease | None, mode: str, cwd: str,
-                    fd_in: int, fd_out: int | None, stdin, stdout, stderr) -> subprocess.Popen:
+def spawn_candidate(
+    iso: Isolation,
+    limits: SandboxLimits,
+    lease: UidLease | None,
+    mode: str,
+    cwd: str,
+    fd_in: int,
+    fd_out: int | None,
+    stdin,
+    stdout,
+    stderr,
+) -> subprocess.Popen:
     """Launch the runner (as root when a uid switch follows) inside bubblewrap or bare, in its own session."""
     cfg = {
-        "mode": mode, "fd_in": fd_in, "fd_out": fd_out, "cwd": "/tmp" if iso.uses_bwrap else cwd,
-        "rlimits": limits.candidate_rlimits(lease is not None), "uid": lease.uid if lease else None,
-        "unshare": bool(iso.unshare) and not iso.uses_bwrap, "tmpfs_mb": limits.tmpfs_mb,
+        "mode": mode,
+        "fd_in": fd_in,
+        "fd_out": fd_out,
+        "cwd": "/tmp" if iso.uses_bwrap else cwd,
+        "rlimits": limits.candidate_rlimits(lease is not None),
+        "uid": lease.uid if lease else None,
+        "unshare": bool(iso.unshare) and not iso.uses_bwrap,
+        "tmpfs_mb": limits.tmpfs_mb,
         "message_limit": limits.message_limit_bytes,
+        "sys_path": list(site_dirs(iso.python)),
+        "no_new_privs": not iso.uses_bwrap,  # bubblewrap has set it already (saves importing ctypes)
     }
     cmd = [iso.python, *PY_FLAGS, "-c", runner_source(), json.dumps(cfg)]
     if iso.uses_bwrap:
         cmd = bwrap_args(iso.bwrap, iso.python, limits.tmpfs_mb, os.geteuid() == 0) + ["--", *cmd]
     fds = tuple(fd for fd in (fd_in, fd_out) if fd is not None)
-    return subprocess.Popen(cmd, stdin=stdin, stdout=stdout, stderr=stderr, pass_fds=fds, env=candidate_env(),
-                            cwd=cwd, start_new_session=True, close_fds=True)
+    return subprocess.Popen(
+        cmd,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        pass_fds=fds,
+        env=candidate_env(),
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
-def spawn_harness(limits: SandboxLimits, cwd: str, fd_to: int, fd_from: int, fd_result: int,
-                  stdout: int) -> subprocess.Popen:
+def spawn_harness(
+    limits: SandboxLimits, cwd: str, fd_to: int, fd_from: int, fd_result: int, stdout: int
+) -> subprocess.Popen:
     """Launch the trusted harness under the caller's uid with its own (looser) limits."""
-    cfg = {"fd_to": fd_to, "fd_from": fd_from, "fd_result": fd_result, "rlimits": limits.harness_rlimits(),
-           "message_limit": limits.message_limit_bytes}
+    cfg = {
+        "fd_to": fd_to,
+        "fd_from": fd_from,
+        "fd_result": fd_result,
+        "rlimits": limits.harness_rlimits(),
+        "message_limit": limits.message_limit_bytes,
+        "sys_path": list(site_dirs(sys.executable)),
+    }
     env = {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.Popen([sys.executable, *PY_FLAGS, "-c", harness_source(), json.dumps(cfg)],
-                            stdin=subprocess.PIPE, stdout=stdout, stderr=subprocess.STDOUT,
-                            pass_fds=(fd_to, fd_from, fd_result), env=env, cwd=cwd, start_new_session=True,
-                            close_fds=True)
+    return subprocess.Popen(
+        [sys.executable, *PY_FLAGS, "-c", harness_source(), json.dumps(cfg)],
+        stdin=subprocess.PIPE,
+        stdout=stdout,
+        stderr=subprocess.STDOUT,
+        pass_fds=(fd_to, fd_from, fd_result),
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+    )
 
 
 def feed(fd_or_file, data: bytes) -> threading.Thread:
     """Write ``data`` on a daemon thread, then close; a reader that died just ends the write."""
+
     def _write() -> None:
         try:
             if isinstance(fd_or_file, int):
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd_or_file, view):]
+                    view = view[os.write(fd_or_file, view) :]
             else:
                 fd_or_file.write(data)
         except (OSError, ValueError):

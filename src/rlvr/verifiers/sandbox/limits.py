@@ -34,8 +34,16 @@ class SandboxLimits:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-        for name in ("memory_mb", "max_procs", "file_size_mb", "open_files", "tmpfs_mb",
-                     "output_limit_bytes", "message_limit_bytes", "harness_memory_mb"):
+        for name in (
+            "memory_mb",
+            "max_procs",
+            "file_size_mb",
+            "open_files",
+            "tmpfs_mb",
+            "output_limit_bytes",
+            "message_limit_bytes",
+            "harness_memory_mb",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 

@@ -48,7 +48,7 @@ def _no_new_privs():
         import ctypes
 
         ctypes.CDLL(None).prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - best effort; bubblewrap sets it already
+    except Exception:  # noqa: BLE001, S110 - best effort; bubblewrap sets it already
         pass
 
 
@@ -64,7 +64,8 @@ def drop_privileges(cfg):
         os.setgroups([])
         os.setresgid(uid, uid, uid)
         os.setresuid(uid, uid, uid)
-    _no_new_privs()
+    if cfg.get("no_new_privs", True):
+        _no_new_privs()
     cwd = "/tmp" if private.get("tmp") else cfg["cwd"]
     os.chdir(cwd)
     os.environ["HOME"] = cwd
@@ -84,12 +85,12 @@ def serve(source, entry_point, fd_in, fd_out, limit):
     """Load the candidate, then answer call requests until the harness closes the pipe."""
     g = {"__name__": "candidate", "__builtins__": builtins}
     try:
-        exec(compile(source, "solution.py", "exec"), g)
+        exec(compile(source, "solution.py", "exec"), g)  # noqa: S102 - sandboxed, unprivileged
         fn = g[entry_point]
         if not callable(fn):
-            raise TypeError("%s is not callable" % entry_point)
+            raise TypeError(f"{entry_point} is not callable")
     except KeyError:
-        send_msg(fd_out, {"load_error": {"type": "NameError", "message": "%s is not defined" % entry_point}})
+        send_msg(fd_out, {"load_error": {"type": "NameError", "message": f"{entry_point} is not defined"}})
         return
     except Exception as e:  # noqa: BLE001 - reported to the harness as a crash
         send_msg(fd_out, {"load_error": _describe(e)})
@@ -116,12 +117,15 @@ def serve(source, entry_point, fd_in, fd_out, limit):
 def run_program(source):
     """Run the source as a script with the real stdin/stdout (stdin/stdout tasks)."""
     sys.argv = ["main.py"]
-    exec(compile(source, "main.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    exec(compile(source, "main.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})  # noqa: S102
 
 
 def main():
     cfg = json.loads(sys.argv[1])
     drop_privileges(cfg)
+    sys.path.extend(cfg.get("sys_path") or [])  # installed packages, without site's .pth processing
+    if hasattr(sys, "set_int_max_str_digits"):  # big-int answers cross as JSON digits (parse cost bounded)
+        sys.set_int_max_str_digits(100_000)
     fd_in, fd_out = cfg["fd_in"], cfg.get("fd_out")
     init = recv_msg(fd_in, cfg["message_limit"])
     if cfg["mode"] == "program":

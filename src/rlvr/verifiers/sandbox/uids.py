@@ -88,19 +88,30 @@ def acquire_uid(base: int, tries: int = 256) -> UidLease:
     raise OSError(f"no free sandbox uid in [{base}, {base + UID_COUNT}) after {tries} tries")
 
 
-def kill_uid(uid: int, rounds: int = 4) -> int:
+def kill_uid(uid: int, rounds: int = 1) -> int:
     """SIGKILL every process of ``uid`` (``kill -9 -1`` run as that uid); returns rounds that found some.
 
     ``kill(-1)`` signals every process the sender may signal except itself, atomically with respect to
-    fork, so a fork bomb cannot outrun it. A round that finds no process ends the loop.
+    fork (a fork either lands in the list being signalled or fails on its parent's pending SIGKILL), so a
+    fork bomb cannot outrun it and one round suffices; a round that finds no process ends the loop.
     """
     if uid < 1000 or uid == os.geteuid():  # as root (or as ourselves) kill -1 would take down the machine
         raise ValueError(f"refusing to kill by uid {uid}: not a leased sandbox uid")
     found = 0
     for _ in range(rounds):
-        r = subprocess.run(["/bin/sh", "-c", "kill -9 -1 2>/dev/null"], user=uid, group=uid, extra_groups=[],
-                           env={}, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, close_fds=True)
+        r = subprocess.run(
+            ["/bin/sh", "-c", "kill -9 -1 2>/dev/null"],
+            check=False,
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env={},
+            cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            close_fds=True,
+        )
         if r.returncode != 0:  # ESRCH: nothing left
             break
         found += 1

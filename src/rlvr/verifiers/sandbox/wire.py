@@ -30,14 +30,14 @@ def to_wire(x, depth=0):
     if x is None or t in _SCALARS:
         return x
     if depth >= WIRE_MAX_DEPTH:
-        raise WireError("value nested deeper than %d levels" % WIRE_MAX_DEPTH)
+        raise WireError(f"value nested deeper than {WIRE_MAX_DEPTH} levels")
     if t is list:
         return [to_wire(v, depth + 1) for v in x]
     if t is tuple or t is set or t is frozenset:
         return {"t": t.__name__, "v": [to_wire(v, depth + 1) for v in x]}
     if t is dict:
         return {"t": "dict", "v": [[to_wire(k, depth + 1), to_wire(v, depth + 1)] for k, v in x.items()]}
-    raise WireError("a %s is not plain data" % t.__name__)
+    raise WireError(f"a {t.__name__} is not plain data")
 
 
 def from_wire(w, depth=0):
@@ -46,7 +46,7 @@ def from_wire(w, depth=0):
     if w is None or t in _SCALARS:
         return w
     if depth >= WIRE_MAX_DEPTH:
-        raise WireError("value nested deeper than %d levels" % WIRE_MAX_DEPTH)
+        raise WireError(f"value nested deeper than {WIRE_MAX_DEPTH} levels")
     if t is list:
         return [from_wire(v, depth + 1) for v in w]
     if t is not dict or set(w) != {"t", "v"} or type(w["v"]) is not list:
@@ -63,8 +63,8 @@ def from_wire(w, depth=0):
                 out[from_wire(pair[0], depth + 1)] = from_wire(pair[1], depth + 1)
             return out
     except TypeError as e:  # unhashable set element or dict key
-        raise WireError("malformed value: %s" % e) from None
-    raise WireError("unknown tag %r" % (tag,))
+        raise WireError(f"malformed value: {e}") from None
+    raise WireError(f"unknown tag {tag!r}")
 
 
 def send_msg(fd, obj):
@@ -91,8 +91,8 @@ def recv_msg(fd, limit):
     """Read one framed JSON message (EOFError when the peer is gone, WireError when malformed or too big)."""
     (n,) = struct.unpack(">I", _read_exact(fd, 4))
     if n > limit:
-        raise WireError("message of %d bytes is over the %d-byte limit" % (n, limit))
+        raise WireError(f"message of {n} bytes is over the {limit}-byte limit")
     try:
         return json.loads(_read_exact(fd, n).decode("utf-8"))
     except (ValueError, RecursionError) as e:
-        raise WireError("malformed message: %s" % str(e)[:200]) from None
+        raise WireError(f"malformed message: {str(e)[:200]}") from None
