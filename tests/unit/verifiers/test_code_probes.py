@@ -79,9 +79,7 @@ FALLBACK = [
     "fork_bomb",
     "session_survivor",
     "local_socket",
-    "write_outside_tmp",
     "stdout_100mb",
-    "read_gold_from_proc",
 ]
 
 
