@@ -75,7 +75,7 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
     state = _read_state(state_path) if resume else {"stages": {}}
     summary = {"stages": []}
     prev = init_path
-    if recipe.eval_base and only is None:
+    if recipe.eval_base:
         base_json = run_dir / "base" / "eval.json"
         t0 = time.time()
         res = json.loads(base_json.read_text()) if resume and base_json.exists() else \

@@ -104,6 +104,8 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     if ckpt is not None:
         writer.log(step, {"event": "resume", "checkpoint": str(ckpt)})
     evaler = EvalHook(eval_cfg, tok, judge, stage.eval_every) if eval_cfg is not None else None
+    if evaler is not None and step == 0:
+        writer.log(0, {**evaler.run(model, 0), "perf/train_minutes": 0.0})
     bf16 = model_cfg.autocast_bf16
     with make_progress() as prog:
         bar = prog.add_task(f"sft:{stage.name}", total=stage.max_steps, completed=step, info="")
