@@ -53,6 +53,13 @@ def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[st
     return _atomic_dir(Path(out_dir), write)
 
 
+def adapter_state(model) -> dict[str, torch.Tensor] | None:
+    """The trainable adapter tensors of a peft model (None for a plain model)."""
+    if not (hasattr(model, "peft_config") and hasattr(model, "disable_adapter")):
+        return None
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if "lora_" in k}
+
+
 def rng_state() -> dict[str, Any]:
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
 
@@ -72,7 +79,7 @@ def seed_everything(seed: int) -> None:
 def save_training_checkpoint(ckpt_root: str | Path, step: int, model, tokenizer, optimizer, scheduler,
                              state: dict[str, Any], keep_last: int = 2) -> Path:
     """Write ``ckpt_root/step-NNNNNN`` (model + trainer_state.pt) atomically, then prune to keep_last."""
-    extra = {"step": step, "optimizer": optimizer.state_dict(),
+    extra = {"step": step, "optimizer": optimizer.state_dict(), "adapter": adapter_state(model),
              "scheduler": scheduler.state_dict() if scheduler is not None else None,
              "rng": rng_state(), "state": state}
     path = save_pretrained_atomic(model, tokenizer, Path(ckpt_root) / f"{STEP_PREFIX}{step:06d}", extra)
@@ -102,6 +109,11 @@ def load_training_state(ckpt: str | Path, model, optimizer, scheduler) -> dict[s
 
     ckpt = Path(ckpt)
     extra = torch.load(ckpt / STATE_FILE, weights_only=False)
+    if extra.get("adapter") is not None:  # LoRA: the base is frozen; only the adapters were trained
+        missing, unexpected = model.load_state_dict(extra["adapter"], strict=False)
+        if unexpected or any("lora_" in k for k in missing):
+            raise RuntimeError(f"checkpoint {ckpt}: adapters do not match the model ({unexpected[:3]})")
+        return _restore_rest(extra, optimizer, scheduler)
     weights = load_file(str(ckpt / "model.safetensors"))
     target = model.get_base_model() if hasattr(model, "get_base_model") else model
     missing, unexpected = target.load_state_dict(weights, strict=False)
@@ -111,6 +123,10 @@ def load_training_state(ckpt: str | Path, model, optimizer, scheduler) -> dict[s
                            f"unexpected {unexpected[:5]}")
     if getattr(target.config, "tie_word_embeddings", False):
         target.tie_weights()
+    return _restore_rest(extra, optimizer, scheduler)
+
+
+def _restore_rest(extra: dict[str, Any], optimizer, scheduler) -> dict[str, Any]:
     optimizer.load_state_dict(extra["optimizer"])
     if scheduler is not None and extra["scheduler"] is not None:
         scheduler.load_state_dict(extra["scheduler"])

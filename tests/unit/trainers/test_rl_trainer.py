@@ -108,3 +108,20 @@ def test_dynamic_sampling_reports_data_too_easy(tiny_dir, tmp_path):
     rec = [json.loads(x) for x in open(res.metrics_path)][-1]
     assert rec["train/sequences"] == 0 and "too easy" in rec["notes"]
     assert rec["rollout/groups_drawn"] == 8  # the first draw and one resample round of 4 tasks each
+
+
+def test_lora_reference_is_the_base_with_adapters_disabled_and_resume_is_exact(tiny_dir, tmp_path):
+    from rlvr.config.model import LoraConfig
+
+    cfg = ModelConfig(path=tiny_dir, lora=LoraConfig(r=4, alpha=8))
+    st = stage(kl=KLConfig(beta=0.05))
+    a = train_rl(st, cfg, tmp_path / "a", seed=3, judge=parity_judge)
+    recs = [json.loads(x) for x in open(a.metrics_path)]
+    assert any(r.get("kl/ref", 0) > 0 for r in recs)  # adapters moved the policy away from the base
+    with pytest.raises(KeyboardInterrupt):
+        train_rl(st, cfg, tmp_path / "b", seed=3, judge=parity_judge, crash_at_step=3)
+    b = train_rl(st, cfg, tmp_path / "b", seed=3, judge=parity_judge, resume=True)
+    wa, wb = load_file(f"{a.checkpoint}/model.safetensors"), load_file(f"{b.checkpoint}/model.safetensors")
+    assert not any("lora" in k for k in wa)  # the final model is merged: a plain HF checkpoint
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-6, rtol=0), k
