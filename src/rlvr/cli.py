@@ -131,20 +131,13 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
     typer.echo(f"wrote {out} ({num_params(model):,} parameters)")
 
 
-def _register_optional() -> None:
-    """Commands whose implementation lives in rlvr.commands.* (verify, probe)."""
-    try:
-        from rlvr.commands.verify import register as reg_verify
+def _register_commands() -> None:
+    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe)."""
+    from rlvr.commands.probe import register as reg_probe
+    from rlvr.commands.verify import register as reg_verify
 
-        reg_verify(app)
-    except ImportError:
-        pass
-    try:
-        from rlvr.commands.probe import register as reg_probe
-
-        reg_probe(app)
-    except ImportError:
-        pass
+    reg_verify(app)
+    reg_probe(app)
 
 
 def main() -> None:
@@ -157,7 +150,7 @@ def main() -> None:
     except ImportError:
         pass
 
-    _register_optional()
+    _register_commands()
     try:
         app(standalone_mode=False)
     except RlvrError as e:
