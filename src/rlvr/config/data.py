@@ -57,4 +57,18 @@ class HFTasks(Section):
     """Keep only the first N rows."""
 
 
-TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, default="builtin")
+class BuiltinEnvTasks(Section):
+    """Built-in tool-environment tasks (rlvr.envs): a virtual file system or a key-value store."""
+
+    type: Literal["builtin_env"] = "builtin_env"
+    env: Literal["files", "kvstore"] = "files"
+    """Which environment."""
+    n: int = 1000
+    """Number of tasks."""
+    split: Literal["train", "heldout"] = "train"
+    """Train or held-out draw."""
+    seed: int = 0
+    """Seed of the draw."""
+
+
+TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks, default="builtin")

@@ -27,6 +27,6 @@ class EvalConfig(Section):
     @field_validator("tasks")
     @classmethod
     def _heldout_only(cls, v):
-        if isinstance(v, BuiltinArithmetic) and v.split != "heldout":
+        if getattr(v, "type", "") in ("builtin", "builtin_env") and v.split != "heldout":
             raise ValueError("built-in evaluation tasks must use split: heldout (never the training split)")
         return v

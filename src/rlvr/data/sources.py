@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlvr.config.data import BuiltinArithmetic, HFTasks, HumanEvalTasks, JsonlTasks
+from rlvr.config.data import BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks
 from rlvr.data.types import Task
 from rlvr.errors import DataError
 
@@ -26,6 +26,12 @@ def load_task_source(src) -> list[Task]:
         return load_humaneval()[: src.limit]
     if isinstance(src, HFTasks):
         return _load_hf(src)
+    if isinstance(src, BuiltinEnvTasks):
+        from rlvr.envs.files import generate_files_tasks
+        from rlvr.envs.kvstore import generate_kvstore_tasks
+
+        gen = generate_files_tasks if src.env == "files" else generate_kvstore_tasks
+        return gen(src.n, seed=src.seed, split=src.split)
     raise DataError(f"unknown task source {src!r}")
 
 

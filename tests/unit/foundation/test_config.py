@@ -58,7 +58,7 @@ def test_duplicate_stage_names_rejected():
 def test_every_shipped_recipe_validates():
     from pathlib import Path
 
-    recipes = sorted(Path(__file__).resolve().parents[3].joinpath("recipes").glob("*.yaml"))
+    recipes = sorted(Path(__file__).resolve().parents[3].joinpath("recipes").rglob("*.yaml"))
     assert recipes, "no recipes shipped"
     for p in recipes:
         load_recipe(p)
