@@ -1,11 +1,13 @@
 """The policy update of the GRPO family: advantages per algorithm, then clipped-surrogate (+KL,
 +entropy) over micro-batches with exact accumulation. Sequences whose advantage is exactly zero are
-never forwarded when nothing else (KL, entropy) needs them."""
+never forwarded when nothing else (KL, entropy) needs them. Micro-batches are cut from the
+length-sorted rows where that saves padded compute (:func:`plan_micro_batches`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rlvr import advantages as adv_fns
@@ -77,18 +79,59 @@ def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_trunca
     return rows
 
 
+SPLIT_OVERHEAD_TOKENS = {"cpu": 64}
+"""Fixed cost of one forward/backward call in padded-token equivalents, by device type (others: 4096).
+Measured for the tiny models on 2 CPU cores: ~8 ms a call vs ~0.1 ms a token."""
+
+
+def split_overhead(model) -> int:
+    """The per-micro-batch cost (in tokens) that :func:`plan_micro_batches` weighs padding against."""
+    device = next(model.parameters()).device.type
+    return SPLIT_OVERHEAD_TOKENS.get(device, 4096)
+
+
+def plan_micro_batches(lengths: list[int], cap: int, overhead: int) -> list[list[int]]:
+    """Cut rows into micro-batches of at most ``cap`` rows that minimise padded compute.
+
+    Rows are sorted by length; a micro-batch made of the sorted rows ``[i, j)`` costs
+    ``(j - i) * lengths[j - 1] + overhead`` (its padded tokens plus a fixed cost per forward/backward).
+    An exact dynamic programme over the cut points, O(n * cap), finds the cheapest cutting. The loss
+    does not depend on the cutting (every micro-batch divides by the mini-batch's global denominators);
+    only the padding the model computes on does. Returns lists of row indices, shortest rows first.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    if n == 0:
+        return []
+    srt = np.array([lengths[i] for i in order], dtype=np.int64)
+    best = np.zeros(n + 1, dtype=np.int64)
+    cut = np.zeros(n + 1, dtype=np.int64)
+    for j in range(1, n + 1):
+        lo = max(0, j - cap)
+        cost = best[lo:j] + (j - np.arange(lo, j)) * srt[j - 1] + overhead
+        k = int(cost.argmin())
+        best[j], cut[j] = cost[k], lo + k
+    micros, j = [], n
+    while j > 0:
+        micros.append(order[cut[j]:j])
+        j = int(cut[j])
+    return micros[::-1]
+
+
 @torch.no_grad()
 def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int):
     """Frozen-reference logprobs, computed once per rollout batch (LoRA: adapters disabled)."""
-    out = []
-    for s in range(0, len(batch), micro):
-        ids, att, _ = pad_batch(batch.seqs[s:s + micro], pad_id, left=False)
+    out: list = [None] * len(batch)
+    model = policy if ref_model is None else ref_model
+    for rows in plan_micro_batches([len(s) for s in batch.seqs], micro, split_overhead(model)):
+        ids, att, _ = pad_batch([batch.seqs[i] for i in rows], pad_id, left=False)
         if ref_model is None:  # LoRA: the base model with adapters disabled is the reference
             with policy.disable_adapter():
                 lp, _ = token_logprobs(policy, ids, att, temperature)
         else:
             lp, _ = token_logprobs(ref_model, ids, att, temperature)
-        out.extend(lp[i, : len(batch.seqs[s + i])].tolist() for i in range(ids.shape[0]))
+        for k, i in enumerate(rows):
+            out[i] = lp[k, : len(batch.seqs[i])].tolist()
     return out
 
 
@@ -118,9 +161,8 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
 
 
 def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False) -> dict:
-    """Forward/backward a mini-batch in micro-batches (sorted by length); grads accumulate exactly."""
-    order = sorted(range(len(batch)), key=lambda i: len(batch.seqs[i]))
-    micros = [order[s:s + cfg.micro_batch_size] for s in range(0, len(order), cfg.micro_batch_size)]
+    """Forward/backward a mini-batch in length-sorted micro-batches (see plan_micro_batches); exact grads."""
+    micros = plan_micro_batches([len(s) for s in batch.seqs], cfg.micro_batch_size, split_overhead(model))
     masks = [pad_batch([batch.seqs[i] for i in m], pad_id, [batch.masks[i] for i in m], left=False)[2]
              for m in micros]
     counts = global_counts(masks)

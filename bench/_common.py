@@ -1,0 +1,143 @@
+"""Shared pieces of the side-by-side benchmarks: thread setup, the tiny model folder, timing summaries.
+
+Import this module first: it sets ``OMP_WAIT_POLICY=PASSIVE`` and the thread count before torch loads.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+
+THREADS = int(os.environ.get("BENCH_THREADS", "2"))
+os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_DISABLED", "true")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+import warnings
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+import torch
+
+torch.set_num_threads(THREADS)
+
+
+def pin_threads() -> None:
+    """Re-assert the thread count (a trainer's setup must not change it between blocks)."""
+    torch.set_num_threads(THREADS)
+
+
+def summarize(times: list[float]) -> dict:
+    """Median / mean / min / max / n of a list of step times (seconds)."""
+    if not times:
+        return {"n": 0}
+    return {"n": len(times), "median": statistics.median(times), "mean": statistics.fmean(times),
+            "min": min(times), "max": max(times)}
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    import transformers
+
+    info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "python": sys.version.split()[0],
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "platform": platform.platform(), "load_avg_start": os.getloadavg()}
+    try:
+        import trl
+
+        info["trl"] = trl.__version__
+    except ImportError:
+        pass
+    return info
+
+
+class Baton:
+    """Step-level interleaving of two trainer processes: only the holder runs a step.
+
+    ``mine`` is acquired before each step and ``theirs`` released after it; a barrier makes the first
+    step wait until both processes have finished their setup (model load, trainer construction).
+    """
+
+    def __init__(self, mine, theirs, barrier):
+        self.mine, self.theirs, self.barrier = mine, theirs, barrier
+        self.started = False
+        self.begins: list[float] = []
+        self.ends: list[float] = []
+        self.waits: list[float] = []
+
+    def begin(self) -> None:
+        t0 = time.perf_counter()
+        if not self.started:
+            self.barrier.wait()
+            self.started = True
+        self.mine.acquire()
+        self.begins.append(time.perf_counter())
+        self.waits.append(self.begins[-1] - t0)
+
+    def end(self) -> None:
+        self.ends.append(time.perf_counter())
+        self.theirs.release()
+
+    def steps(self) -> list[float]:
+        return [e - b for b, e in zip(self.begins, self.ends)]
+
+
+def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout: float = 1800.0) -> dict:
+    """Run ``workers`` {side: fn(baton, *args) -> dict} in spawned processes, steps alternating.
+
+    ``alt_args`` {side: args} replaces ``args`` for that side.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    sides = list(workers)
+    sems = {s: ctx.Semaphore(1 if i == 0 else 0) for i, s in enumerate(sides)}
+    barrier, queue = ctx.Barrier(len(sides)), ctx.Queue()
+    procs = []
+    for i, s in enumerate(sides):
+        other = sides[(i + 1) % len(sides)]
+        a = (alt_args or {}).get(s, args)
+        p = ctx.Process(target=_child, args=(workers[s], s, sems[s], sems[other], barrier, queue, a))
+        p.start()
+        procs.append(p)
+    out = {}
+    deadline = time.time() + timeout
+    while len(out) < len(sides):
+        side, ok, res = queue.get(timeout=max(1.0, deadline - time.time()))
+        if not ok:
+            for p in procs:
+                p.kill()
+            raise RuntimeError(f"{side} worker failed:\n{res}")
+        out[side] = res
+    for p in procs:
+        p.join()
+    return out
+
+
+def _child(fn, side, mine, theirs, barrier, queue, args):
+    import traceback
+
+    try:
+        queue.put((side, True, fn(Baton(mine, theirs, barrier), *args)))
+    except BaseException:  # noqa: BLE001 - sent to the parent, which stops the other side
+        barrier.abort()
+        theirs.release()
+        queue.put((side, False, traceback.format_exc()))
+
+
+def paired_ratios(a: list[float], b: list[float]) -> list[float]:
+    """a[i] / b[i] for steps run back to back (same machine load)."""
+    return [x / y for x, y in zip(a, b) if y]
+
+
+def fmt_row(cells: list, widths: list[int]) -> str:
+    return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))

@@ -1,0 +1,64 @@
+"""plan_micro_batches: the cheapest length-sorted cutting, and a cutting never changes the gradient."""
+
+import itertools
+
+import pytest
+import torch
+
+from rlvr.config.rl import GRPOLoss, RLStage, SamplingConfig
+from rlvr.models.load import load_pretrained
+from rlvr.trainers import rl_update
+from rlvr.trainers.rl_update import TrainBatch, plan_micro_batches, update_minibatch
+
+
+def cost(micros, lengths, overhead):
+    return sum(len(m) * max(lengths[i] for i in m) + overhead for m in micros)
+
+
+def brute_force(lengths, cap, overhead):
+    """Try every cutting of the sorted rows into contiguous runs of at most ``cap``."""
+    n, best = len(lengths), None
+    order = sorted(range(n), key=lambda i: lengths[i])
+    for mask in itertools.product([0, 1], repeat=n - 1):
+        cuts = [0] + [i + 1 for i, b in enumerate(mask) if b] + [n]
+        micros = [order[a:b] for a, b in itertools.pairwise(cuts)]
+        if all(len(m) <= cap for m in micros):
+            c = cost(micros, lengths, overhead)
+            best = c if best is None else min(best, c)
+    return best
+
+
+def test_hand_worked_cutting():
+    # sorted lengths 2,3,5,9,9,9 (rows 5,1,0,2,3,4). With no per-call cost every distinct length is its
+    # own micro-batch: 2 + 3 + 5 + 3*9 = 37 padded tokens. With a huge per-call cost, the fewest
+    # micro-batches (2, cap 4) and, among those, the least padding: [2,3] + [5,9,9,9] = 2*3 + 4*9 = 42.
+    assert plan_micro_batches([5, 3, 9, 9, 9, 2], cap=4, overhead=0) == [[5], [1], [0], [2, 3, 4]]
+    assert plan_micro_batches([5, 3, 9, 9, 9, 2], cap=4, overhead=10**9) == [[5, 1], [0, 2, 3, 4]]
+    assert plan_micro_batches([], cap=4, overhead=0) == []
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_optimal_against_brute_force(seed):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 40, (9,), generator=g).tolist()
+    for cap, overhead in [(3, 0), (4, 10), (9, 25), (2, 100)]:
+        micros = plan_micro_batches(lengths, cap, overhead)
+        assert sorted(i for m in micros for i in m) == list(range(9))
+        assert all(len(m) <= cap for m in micros)
+        assert cost(micros, lengths, overhead) == brute_force(lengths, cap, overhead)
+
+
+def test_gradient_is_the_same_whatever_the_cutting(tiny_dir, monkeypatch):
+    model, _ = load_pretrained(tiny_dir)
+    lens = [3, 9, 4, 12, 5, 7]
+    seqs = [[4] + [20 + (i + j) % 30 for j in range(n)] for i, n in enumerate(lens)]
+    masks = [[0] + [1] * n for n in lens]
+    batch = TrainBatch(seqs, masks, [[0.0] + [-1.0] * n for n in lens], None, [1.0, -0.5, 0.3, -1.2, 0.8, 0.1])
+    cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=12), micro_batch_size=6)
+    grads = []
+    for overhead in (0, 10**9):  # one micro-batch per length vs the single padded batch
+        monkeypatch.setitem(rl_update.SPLIT_OVERHEAD_TOKENS, "cpu", overhead)
+        model.zero_grad(set_to_none=True)
+        update_minibatch(model, batch, cfg, 0, on_policy=False)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
