@@ -3,7 +3,8 @@
 Families (easy -> hard):
   add2   2-digit + 2-digit          (difficulty 1)
   add3   3-digit + 3-digit          (difficulty 2)
-  mul21  2-digit x 1-digit          (difficulty 3)
+  mul21  2-digit x 1-digit          (difficulty 3; only ~80 held-out problems)
+  mul31  3-digit x 1-digit          (difficulty 3)
   mul2   2-digit x 2-digit          (difficulty 4)
 
 Worked solutions go digit by digit from the right, carrying explicitly, then give the answer in
@@ -37,6 +38,7 @@ FAMILIES: dict[str, Family] = {
     "add2": Family("add2", "+", 2, 2, 1),
     "add3": Family("add3", "+", 3, 3, 2),
     "mul21": Family("mul21", "*", 2, 1, 3),
+    "mul31": Family("mul31", "*", 3, 1, 3),
     "mul2": Family("mul2", "*", 2, 2, 4),
 }
 
@@ -107,18 +109,27 @@ def _operand(rng: random.Random, digits: int) -> int:
 
 def generate(families: list[str], n: int, split: str = "train", seed: int = 0,
              weights: list[float] | None = None) -> list[Task]:
-    """Draw ``n`` tasks from ``families`` (weighted), all in ``split``; deterministic by ``seed``."""
+    """Draw ``n`` tasks from ``families`` (weighted), all in ``split``; deterministic by ``seed``.
+
+    Training draws are with replacement; held-out draws are distinct problems (an evaluation set with
+    repeats would overstate its own precision), and asking for more than a family has is an error.
+    """
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise ValueError(f"unknown arithmetic families {unknown}; choose from {sorted(FAMILIES)}")
     if weights is not None and len(weights) != len(families):
         raise ValueError(f"weights has {len(weights)} entries for {len(families)} families")
     rng = random.Random(f"{seed}:{split}:{','.join(families)}")
-    tasks = []
+    tasks, seen, tries = [], set(), 0
     while len(tasks) < n:
+        tries += 1
+        if tries > 200 * n + 10_000:
+            raise ValueError(f"only {len(tasks)} distinct {split} problems found in {families}; ask for fewer "
+                             f"(held-out sets never repeat a problem)")
         fam = FAMILIES[rng.choices(families, weights=weights)[0]]
         a, b = _operand(rng, fam.a_digits), _operand(rng, fam.b_digits)
-        if split_of(fam.name, a, b) != split:
+        if split_of(fam.name, a, b) != split or (split == "heldout" and (fam.name, a, b) in seen):
             continue
+        seen.add((fam.name, a, b))
         tasks.append(make_task(fam.name, a, b))
     return tasks

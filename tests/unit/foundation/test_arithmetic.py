@@ -51,3 +51,10 @@ def test_generation_is_deterministic_and_weighted():
 def test_unknown_family_is_named():
     with pytest.raises(ValueError, match="add9"):
         generate(["add9"], 1)
+
+
+def test_heldout_sets_never_repeat_a_problem():
+    held = generate(["add2", "mul31"], 500, split="heldout", seed=3)
+    assert len({t.id for t in held}) == 500
+    with pytest.raises(ValueError, match="distinct heldout problems"):
+        generate(["mul21"], 200, split="heldout")  # mul21 has ~80 held-out problems in all
