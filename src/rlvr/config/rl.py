@@ -6,6 +6,7 @@ from typing import Literal
 
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
+from rlvr.config.health import HealthConfig
 from rlvr.config.optim import OptimConfig
 
 
@@ -163,3 +164,5 @@ class RLStage(Section):
     """Held-out eval every N steps for the learning curve (0: only at the end)."""
     verifier_workers: int = 0
     """Verifier worker processes (0 = inline)."""
+    health: HealthConfig = HealthConfig()
+    """Training-health rules (entropy collapse, KL drift, dead groups, verifier overfitting)."""

@@ -25,6 +25,7 @@ from rlvr.models.checkpoint import (latest_checkpoint, load_training_state, save
                                     save_training_checkpoint, seed_everything)
 from rlvr.models.load import is_peft, load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
+from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
 from rlvr.rollout.collector import Rollouts, collect
@@ -166,6 +167,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0
     mask_trunc = getattr(stage.loss, "mask_truncated", False)
     notes: list[str] = []
+    health = HealthMonitor(stage.health)
     with make_progress() as prog:
         bar = prog.add_task(f"rl:{stage.name}", total=stage.max_steps, completed=step, info="")
         while step < stage.max_steps:
@@ -191,6 +193,12 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                 rec["notes"] = notes.pop()
             if evaler is not None and evaler.due(step, stage.max_steps):
                 rec.update(evaler.run(model, step))
+            hm, alerts = health.observe(rec)
+            rec.update(hm)
+            for a in alerts:
+                prog.console.print(f"[{'red' if a.level == 'critical' else 'yellow'}]health: {a.rule}[/] {a.message}")
+            if alerts:
+                rec["health/alerts"] = "; ".join(f"{a.rule}: {a.message}" for a in alerts)
             writer.log(step, rec)
             prog.update(bar, advance=1, info=f"pass {rec['rollout/pass_rate']:.2f} zero-var "
                                               f"{rec['rollout/zero_var_frac']:.2f} {rec['time/step']:.2f}s/step")
@@ -199,6 +207,9 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                                          {"wall_seconds": wall, "cursor": stream.cursor}, stage.keep_last)
             if crash_at_step is not None and step == crash_at_step:
                 raise KeyboardInterrupt(f"simulated crash at step {step}")
+            if health.should_stop(alerts):
+                writer.log(step, {"event": "health_stop", "alerts": rec["health/alerts"]})
+                break
     writer.close()
     final = save_pretrained_atomic(model, tok, out / "final")
     return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, wall)
