@@ -44,3 +44,5 @@ class ModelConfig(Section):
     """Train LoRA adapters instead of all weights."""
     gradient_checkpointing: bool = False
     """Trade compute for memory on large models."""
+    device: str = "auto"
+    """Where the model runs: auto (cuda when available), cpu, cuda, cuda:N."""

@@ -25,11 +25,21 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
         model = model.to(DTYPES[cfg.dtype])
     else:
         model, tok = load_pretrained(path, cfg.dtype)
+    model = model.to(resolve_device(cfg.device))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     if cfg.lora is not None:
         model = add_lora(model, cfg.lora)
     return model, tok
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda when available, else cpu; an unavailable cuda is an error naming the field."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"model.device is {name!r} but no CUDA device is available (use 'auto' or 'cpu')")
+    return torch.device(name)
 
 
 def load_pretrained(path: str | os.PathLike, dtype: str = "float32"):

@@ -40,14 +40,15 @@ def entropy_from_logits(logits: torch.Tensor, chunk: int = 4096) -> torch.Tensor
     return out.view(logits.shape[:-1])
 
 
-def autocast_ctx(enabled: bool):
-    return torch.autocast("cpu", dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
+def autocast_ctx(enabled: bool, device_type: str = "cpu"):
+    """bf16 autocast on ``device_type`` (cpu or cuda) when enabled."""
+    return torch.autocast(device_type, dtype=torch.bfloat16) if enabled else contextlib.nullcontext()
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
                    with_entropy: bool = False, bf16: bool = False):
     """``(logprobs [B, T], entropy [B, T] or None)`` of each token given its prefix."""
-    with autocast_ctx(bf16):
+    with autocast_ctx(bf16, input_ids.device.type):
         out = model(input_ids=input_ids, attention_mask=attention_mask,
                     position_ids=position_ids_from_mask(attention_mask), use_cache=False)
     logits = out.logits[:, :-1]

@@ -45,7 +45,8 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
         rows = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
-        gen = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
+        dev = self.model.device
+        gen = torch.Generator(dev).manual_seed(params.seed) if params.seed is not None else None
         out = Generation([], [], [], [], [], [])
         was_training = self.model.training
         self.model.eval()
@@ -72,17 +73,19 @@ class HFEngine:
         for i, p in enumerate(prompts):
             ids[i, P - len(p):] = torch.tensor(p)
             att[i, :P - len(p)] = 0
+        dev = self.model.device
+        ids, att = ids.to(dev), att.to(dev)
         padded = any(len(p) < P for p in prompts)
         pos = (att[:, :P].cumsum(-1) - 1).clamp_min(0)
-        stop = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long)
-        done = torch.zeros(B, dtype=torch.bool)
+        stop = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long, device=dev)
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
         toks, lps = [], []
         cache = make_cache(P + N)
         cache_kw = cache_kwarg(self.model)
-        live = torch.arange(B)  # the original row of each row of the forward batch
+        live = torch.arange(B, device=dev)  # the original row of each row of the forward batch
         cur_ids, cur_pos, length = ids, pos, P
         for _ in range(N):
-            with autocast_ctx(self.bf16):
+            with autocast_ctx(self.bf16, dev.type):
                 logits = self.model(input_ids=cur_ids, attention_mask=att[:, :length] if padded else None,
                                     position_ids=cur_pos, use_cache=True, logits_to_keep=1,
                                     **{cache_kw: cache}).logits[:, -1].float()
@@ -110,7 +113,7 @@ class HFEngine:
 
     def _hit_stop_string(self, toks, stops) -> torch.Tensor:
         texts = self.tokenizer.batch_decode(torch.stack(toks, 1)[:, -16:], skip_special_tokens=True)
-        return torch.tensor([any(s in t for s in stops) for t in texts])
+        return torch.tensor([any(s in t for s in stops) for t in texts], device=self.model.device)
 
 
 def cache_kwarg(model) -> str:

@@ -60,8 +60,9 @@ def stage_dir(run_dir: str | Path, name: str) -> Path:
     return p
 
 
-def pad_batch(seqs: list[list[int]], pad_id: int, masks: list[list[int]] | None = None, left: bool = True):
-    """Pad token lists to a tensor batch: ``(input_ids, attention_mask, loss_mask or None)``."""
+def pad_batch(seqs: list[list[int]], pad_id: int, masks: list[list[int]] | None = None, left: bool = True,
+              device=None):
+    """Pad token lists to a tensor batch ``(input_ids, attention_mask, loss_mask or None)`` on ``device``."""
     T = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
     att = torch.zeros((len(seqs), T), dtype=torch.long)
@@ -72,6 +73,9 @@ def pad_batch(seqs: list[list[int]], pad_id: int, masks: list[list[int]] | None 
         att[i, sl] = 1
         if lm is not None:
             lm[i, sl] = torch.tensor(masks[i], dtype=torch.float32)
+    if device is not None and str(device) != "cpu":
+        ids, att = ids.to(device), att.to(device)
+        lm = lm.to(device) if lm is not None else None
     return ids, att, lm
 
 

@@ -124,7 +124,7 @@ def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temper
     out: list = [None] * len(batch)
     model = policy if ref_model is None else ref_model
     for rows in plan_micro_batches([len(s) for s in batch.seqs], micro, split_overhead(model)):
-        ids, att, _ = pad_batch([batch.seqs[i] for i in rows], pad_id, left=False)
+        ids, att, _ = pad_batch([batch.seqs[i] for i in rows], pad_id, left=False, device=model.device)
         if ref_model is None:  # LoRA: the base model with adapters disabled is the reference
             with policy.disable_adapter():
                 lp, _ = token_logprobs(policy, ids, att, temperature)
@@ -137,18 +137,19 @@ def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temper
 
 def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_policy: bool, bf16: bool = False):
     """Loss of one micro-batch, already divided by the mini-batch's global denominator."""
-    ids, att, lm = pad_batch(mb.seqs, pad_id, mb.masks, left=False)
+    dev = model.device
+    ids, att, lm = pad_batch(mb.seqs, pad_id, mb.masks, left=False, device=dev)
     T = ids.shape[1]
-    old = torch.tensor([o + [0.0] * (T - len(o)) for o in mb.old_logprobs])
+    old = torch.tensor([o + [0.0] * (T - len(o)) for o in mb.old_logprobs], device=dev)
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
                                        bf16=bf16)
     if on_policy:
         old = logprobs.detach()
     eps_low, eps_high, level = clip_range(cfg.loss)
-    adv = torch.tensor(mb.advantages, dtype=torch.float32)
+    adv = torch.tensor(mb.advantages, dtype=torch.float32, device=dev)
     per_tok, metrics = clipped_surrogate(logprobs, old, adv, lm, eps_low, eps_high, level=level)
     if cfg.kl.beta > 0:
-        ref = torch.tensor([r + [0.0] * (T - len(r)) for r in mb.ref_logprobs])
+        ref = torch.tensor([r + [0.0] * (T - len(r)) for r in mb.ref_logprobs], device=dev)
         kl = kl_penalty(logprobs, ref, kind=cfg.kl.estimator, loss_mask=lm)
         per_tok = per_tok + cfg.kl.beta * kl
         metrics["kl/ref"] = float((kl.detach() * lm).sum() / lm.sum().clamp(min=1))

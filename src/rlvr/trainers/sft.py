@@ -75,8 +75,9 @@ def sft_step(model, examples, idx, stage: SFTStage, pad_id: int, bf16: bool) -> 
     total_tokens = sum(sum(examples[i][1]) for i in idx)
     loss_sum = 0.0
     for mb in micro_batches(examples, idx, stage.micro_batch_size, stage.bucketing):
-        ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False)
-        with autocast_ctx(bf16):
+        ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
+                                 device=model.device)
+        with autocast_ctx(bf16, ids.device.type):
             logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
                            use_cache=False).logits
         nll_sum, _, _ = sft_loss(logits, ids, lm, shift=True)
