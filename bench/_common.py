@@ -20,6 +20,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 import warnings
 
@@ -64,22 +65,29 @@ class Baton:
     """Step-level interleaving of two trainer processes: only the holder runs a step.
 
     ``mine`` is acquired before each step and ``theirs`` released after it; a barrier makes the first
-    step wait until both processes have finished their setup (model load, trainer construction).
+    step wait until every process has finished its setup (model load, trainer construction). Once a
+    side has finished (``free`` is set) the others run on without turns.
     """
 
-    def __init__(self, mine, theirs, barrier):
-        self.mine, self.theirs, self.barrier = mine, theirs, barrier
+    def __init__(self, mine, theirs, barrier, free=None):
+        self.mine, self.theirs, self.barrier, self.free = mine, theirs, barrier, free
         self.started = False
+        self.interleaved = True
         self.begins: list[float] = []
         self.ends: list[float] = []
         self.waits: list[float] = []
 
     def begin(self) -> None:
+        if len(self.begins) > len(self.ends):  # already holding it (a fetch after the last step)
+            return
         t0 = time.perf_counter()
         if not self.started:
             self.barrier.wait()
             self.started = True
-        self.mine.acquire()
+        while not self.mine.acquire(timeout=0.05):
+            if self.free is not None and self.free.is_set():  # a side has finished: no more turns
+                self.interleaved = False
+                break
         self.begins.append(time.perf_counter())
         self.waits.append(self.begins[-1] - t0)
 
@@ -89,6 +97,35 @@ class Baton:
 
     def steps(self) -> list[float]:
         return [e - b for b, e in zip(self.begins, self.ends)]
+
+
+def hold_baton_from_batch_fetch(trainer, baton) -> None:
+    """A transformers Trainer's step starts at its batch fetch (the collator's padding counts too)."""
+    inner = trainer.get_batch_samples
+
+    def fetch(*args, **kw):
+        baton.begin()
+        return inner(*args, **kw)
+    trainer.get_batch_samples = fetch
+
+
+def _step_end_callback():
+    from transformers import TrainerCallback
+
+    class StepEnd(TrainerCallback):
+        """Passes the baton on at ``on_step_end`` (after the optimizer step)."""
+
+        def __init__(self, baton):
+            self.baton = baton
+
+        def on_step_end(self, args, state, control, **kw):
+            self.baton.end()
+    return StepEnd
+
+
+def step_end_callback(baton):
+    """A TrainerCallback that ends the baton's step at on_step_end."""
+    return _step_end_callback()(baton)
 
 
 def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout: float = 1800.0) -> dict:
@@ -101,12 +138,12 @@ def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout
     ctx = mp.get_context("spawn")
     sides = list(workers)
     sems = {s: ctx.Semaphore(1 if i == 0 else 0) for i, s in enumerate(sides)}
-    barrier, queue = ctx.Barrier(len(sides)), ctx.Queue()
+    barrier, queue, free = ctx.Barrier(len(sides)), ctx.Queue(), ctx.Event()
     procs = []
     for i, s in enumerate(sides):
         other = sides[(i + 1) % len(sides)]
         a = (alt_args or {}).get(s, args)
-        p = ctx.Process(target=_child, args=(workers[s], s, sems[s], sems[other], barrier, queue, a))
+        p = ctx.Process(target=_child, args=(workers[s], s, sems[s], sems[other], barrier, free, queue, a))
         p.start()
         procs.append(p)
     out = {}
@@ -123,14 +160,16 @@ def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout
     return out
 
 
-def _child(fn, side, mine, theirs, barrier, queue, args):
+def _child(fn, side, mine, theirs, barrier, free, queue, args):
     import traceback
 
     try:
-        queue.put((side, True, fn(Baton(mine, theirs, barrier), *args)))
+        res = fn(Baton(mine, theirs, barrier, free), *args)
+        free.set()
+        queue.put((side, True, res))
     except BaseException:  # noqa: BLE001 - sent to the parent, which stops the other side
+        free.set()
         barrier.abort()
-        theirs.release()
         queue.put((side, False, traceback.format_exc()))
 
 

@@ -1,26 +1,30 @@
 """GRPO step time: rlvr's ``train_rl`` vs TRL's ``GRPOTrainer``, same model, data and settings, on CPU.
 
-    PYTHONPATH=src python bench/grpo_vs_trl.py                 # ~3 min on 2 busy cores
-    PYTHONPATH=src python bench/grpo_vs_trl.py --rounds 2 --steps 5 --prompts 4 --group 8 --max-new 48
+    PYTHONPATH=src python bench/grpo_vs_trl.py                       # ~1-2 min on 2 busy cores
+    PYTHONPATH=src python bench/grpo_vs_trl.py --reward correct --out bench/results/grpo_vs_trl_correct.json
 
 Both sides load the same HF folder (``build_tiny`` written once), draw from the same task list
-(``generate(["mul21"], n, split="train")``), sample ``group`` completions for each of ``prompts``
-prompts per step (same temperature, top_p = 1, same stop ids: <eos> and <|end|>), train one
-optimizer step per rollout batch (μ = 1, β = 0: no reference model, clip ε = 0.2, per-group reward
-std scaling, seq-mean-token-mean loss, AdamW, grad-clip 1.0, all sequences in one micro-batch).
+(``generate(["mul21"], n, split="train")``; the prompt token ids are checked equal), sample ``group``
+completions for each of ``prompts`` prompts per step (same temperature, top_p = 1, top_k off, same
+stop ids <eos> and <|end|>, same ``max_new``), and take one optimizer step per rollout batch (μ = 1,
+β = 0 so no reference model, clip ε = 0.2, per-group std scaling, seq-mean-token-mean loss, AdamW
+lr 1e-7 (see LR) betas (0.9, 0.95), grad-clip 1.0, micro-batch = the whole batch: rlvr ``micro_batch_size`` =
+TRL ``per_device_train_batch_size`` = prompts × group, no gradient accumulation). float32, no bf16.
 
-Reward: ``correct`` (rlvr: the math verifier via ``default_judge(0)``; TRL: a plain function that
+Reward: ``correct`` (rlvr: its math verifier via ``default_judge(0)``; TRL: a plain function that
 compares the last ``\\boxed{}`` with the gold answer) plus, by default, ``length`` = -len/max_new on
 both sides. The random-init tiny model never answers correctly, so with ``correct`` alone every group
-has zero reward variance and rlvr skips the backward pass entirely (TRL still runs it): the length
-term gives every group variance so both sides do the full forward/backward (``--reward correct``
-measures that skip case too).
+has zero reward variance and rlvr skips the backward pass entirely (TRL still runs it on zero
+advantages): the length term gives every group variance so both sides do the full forward/backward.
+``--reward correct`` measures the skip case.
 
-Interleaving: ``rounds`` blocks of ``steps`` steps each, alternating rlvr/TRL (order flipped every
-round) in one process, so machine load hits both alike. In each block the first ``skip`` steps are
-warm-up and dropped. Reported per side: the median of the steady-state steps of all rounds, both as
-the trainer's own step time and as wall time between consecutive step ends (which also counts the
-trainer loop's logging/callbacks).
+Measurement: the two trainers run in two processes (torch threads = 2, OMP_WAIT_POLICY=PASSIVE) that
+take turns step by step (a semaphore baton), so load from other users of the machine hits both
+alike. A step is timed from its start (rlvr: the rollout; TRL: the batch fetch) to its end (rlvr: its
+metrics line is written; TRL: on_step_end, after the optimizer step). The first ``skip`` steps of each
+side are warm-up and dropped, and so is one extra last step (it overlaps the other side's teardown);
+the table gives medians, the ratio uses medians, and "paired" is the median of per-step ratios of
+back-to-back steps.
 """
 
 from __future__ import annotations
@@ -37,10 +41,22 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401  (sets threads + OMP_WAIT_POLICY before torch loads)
-from _common import fmt_row, interleave, machine, paired_ratios, pin_threads, summarize
+from _common import (
+    fmt_row,
+    hold_baton_from_batch_fetch,
+    interleave,
+    machine,
+    paired_ratios,
+    pin_threads,
+    step_end_callback,
+    summarize,
+)
 
 RESULTS = Path(__file__).parent / "results"
 BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+LR = 1e-7
+"""Tiny on purpose: the compute per step does not depend on it, and a policy that barely moves keeps
+completion lengths (so step costs) stationary over the run on both sides."""
 
 
 def parse_args():
@@ -50,7 +66,7 @@ def parse_args():
     ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
     ap.add_argument("--max-new", type=int, default=64, help="max_new_tokens / max_completion_length")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--steps", type=int, default=24, help="steps per side (run alternately, step by step)")
+    ap.add_argument("--steps", type=int, default=24, help="measured steps per side (+1 run and dropped at the end)")
     ap.add_argument("--skip", type=int, default=3, help="warm-up steps dropped")
     ap.add_argument("--reward", choices=["correct+length", "correct"], default="correct+length")
     ap.add_argument("--out", default=str(RESULTS / "grpo_vs_trl.json"))
@@ -86,17 +102,17 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
         name="rlvr", data=BuiltinArithmetic(families=["mul21"], n=n_tasks, split="train", seed=0),
         loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"), kl=KLConfig(beta=0.0),
         sampling=SamplingConfig(group_size=a.group, temperature=a.temperature, top_p=1.0, max_new_tokens=a.max_new),
-        rewards=rewards, optim=OptimConfig(lr=1e-5, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
-        max_steps=a.steps, tasks_per_step=a.prompts, micro_batch_size=a.prompts * a.group, save_every=0,
+        rewards=rewards, optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
+        max_steps=a.steps + 1, tasks_per_step=a.prompts, micro_batch_size=a.prompts * a.group, save_every=0,
         eval_every=0)
     pin_threads()
     rl_mod.train_rl(stage, ModelConfig(path=model_dir), Path(work), seed=0, judge=default_judge(0))
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
-    recs = [r for r in recs if "time/step" in r]
-    return {"step": baton.steps(), "own_step": [r["time/step"] - w for r, w in zip(recs, baton.waits)],
+    recs = [r for r in recs if "time/step" in r][:-1]  # the last step overlaps the others' teardown
+    return {"step": baton.steps()[:-1], "own_step": [r["time/step"] - w for r, w in zip(recs, baton.waits)],
             "generate": [r["time/generate"] for r in recs], "train": [r["time/train"] for r in recs],
             "trained_seqs": [r.get("train/sequences", 0) for r in recs],
-            "completion_len": [r["rollout/length_mean"] for r in recs]}
+            "completion_len": [r["rollout/length_mean"] for r in recs], "interleaved": baton.interleaved}
 
 
 # ---------------------------------------------------------------- TRL side
@@ -119,9 +135,9 @@ def make_length_reward(max_new: int):
 
 
 def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
-    """GRPOTrainer.train with the baton taken in on_step_begin and passed on in on_step_end."""
+    """GRPOTrainer.train; a step runs from its batch fetch to on_step_end (see _common.StepEnd)."""
     from datasets import Dataset
-    from transformers import AutoTokenizer, TrainerCallback
+    from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "answer": t["answer"]}
@@ -130,25 +146,19 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
     funcs = [boxed_reward] + ([make_length_reward(a.max_new)] if "length" in a.reward else [])
     cfg = GRPOConfig(
         output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=False, fp16=False, report_to="none",
-        save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps,
+        save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
         per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1,
         num_generations=a.group, max_completion_length=a.max_new, temperature=a.temperature, top_p=1.0,
         beta=0.0, num_iterations=1, epsilon=0.2, loss_type="grpo", scale_rewards="group",
-        learning_rate=1e-5, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
+        learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
         optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
         dataloader_num_workers=0, log_completions=False)
     gen_times: list[float] = []
     lens: list[float] = []
 
-    class Timer(TrainerCallback):
-        def on_step_begin(self, args, state, control, **kw):
-            baton.begin()
-
-        def on_step_end(self, args, state, control, **kw):
-            baton.end()
-
     trainer = GRPOTrainer(model=model_dir, reward_funcs=funcs, args=cfg, train_dataset=ds,
-                          processing_class=tok, callbacks=[Timer()])
+                          processing_class=tok, callbacks=[step_end_callback(baton)])
+    hold_baton_from_batch_fetch(trainer, baton)
     inner = trainer._generate_single_turn
 
     def timed_generate(*args, **kw):
@@ -160,9 +170,10 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
     trainer._generate_single_turn = timed_generate
     pin_threads()
     trainer.train()
-    step = baton.steps()
-    return {"step": step, "own_step": step, "generate": gen_times,
-            "train": [s_ - g for s_, g in zip(step, gen_times)], "completion_len": lens}
+    step = baton.steps()[:-1]  # the last step overlaps the others' teardown
+    return {"step": step, "own_step": step, "generate": gen_times[:-1],
+            "train": [s_ - g for s_, g in zip(step, gen_times)], "completion_len": lens[:-1],
+            "interleaved": baton.interleaved}
 
 
 # ---------------------------------------------------------------- driver
