@@ -54,7 +54,8 @@ def sequence_classifier_from_causal(causal, tokenizer, seed: int = 0):
     if src is None or dst is None:
         raise ModelLoadError(f"cannot find the backbone ({prefix!r}) of {type(causal).__name__}")
     dst.load_state_dict(src.state_dict())
-    return model.to(next(causal.parameters()).dtype)
+    p = next(causal.parameters())
+    return model.to(device=p.device, dtype=p.dtype)
 
 
 def backbone_and_head(model):
@@ -70,7 +71,7 @@ def backbone_and_head(model):
 def token_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, bf16: bool = False) -> torch.Tensor:
     """Head output at every position ``[B, T]`` (float32); padding positions hold junk, mask them."""
     backbone, head = backbone_and_head(model)
-    with autocast_ctx(bf16):
+    with autocast_ctx(bf16, input_ids.device.type):
         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
                           position_ids=position_ids_from_mask(attention_mask), use_cache=False).last_hidden_state
         out = head(hidden)
@@ -116,3 +117,16 @@ def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32):
     for prm in model.parameters():
         prm.requires_grad_(False)
     return model, tok
+
+
+def add_lora_to_classifier(model, lora_cfg):
+    """LoRA adapters on a sequence classifier (peft ``SEQ_CLS``: the new score head trains in full)."""
+    from peft import LoraConfig, get_peft_model
+
+    names = {n.split(".")[-1] for n, _ in model.named_modules()}
+    targets = [t for t in lora_cfg.target_modules if t in names]
+    if not targets:
+        raise ModelLoadError(f"model.lora.target_modules {lora_cfg.target_modules} match no module of the model")
+    pcfg = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
+                      target_modules=targets, task_type="SEQ_CLS")
+    return get_peft_model(model, pcfg)
