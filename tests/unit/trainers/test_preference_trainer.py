@@ -111,6 +111,15 @@ def test_every_loss_trains_without_nan(tiny_dir, tmp_path, pair_files, loss):
     assert last["train/loss"] == last["train/loss"] and "rewards/accuracy" in last
 
 
+def test_kto_trains_on_an_unpaired_file(tiny_dir, tmp_path):
+    f = tmp_path / "labels.jsonl"
+    rows = [{"prompt": f"{i}+1=?", "completion": str(i + 1 + i % 2), "desirable": i % 2 == 0} for i in range(8)]
+    f.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run(tiny_dir, tmp_path, stage((str(f), None), pairs=PairsFile(path=str(f)), loss={"type": "kto"}))
+    last = records(res)[-1]
+    assert "kto/kl_ref_point" in last and last["train/loss"] == last["train/loss"]
+
+
 def test_reference_free_losses_ignore_the_cached_start_logps():
     assert [t for t in ("dpo", "ipo", "kto", "simpo", "orpo", "cpo") if not needs_reference(t)] == \
         ["simpo", "orpo", "cpo"]
