@@ -75,6 +75,7 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
     state = _read_state(state_path) if resume else {"stages": {}}
     summary = {"stages": []}
     prev = init_path
+    reward_model: str | None = None
     if recipe.eval_base:
         base_json = run_dir / "base" / "eval.json"
         t0 = time.time()
@@ -89,29 +90,45 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / stage.name / "eval.json").read_text())
             summary["stages"].append(_row(stage.name, res, st["wall_s"], str(final)))
-            prev = str(final)
+            prev = st.get("next_policy", str(final))
+            if stage.type == "reward_model":
+                reward_model = str(final)
             continue
         state["stages"][stage.name] = {"status": "running"}
         write_json_atomic(state_path, state)
+        if stage.type == "ppo" and stage.reward_model_path is None and reward_model is not None:
+            stage = stage.model_copy(update={"reward_model_path": reward_model})
         t0 = time.time()
         result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
                                            resume=resume, eval_cfg=recipe.eval, judge=judge)
         train_wall = time.time() - t0
-        res = evaluate_checkpoint(recipe, result.checkpoint, run_dir / stage.name / "eval.json", judge)
+        if stage.type == "reward_model":  # not a policy: report its pair accuracy, pass the policy on
+            reward_model, res = result.checkpoint, _rm_eval(result)
+            write_json_atomic(run_dir / stage.name / "eval.json", res)
+            next_policy = result.extra.get("policy") or prev
+        else:
+            res = evaluate_checkpoint(recipe, result.checkpoint, run_dir / stage.name / "eval.json", judge)
+            next_policy = result.checkpoint
         state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
-                                       "checkpoint": result.checkpoint}
+                                       "checkpoint": result.checkpoint, "next_policy": next_policy}
         write_json_atomic(state_path, state)
         summary["stages"].append(_row(stage.name, res, train_wall, result.checkpoint))
-        prev = result.checkpoint
+        prev = next_policy
         write_json_atomic(run_dir / "summary.json", summary)
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def _rm_eval(result) -> dict:
+    """A reward model's row: held-out pair accuracy instead of a policy's pass@1."""
+    return {"pass_at_1": None, "by_family": {}, "mean_length": None,
+            "heldout_pair_accuracy": result.extra.get("heldout/accuracy")}
 
 
 def _row(name: str, res: dict, wall: float, ckpt: str) -> dict:
     row = {"stage": name, "pass_at_1": res["pass_at_1"], "by_family": res["by_family"],
            "mean_length": res["mean_length"], "wall_s": round(wall, 2), "checkpoint": ckpt}
     for k, v in res.items():
-        if k.startswith("pass_at_") and k.endswith("_sampled"):
+        if (k.startswith("pass_at_") and k.endswith("_sampled")) or k == "heldout_pair_accuracy":
             row[k] = v
     return row

@@ -71,6 +71,11 @@ def print_summary(summary: dict) -> None:
         table.add_column(col, justify="right" if col != "stage" else "left")
     for row in summary["stages"]:
         pk = [v for k, v in row.items() if k.startswith("pass_at_") and k.endswith("_sampled")]
+        if row["pass_at_1"] is None:  # a reward model: its held-out pair accuracy
+            acc = row.get("heldout_pair_accuracy")
+            table.add_row(row["stage"], f"RM pair acc {acc:.1%}" if acc is not None else "-", *["-"] * len(fams),
+                          "-", "-", f"{row['wall_s']:.0f}")
+            continue
         table.add_row(row["stage"], f"{row['pass_at_1']:.1%}", *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
                       f"{pk[-1]:.1%}" if pk else "-", f"{row['mean_length']:.1f}", f"{row['wall_s']:.0f}")
     Console().print(table)

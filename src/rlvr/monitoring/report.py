@@ -58,8 +58,13 @@ def _table(summary: dict) -> str:
     head = "".join(f"<th>{h}</th>" for h in ["stage", "pass@1", *fams, "mean length", "wall s", "checkpoint"])
     rows = []
     for r in summary["stages"]:
-        cells = [r["stage"], f"{r['pass_at_1']:.1%}", *[f"{r['by_family'].get(f, 0):.1%}" for f in fams],
-                 f"{r['mean_length']:.1f}", f"{r['wall_s']:.0f}", r["checkpoint"]]
+        if r["pass_at_1"] is None:
+            acc = r.get("heldout_pair_accuracy")
+            cells = [r["stage"], f"RM pair accuracy {acc:.1%}" if acc is not None else "-", *["-"] * len(fams), "-",
+                     f"{r['wall_s']:.0f}", r["checkpoint"]]
+        else:
+            cells = [r["stage"], f"{r['pass_at_1']:.1%}", *[f"{r['by_family'].get(f, 0):.1%}" for f in fams],
+                     f"{r['mean_length']:.1f}", f"{r['wall_s']:.0f}", r["checkpoint"]]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
