@@ -15,7 +15,7 @@ from rlvr.monitoring.metrics import read_metrics
 
 # metric keys plotted per stage when present (first match per panel)
 PANELS = [
-    ("held-out pass@1", ["eval/pass_at_1"]),
+    ("held-out pass@1", ["eval/pass_at_1*"]),  # a trailing * plots every key with that prefix
     ("loss", ["train/loss", "rewards/margin"]),
     ("rollout pass rate", ["rollout/pass_rate", "rewards/accuracy", "reward/mean"]),
     ("policy entropy", ["policy/entropy"]),
@@ -31,7 +31,9 @@ def _plot_stage(records: list[dict], title: str) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:
         return None
-    panels = [(name, [k for k in keys if any(k in r for r in records)]) for name, keys in PANELS]
+    present = sorted({k for r in records for k in r})
+    panels = [(name, [p for k in keys for p in (present if k.endswith("*") else [k])
+                      if (p.startswith(k[:-1]) if k.endswith("*") else p in present)]) for name, keys in PANELS]
     panels = [(n, ks) for n, ks in panels if ks]
     if not panels:
         return None
