@@ -147,6 +147,9 @@ def main() -> None:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
     except ImportError:
         pass
 

@@ -48,7 +48,7 @@ def test_kill_minus_9_then_resume_matches_uninterrupted(tiny_dir, tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ckdir = tmp_path / "killed" / "sft" / "checkpoints"
     deadline = time.time() + 120
-    while time.time() < deadline and not (ckdir / "step-000020").exists():
+    while time.time() < deadline and not (ckdir / "step-000020").exists() and proc.poll() is None:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()

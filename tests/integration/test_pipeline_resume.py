@@ -22,7 +22,8 @@ eval: {{tasks: {{families: [add2], n: 8, split: heldout}}, max_new_tokens: 16}}
 stages:
   - {{type: sft, max_steps: 4, batch_size: 8, micro_batch_size: 8, save_every: 0, data: {{families: [add2], n: 32}}}}
   - {{type: preference, name: dpo, pairs: {{path: {pairs}}}, batch_size: 4, micro_batch_size: 4, max_steps: 2}}
-  - {{type: rl, name: grpo, max_steps: 12, tasks_per_step: 2, save_every: 2, keep_last: 2,
+  - {{type: rl, name: grpo, max_steps: 40, tasks_per_step: 2, save_every: 2, keep_last: 100,
+     rewards: [{{name: correct, weight: 1.0}}, {{name: length, weight: 1.0}}],
      sampling: {{group_size: 4, max_new_tokens: 12}}, data: {{families: [add2], n: 16}}}}
 """
 
@@ -64,7 +65,7 @@ def test_kill_in_stage_3_then_resume(tiny_dir, tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ck = tmp_path / "killed" / "grpo" / "checkpoints" / "step-000004"
     deadline = time.time() + 300
-    while time.time() < deadline and not ck.exists():
+    while time.time() < deadline and not ck.exists() and proc.poll() is None:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -75,6 +76,8 @@ def test_kill_in_stage_3_then_resume(tiny_dir, tmp_path):
     assert (tmp_path / "killed" / "sft" / "final" / "model.safetensors").stat().st_mtime == sft_mtime  # not rerun
     a = load_file(str(tmp_path / "full" / "grpo" / "final" / "model.safetensors"))
     b = load_file(str(tmp_path / "killed" / "grpo" / "final" / "model.safetensors"))
+    d = load_file(str(tmp_path / "full" / "dpo" / "final" / "model.safetensors"))
+    assert any(not torch.equal(a[k], d[k]) for k in a), "stage 3 trained nothing: the test would prove nothing"
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-6, rtol=0), k
 
