@@ -1,0 +1,339 @@
+"""A lean decoder forward for Llama-architecture causal LMs (Llama, Qwen2, Mistral) used by HFEngine.
+
+HF's ``LlamaForCausalLM.forward`` costs ~2 ms of Python and dispatch per call on CPU whatever the batch
+(module calls, mask building, output dataclasses, cache objects), ~40% of a tiny model's decode step.
+``FastDecoder`` computes the same function with a flat loop of tensor ops on the HF model's own
+Parameters (read in place: training updates are seen at the next ``generate()``, nothing is synced):
+
+    h = embed(ids)
+    for each layer:  h = h + W_o · attn(RoPE(W_q x), RoPE(W_k x), W_v x),  x = RMSNorm(h)
+                     h = h + W_down · (SiLU(W_gate x) ⊙ W_up x),           x = RMSNorm(h)
+    logits = W_lm · RMSNorm(h[:, -1])
+
+with ``RMSNorm(x) = w ⊙ x / sqrt(mean(x²) + eps)`` (Zhang & Sennrich 2019), rotary embeddings
+``RoPE(x)_j = x_j cos(p θ_j) - x_{j+D/2} sin(p θ_j)`` (Su et al. 2021; θ from the model's own
+``inv_freq`` buffer, so rope_theta and static scalings — linear, llama3, yarn — are honoured), grouped
+query attention (``num_key_value_heads`` ≤ heads) and causal + left-padding masks.
+
+What makes it cheaper, per decode step:
+- Q, K and V come from one matmul with a fused weight built once per ``FastDecoder`` (one
+  ``generate()`` batch; the engine runs under no_grad and weights do not change inside it) and dropped
+  with it: a copy of the Q/K/V weights (10-25% of a decoder's weights) for the length of one batch.
+  Its Q and K rows are permuted per head from HF's half-split RoPE layout ``(j, j + D/2)`` to adjacent
+  pairs, so RoPE is one in-place complex multiply (float32/64; four real ops in half precision).
+  Attention scores ``q·k`` are unchanged by a permutation applied to both q and k; V and W_o are not
+  permuted. The MLP and output weights are views of the Parameters;
+- gate and up projections are one matmul (fused weight) when the copy is ≤ ``FUSE_MAX_BYTES``;
+  otherwise two matmuls on views of the HF weights;
+- residual adds are fused into the output matmuls (``addmm``); everything is 2-D ``[rows, hidden]``;
+  the fused matmuls write into preallocated buffers whose views (RoPE pairs, new K/V in cache layout,
+  q for attention, gate/up halves) are made once per row count, not per layer and token;
+- K and V of all layers live in one preallocated buffer ``[L, 2, B, H_kv, capacity, D]``, written in
+  place; attention is ``scaled_dot_product_attention`` on views of it (a hand-written matmul/softmax
+  version measured no faster at these shapes); dropping finished rows moves live rows to the front;
+- the padding mask is one preallocated additive buffer; logits are computed for the last position only;
+- the prompt pass computes each distinct prompt once (a GRPO group repeats its prompt G times) and
+  copies its K/V to the group's rows.
+
+``unsupported_reason(model, capacity)`` says why a model cannot take this path (HFEngine then uses the
+HF forward): another architecture, a peft/LoRA-wrapped or otherwise non-plain projection module, forward
+hooks, a dynamic RoPE type (dynamic, longrope), an active sliding window shorter than the sequence,
+an activation other than SiLU.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_CLASSES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
+STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
+"""RoPE types whose inverse frequencies are fixed at init (read from the model's ``inv_freq`` buffer)."""
+FUSE_MAX_BYTES = 1 << 30
+"""Fuse gate/up weights (a per-generate copy) only when the copy is at most this many bytes."""
+
+
+def _plain_linear(m) -> bool:
+    return type(m) is torch.nn.Linear
+
+
+def base_model(model):
+    """The causal LM under a peft wrapper (``model`` itself when not wrapped)."""
+    wrapped = hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+    return model.get_base_model() if wrapped else model
+
+
+def unsupported_reason(model, capacity: int) -> str | None:
+    """None when ``model`` can run on FastDecoder for sequences of ``capacity`` positions, else why not.
+
+    A peft wrapper is looked through; LoRA (active or merged) leaves non-plain projection modules, and
+    prompt-learning adapters change the input: both fall back to the HF forward.
+    """
+    if model is not base_model(model):
+        active = getattr(model, "active_peft_config", None)
+        if getattr(active, "is_prompt_learning", False):
+            return "a peft prompt-learning adapter is active"
+        model = base_model(model)
+    name = type(model).__name__
+    if name not in SUPPORTED_CLASSES:
+        return f"{name} is not one of {sorted(SUPPORTED_CLASSES)}"
+    cfg, inner = model.config, getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return f"{name} has no .model.layers / .model.rotary_emb"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
+    rope_type = getattr(inner.rotary_emb, "rope_type", "default")
+    if rope_type not in STATIC_ROPE_TYPES:
+        return f"rope type {rope_type!r} is not one of {sorted(STATIC_ROPE_TYPES)}"
+    window = getattr(cfg, "sliding_window", None)
+    sliding = window is not None and (name == "MistralForCausalLM" or "sliding_attention" in (
+        getattr(cfg, "layer_types", None) or []))
+    if sliding and capacity > window:
+        return f"sliding_window {window} < {capacity} positions"
+    if type(inner.embed_tokens) is not torch.nn.Embedding or not _plain_linear(model.lm_head):
+        return "embed_tokens / lm_head are not plain Embedding / Linear modules"
+    if model.lm_head.bias is not None:
+        return "lm_head has a bias"
+    for i, layer in enumerate(inner.layers):
+        att, mlp = layer.self_attn, layer.mlp
+        projs = [att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        if not all(_plain_linear(p) for p in projs):
+            return f"layer {i} has non-plain projection modules (LoRA adapters, quantisation, ...)"
+        if att.head_dim % 2:
+            return f"odd head_dim {att.head_dim}"
+    if len(inner.layers) != getattr(cfg, "num_hidden_layers", len(inner.layers)):
+        return "config.num_hidden_layers differs from the number of layers"
+    if any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in model.modules()):
+        return "the model has forward hooks (or accelerate hooks)"
+    if not all(p.is_floating_point() for p in model.parameters()):
+        return "non-floating-point parameters"
+    return None
+
+
+def _pair_permutation(heads: int, d: int, device) -> torch.Tensor:
+    """Row order that turns each head's half-split layout (j, j + D/2) into adjacent pairs (2j, 2j+1)."""
+    half = torch.arange(d // 2, device=device)
+    one = torch.stack([half, half + d // 2], -1).reshape(-1)  # 0, D/2, 1, D/2+1, ...
+    return (one[None, :] + d * torch.arange(heads, device=device)[:, None]).reshape(-1)
+
+
+class _Layer:
+    """The tensors of one decoder layer: norms, fused QKV (RoPE-permuted), W_o, MLP weights (views)."""
+
+    __slots__ = ("bmlp", "bo", "bqkv", "ln1", "ln2", "wd_t", "wg_t", "wgu_t", "wo_t", "wqkv_t", "wu_t")
+
+    def __init__(self, layer, perm_qk: torch.Tensor, fuse_mlp: bool):
+        att, mlp = layer.self_attn, layer.mlp
+        self.ln1, self.ln2 = layer.input_layernorm.weight, layer.post_attention_layernorm.weight
+        qk = torch.cat([att.q_proj.weight, att.k_proj.weight])[perm_qk]
+        self.wqkv_t = torch.cat([qk, att.v_proj.weight]).t()
+        if att.q_proj.bias is not None:
+            self.bqkv = torch.cat([torch.cat([att.q_proj.bias, att.k_proj.bias])[perm_qk], att.v_proj.bias])
+        else:
+            self.bqkv = None
+        self.wo_t, self.bo = att.o_proj.weight.t(), att.o_proj.bias
+        self.wgu_t = torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).t() if fuse_mlp else None
+        self.wg_t, self.wu_t = mlp.gate_proj.weight.t(), mlp.up_proj.weight.t()
+        self.wd_t = mlp.down_proj.weight.t()
+        biases = (mlp.gate_proj.bias, mlp.up_proj.bias, mlp.down_proj.bias)
+        self.bmlp = biases if any(b is not None for b in biases) else None
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's RMSNorm, op for op: ``w * (x / sqrt(mean(x²) + eps))`` in float32, cast back before ``w *``."""
+    xf = x.float()
+    y = torch.mul(xf, xf.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_())
+    return y.mul_(w) if x.dtype == torch.float32 else w * y.to(x.dtype)
+
+
+class FastDecoder:
+    """KV-cached forward over a left-padded batch; returns last-position logits ``[rows, vocab]``.
+
+    ``prompt_mask [B, P]`` is 1 on prompt tokens and 0 on left padding; ``capacity`` is the number of
+    positions the cache holds (prompt + new tokens). Call it once with the left-padded prompts
+    ``ids, pos [B, P]`` (``prefill``), then once per token with ``ids, pos [rows, 1]`` (``step``), under
+    ``torch.no_grad()``; ``select(keep)`` keeps only rows ``keep`` (increasing indices into the current
+    rows) for all later calls. Check ``unsupported_reason(model, capacity)`` first.
+    """
+
+    @torch.no_grad()
+    def __init__(self, model, prompt_mask: torch.Tensor, capacity: int):
+        model = base_model(model)
+        inner = model.model
+        a0 = inner.layers[0].self_attn
+        w = inner.embed_tokens.weight
+        self.dtype, dev = w.dtype, w.device
+        self.D = a0.head_dim
+        self.H, self.Hkv = a0.q_proj.out_features // self.D, a0.k_proj.out_features // self.D
+        self.scale = float(a0.scaling)
+        perm = _pair_permutation(self.H + self.Hkv, self.D, dev)
+        mlp0 = inner.layers[0].mlp
+        fuse_mlp = 2 * mlp0.gate_proj.weight.numel() * w.element_size() * len(inner.layers) \
+            <= FUSE_MAX_BYTES
+        self.layers = [_Layer(layer, perm, fuse_mlp) for layer in inner.layers]
+        self.eps = [(la.input_layernorm.variance_epsilon, la.post_attention_layernorm.variance_epsilon)
+                    for la in inner.layers]
+        self.embed, self.lm_t = w, model.lm_head.weight.t()
+        self.norm, self.norm_eps = inner.norm.weight, inner.norm.variance_epsilon
+        self.cis = _rope_table(inner.rotary_emb, capacity, self.dtype, dev)
+        B, P = prompt_mask.shape
+        self.rows, self.t, self.capacity = B, 0, capacity
+        kw = {"dtype": self.dtype, "device": dev}
+        self.kv = torch.empty(len(self.layers), 2, B, self.Hkv, capacity, self.D, **kw)
+        self._qkv = torch.empty(B, (self.H + 2 * self.Hkv) * self.D, **kw)
+        self._gu = torch.empty(B, 2 * mlp0.gate_proj.out_features if fuse_mlp else 0, **kw)
+        self._views = None
+        self.min = torch.finfo(self.dtype).min
+        self.padded = bool((prompt_mask == 0).any())
+        self.mask = None
+        if self.padded:  # additive: `min` on left padding, 0 on prompt and generated positions
+            self.mask = torch.zeros(B, capacity, dtype=self.dtype, device=dev)
+            self.mask[:, :P].masked_fill_(prompt_mask == 0, self.min)
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The prompt's forward on the first call, one token's afterwards."""
+        return self.prefill(ids, pos) if self.t == 0 else self.step(ids, pos)
+
+    def prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The prompts' forward; a prompt repeated in several rows (a GRPO group) is computed once."""
+        B, P = ids.shape
+        pad = self.mask[:, :P] != 0 if self.padded else None
+        key = ids if pad is None else torch.cat([ids, pad.long()], 1)
+        uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+        U = uniq.shape[0]
+        first = torch.full((U,), B, dtype=torch.long, device=ids.device).scatter_reduce_(
+            0, inv, torch.arange(B, device=ids.device), "amin") if U < B else None
+        if first is not None:
+            ids, pos, pad = ids[first], pos[first], None if pad is None else pad[first]
+        mask = None
+        if pad is not None:
+            causal = torch.ones(P, P, dtype=torch.bool, device=ids.device).tril()
+            keep = causal[None] & ~pad[:, None, :]
+            mask = torch.zeros(U, 1, P, P, dtype=self.dtype, device=ids.device)
+            mask.masked_fill_(~keep[:, None], self.min)
+        logits = self._forward(ids, pos, mask, causal=pad is None)
+        if first is None:
+            return logits
+        self.kv[:, :, :B, :, :P] = self.kv[:, :, inv, :, :P]  # row b's cache = its prompt's
+        return logits[inv]
+
+    def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """One token per row: ``_forward`` with T = 1, into preallocated buffers."""
+        B, t = ids.shape[0], self.t
+        if t + 1 > self.capacity:
+            raise ValueError(f"FastDecoder: {t + 1} positions exceed the cache capacity {self.capacity}")
+        if self._views is None or self._views[0] != B:
+            self._views = self._make_views(B)
+        _, qkv, qk, kv_new, q, gu, g, u = self._views
+        mask = self.mask[:B, None, None, :t + 1] if self.padded else None
+        h = F.embedding(ids.reshape(-1), self.embed)
+        cis = self.cis.index_select(0, pos.reshape(-1)).unsqueeze(1)
+        slots = self.kv[:, :, :B, :, t].unbind(0)  # per layer [2, B, Hkv, D]: where this token's K, V go
+        ks, vs = self.kv[:, 0, :B, :, :t + 1].unbind(0), self.kv[:, 1, :B, :, :t + 1].unbind(0)
+        gqa, HD = self.H != self.Hkv, self.H * self.D
+        for L, (eps1, eps2), slot, k, v in zip(self.layers, self.eps, slots, ks, vs):
+            x = _rms(h, L.ln1, eps1)
+            if L.bqkv is None:
+                torch.mm(x, L.wqkv_t, out=qkv)
+            else:
+                torch.addmm(L.bqkv, x, L.wqkv_t, out=qkv)
+            _rope_(qk, cis)
+            slot.copy_(kv_new)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
+            o = o.view(B, HD)
+            h = torch.addmm(h, o, L.wo_t) if L.bo is None else torch.addmm(h + L.bo, o, L.wo_t)
+            x = _rms(h, L.ln2, eps2)
+            if L.wgu_t is None or L.bmlp is not None:
+                h = self._mlp(h, x, L)
+                continue
+            torch.mm(x, L.wgu_t, out=gu)
+            h = torch.addmm(h, F.silu(g, inplace=True).mul_(u), L.wd_t)
+        self.t = t + 1
+        return torch.mm(_rms(h, self.norm, self.norm_eps), self.lm_t)
+
+    def _make_views(self, B: int):
+        """Views of the step buffers for ``B`` rows: fused QKV output, its RoPE'd (q, k) pairs, the new
+        (K, V) in cache layout, q for attention, and the fused gate/up output with its halves."""
+        H, Hkv, D = self.H, self.Hkv, self.D
+        qkv = self._qkv[:B]
+        pairs = qkv[:, :(H + Hkv) * D].view(B, H + Hkv, D // 2, 2)
+        qk = torch.view_as_complex(pairs) if self.cis.is_complex() else pairs
+        kv_new = qkv[:, H * D:].view(B, 2, Hkv, D).transpose(0, 1)
+        q = qkv[:, :H * D].view(B, H, 1, D)
+        gu = self._gu[:B]
+        half = gu.shape[1] // 2
+        return B, qkv, qk, kv_new, q, gu, gu[:, :half], gu[:, half:]
+
+    def select(self, keep: torch.Tensor) -> None:
+        """Move rows ``keep`` (of the current rows) to the front of the cache and mask buffers."""
+        n, t = len(keep), self.t
+        self.kv[:, :, :n, :, :t] = self.kv[:, :, keep, :, :t]
+        if self.padded:
+            self.mask[:n] = self.mask[keep]
+        self.rows = n
+
+    def _forward(self, ids, pos, mask, causal: bool) -> torch.Tensor:
+        """``T`` tokens per row (the prompt pass): K, V written at ``t .. t+T``; last-position logits."""
+        B, T = ids.shape
+        H, Hkv, D, t0 = self.H, self.Hkv, self.D, self.t
+        t1 = t0 + T
+        if t1 > self.capacity:
+            raise ValueError(f"FastDecoder: {t1} positions exceed the cache capacity {self.capacity}")
+        h = F.embedding(ids.reshape(-1), self.embed)
+        cis = self.cis.index_select(0, pos.reshape(-1)).unsqueeze(1)  # [B*T, 1, D/2]
+        gqa = H != Hkv
+        for i, L in enumerate(self.layers):
+            eps1, eps2 = self.eps[i]
+            x = _rms(h, L.ln1, eps1)
+            qkv = torch.mm(x, L.wqkv_t) if L.bqkv is None else torch.addmm(L.bqkv, x, L.wqkv_t)
+            pairs = qkv[:, :(H + Hkv) * D].view(B * T, H + Hkv, D // 2, 2)
+            _rope_(torch.view_as_complex(pairs) if cis.is_complex() else pairs, cis)
+            self.kv[i, :, :B, :, t0:t1] = qkv[:, H * D:].view(B, T, 2, Hkv, D).permute(2, 0, 3, 1, 4)
+            q = qkv[:, :H * D].view(B, T, H, D).transpose(1, 2)
+            k, v = self.kv[i, 0, :B, :, :t1], self.kv[i, 1, :B, :, :t1]
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and T > 1,
+                                               scale=self.scale, enable_gqa=gqa)
+            o = o.transpose(1, 2).reshape(B * T, H * D)
+            h = torch.addmm(h, o, L.wo_t) if L.bo is None else torch.addmm(h + L.bo, o, L.wo_t)
+            x = _rms(h, L.ln2, eps2)
+            h = self._mlp(h, x, L)
+        self.t = t1
+        last = h.view(B, T, -1)[:, -1]
+        return torch.mm(_rms(last, self.norm, self.norm_eps), self.lm_t)
+
+    @staticmethod
+    def _mlp(h, x, L):
+        if L.bmlp is not None:
+            bg, bu, bd = L.bmlp
+            g, u = F.linear(x, L.wg_t.t(), bg), F.linear(x, L.wu_t.t(), bu)
+            return h + F.linear(F.silu(g) * u, L.wd_t.t(), bd)
+        if L.wgu_t is not None:
+            g, u = torch.mm(x, L.wgu_t).chunk(2, dim=-1)
+        else:
+            g, u = torch.mm(x, L.wg_t), torch.mm(x, L.wu_t)
+        return torch.addmm(h, F.silu(g).mul_(u), L.wd_t)
+
+
+def _rope_table(rot, capacity: int, dtype, device) -> torch.Tensor:
+    """``(cos + i sin)(p θ_j)`` for positions ``p < capacity``, as HF computes them (float32, scaled,
+    cast to the model's dtype); complex for float32/64, ``[capacity, D/2, (cos, sin)]`` otherwise."""
+    inv = rot.inv_freq.to(device=device, dtype=torch.float)
+    freqs = torch.arange(capacity, device=device)[:, None].float() * inv
+    scale = rot.attention_scaling
+    cos, sin = (freqs.cos() * scale).to(dtype), (freqs.sin() * scale).to(dtype)
+    if dtype in (torch.float32, torch.float64):
+        return torch.complex(cos, sin)
+    return torch.stack([cos, sin], -1)  # [capacity, D/2, 2]: rotated with real ops
+
+
+def _rope_(qk: torch.Tensor, cis: torch.Tensor) -> None:
+    """Rotate pairs in place: ``qk`` is a complex view ``[rows, heads, D/2]`` (multiplied by ``cis
+    [rows, 1, D/2]``) or, for half precision, a real view ``[rows, heads, D/2, 2]`` (``cis [.., 2]``)."""
+    if qk.is_complex():
+        qk.mul_(cis)
+        return
+    a, b = qk[..., 0], qk[..., 1]
+    c, s = cis[..., 0], cis[..., 1]
+    a2 = a * c - b * s
+    qk[..., 1] = b * c + a * s
+    qk[..., 0] = a2
