@@ -366,3 +366,24 @@ class ToolEnv:
                 f"(JSON). At most {self.budget} tool calls in total and {self.limits.max_calls_per_turn} "
                 f"per turn. Tool output comes back in <tool_output> blocks. Reply without a tool call "
                 f"when you are done.\n" + "\n".join(lines))
+
+
+def generate_env_tasks(env_cls, env_name: str, builders: dict, n: int, seed: int, split: str,
+                       families: tuple[str, ...]) -> list[Task]:
+    """``n`` tasks of one environment, deterministic by ``seed``; ``task.solution`` is a JSON list of the
+    oracle's turns. ``builders[family](rng) -> (prompt, init, goal, actions)``."""
+    import random
+
+    tasks = []
+    for i in range(n):
+        rng = random.Random(f"rlvr-env-{env_name}-{seed}-{i}")
+        fam = families[i % len(families)]
+        for _ in range(100):  # redraw until every goal value can be guarded against leaks
+            prompt, init, goal, actions = builders[fam](rng)
+            gold = {"env": env_name, "init": init, "goal": goal, "budget": len(actions) + 3}
+            if env_cls.secrets_guardable(gold, prompt):
+                break
+        tasks.append(Task(id=f"{env_name}-{seed}-{i}", prompt=prompt, kind="env", gold=gold,
+                          family=f"{env_name}/{fam}", split=split, answer_format="raw",
+                          solution=json.dumps(actions), meta={"env": env_name, "seed": seed, "index": i}))
+    return tasks

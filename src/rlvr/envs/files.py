@@ -15,13 +15,20 @@ that text (compared after stripping surrounding whitespace), or be absent when n
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from typing import Any, ClassVar
 
 from rlvr.data.types import Task
-from rlvr.envs.base import ArgSpec, GoalResult, PolicyViolation, ToolEnv, ToolError, ToolSpec
+from rlvr.envs.base import (
+    ArgSpec,
+    GoalResult,
+    PolicyViolation,
+    ToolEnv,
+    ToolError,
+    ToolSpec,
+    generate_env_tasks,
+)
 from rlvr.envs.tools import ToolCall
 from rlvr.errors import DataError
 
@@ -219,16 +226,4 @@ FAMILIES = {"rename_sum": _rename_sum, "merge": _merge}
 def generate_files_tasks(n: int, seed: int = 0, split: str = "train",
                          families: tuple[str, ...] = ("rename_sum", "merge")) -> list[Task]:
     """``n`` files tasks, deterministic by ``seed``; ``task.solution`` is a JSON list of oracle turns."""
-    tasks = []
-    for i in range(n):
-        rng = random.Random(f"rlvr-env-files-{seed}-{i}")
-        fam = families[i % len(families)]
-        for _ in range(100):  # redraw until every goal value can be guarded against leaks
-            prompt, init, goal, actions = FAMILIES[fam](rng)
-            gold = {"env": "files", "init": init, "goal": goal, "budget": len(actions) + 3}
-            if FilesEnv.secrets_guardable(gold, prompt):
-                break
-        tasks.append(Task(id=f"files-{seed}-{i}", prompt=prompt, kind="env", gold=gold, family=f"files/{fam}",
-                          split=split, answer_format="raw", solution=json.dumps(actions),
-                          meta={"env": "files", "seed": seed, "index": i}))
-    return tasks
+    return generate_env_tasks(FilesEnv, "files", FAMILIES, n, seed, split, families)

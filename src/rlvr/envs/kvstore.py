@@ -20,7 +20,15 @@ import re
 from typing import Any, ClassVar
 
 from rlvr.data.types import Task
-from rlvr.envs.base import ArgSpec, GoalResult, PolicyViolation, ToolEnv, ToolError, ToolSpec
+from rlvr.envs.base import (
+    ArgSpec,
+    GoalResult,
+    PolicyViolation,
+    ToolEnv,
+    ToolError,
+    ToolSpec,
+    generate_env_tasks,
+)
 from rlvr.envs.tools import ToolCall
 from rlvr.errors import DataError
 
@@ -188,18 +196,6 @@ FAMILIES = {"deliveries": _deliveries, "transfer": _transfer}
 
 
 def generate_kvstore_tasks(n: int, seed: int = 0, split: str = "train",
-                           families: tuple[str, ...] = ("deliveries", "transfer")) -> list[Task]:
+                         families: tuple[str, ...] = ("deliveries", "transfer")) -> list[Task]:
     """``n`` kvstore tasks, deterministic by ``seed``; ``task.solution`` is a JSON list of oracle turns."""
-    tasks = []
-    for i in range(n):
-        rng = random.Random(f"rlvr-env-kvstore-{seed}-{i}")
-        fam = families[i % len(families)]
-        for _ in range(100):  # redraw until every goal value can be guarded against leaks
-            prompt, init, goal, actions = FAMILIES[fam](rng)
-            gold = {"env": "kvstore", "init": init, "goal": goal, "budget": len(actions) + 3}
-            if KVStoreEnv.secrets_guardable(gold, prompt):
-                break
-        tasks.append(Task(id=f"kvstore-{seed}-{i}", prompt=prompt, kind="env", gold=gold,
-                          family=f"kvstore/{fam}", split=split, answer_format="raw",
-                          solution=json.dumps(actions), meta={"env": "kvstore", "seed": seed, "index": i}))
-    return tasks
+    return generate_env_tasks(KVStoreEnv, "kvstore", FAMILIES, n, seed, split, families)

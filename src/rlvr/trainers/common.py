@@ -54,6 +54,28 @@ def clip_grads(model, max_norm: float) -> float:
     return float(torch.norm(torch.stack([p.grad.detach().norm() for p in params])))
 
 
+def optimizer_step(model, opt, sched, max_grad_norm: float) -> float:
+    """Clip, step the optimizer and (when given) the schedule, clear grads; returns the grad norm."""
+    norm = clip_grads(model, max_grad_norm)
+    opt.step()
+    if sched is not None:
+        sched.step()
+    opt.zero_grad(set_to_none=True)
+    return norm
+
+
+def start_policy_stage(run_dir: str | Path, name: str, model_cfg, init_path: str | None, seed: int):
+    """Common stage start: its run sub-directory, global seeds, the policy in train mode and tokenizer."""
+    from rlvr.models.checkpoint import seed_everything
+    from rlvr.models.load import load_model_and_tokenizer
+
+    out = stage_dir(run_dir, name)
+    seed_everything(seed)
+    model, tok = load_model_and_tokenizer(model_cfg, init_path)
+    model.train()
+    return out, model, tok
+
+
 def stage_dir(run_dir: str | Path, name: str) -> Path:
     p = Path(run_dir) / name
     p.mkdir(parents=True, exist_ok=True)

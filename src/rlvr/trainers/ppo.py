@@ -42,8 +42,13 @@ from rlvr.data.chat import encode_prompt, stop_token_ids
 from rlvr.data.sources import load_task_source
 from rlvr.errors import ConfigError
 from rlvr.losses.kl import adaptive_kl_coef
-from rlvr.models.checkpoint import (latest_checkpoint, load_training_state, save_pretrained_atomic,
-                                    save_training_checkpoint, seed_everything)
+from rlvr.models.checkpoint import (
+    latest_checkpoint,
+    load_training_state,
+    save_pretrained_atomic,
+    save_training_checkpoint,
+    seed_everything,
+)
 from rlvr.models.heads import backbone_and_head, load_reward_model, sequence_classifier_from_causal
 from rlvr.models.load import is_peft, load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
@@ -53,8 +58,14 @@ from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.common import build_optimizer, stage_dir
 from rlvr.trainers.eval_hook import EvalHook
-from rlvr.trainers.ppo_update import (build_batch, compute_advantages, evaluate_batch, ppo_update, rm_scores,
-                                      verifier_rewards)
+from rlvr.trainers.ppo_update import (
+    build_batch,
+    compute_advantages,
+    evaluate_batch,
+    ppo_update,
+    rm_scores,
+    verifier_rewards,
+)
 from rlvr.trainers.reward_model import RM_MARKER
 from rlvr.trainers.rl import TaskStream
 from rlvr.trainers.sft import StageResult

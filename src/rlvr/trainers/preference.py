@@ -35,18 +35,30 @@ from rlvr.data.chat import encode_completion, encode_prompt, stop_token_ids
 from rlvr.data.pair_builder import stage_pairs
 from rlvr.data.preference import as_pairs, as_unpaired, encode_pair, encode_unpaired, fit_length
 from rlvr.errors import ConfigError
-from rlvr.models.checkpoint import (latest_checkpoint, load_training_state, save_pretrained_atomic,
-                                    save_training_checkpoint, seed_everything)
+from rlvr.models.checkpoint import (
+    latest_checkpoint,
+    load_training_state,
+    save_pretrained_atomic,
+    save_training_checkpoint,
+)
 from rlvr.models.load import is_peft, load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.trainers.common import build_optimizer, clip_grads, stage_dir
+from rlvr.trainers.common import build_optimizer, optimizer_step, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
-from rlvr.trainers.preference_step import (PairData, UnpairedData, cache_logps, kto_step, needs_reference,
-                                           pair_eval, paired_step, rgpo_tables)
+from rlvr.trainers.preference_step import (
+    PairData,
+    UnpairedData,
+    cache_logps,
+    kto_step,
+    needs_reference,
+    pair_eval,
+    paired_step,
+    rgpo_tables,
+)
 from rlvr.trainers.sft import StageResult, data_order
 
 CACHE_FILE = "reference_logps.pt"
@@ -228,10 +240,7 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
                      judge=None, crash_at_step: int | None = None) -> StageResult:
     """Run a preference stage; returns where its final checkpoint is."""
     check_stage(stage)
-    out = stage_dir(run_dir, stage.name)
-    seed_everything(seed)
-    model, tok = load_model_and_tokenizer(model_cfg, init_path)
-    model.train()
+    out, model, tok = start_policy_stage(run_dir, stage.name, model_cfg, init_path, seed)
     bf16 = model_cfg.autocast_bf16
     judge = judge or default_judge(0)
     ckpt = latest_checkpoint(out / "checkpoints") if resume else None
@@ -264,10 +273,7 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
             t0 = time.perf_counter()
             idx = data_order(len(data), seed, step, min(stage.batch_size, len(data)))
             rec = step_fn(model, data, idx, stage, tok.pad_token_id, bf16)
-            rec["train/grad_norm"] = clip_grads(model, stage.optim.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm)
             step += 1
             dt = time.perf_counter() - t0
             train_s += dt

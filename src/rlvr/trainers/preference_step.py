@@ -12,8 +12,20 @@ from dataclasses import dataclass
 
 import torch
 
-from rlvr.losses.preference import (cpo, dpo, ipo, kto, kto_reference_point, orpo, rgpo_weights, sequence_logps,
-                                    simpo, uni_dpo_calibrated_nll, uni_dpo_weights, weighted_mean)
+from rlvr.losses.preference import (
+    cpo,
+    dpo,
+    ipo,
+    kto,
+    kto_reference_point,
+    orpo,
+    rgpo_weights,
+    sequence_logps,
+    simpo,
+    uni_dpo_calibrated_nll,
+    uni_dpo_weights,
+    weighted_mean,
+)
 from rlvr.models.logprobs import token_logprobs
 from rlvr.trainers.common import pad_batch
 

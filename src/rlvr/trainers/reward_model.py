@@ -26,16 +26,20 @@ from rlvr.data.jsonl import write_json_atomic
 from rlvr.data.pair_builder import stage_pairs
 from rlvr.data.preference import as_pairs, encode_pair
 from rlvr.losses.reward_model import bradley_terry, pairwise_accuracy
-from rlvr.models.checkpoint import (latest_checkpoint, load_training_state, save_pretrained_atomic,
-                                    save_training_checkpoint, seed_everything)
+from rlvr.models.checkpoint import (
+    latest_checkpoint,
+    load_training_state,
+    save_pretrained_atomic,
+    save_training_checkpoint,
+    seed_everything,
+)
 from rlvr.models.heads import add_lora_to_classifier, sequence_classifier_from_causal, sequence_rewards
 from rlvr.models.load import load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.common import build_optimizer, clip_grads, pad_batch, stage_dir
+from rlvr.trainers.common import build_optimizer, optimizer_step, pad_batch, stage_dir
 from rlvr.trainers.sft import StageResult, data_order
-
 
 RM_MARKER = "rlvr_reward_model.json"  # in final/: marks a reward model and names the policy it started from
 
@@ -128,10 +132,7 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
             t0 = time.perf_counter()
             rec = rm_step(rm, encs, data_order(len(encs), seed, step, min(stage.batch_size, len(encs))), stage,
                           pad, bf16)
-            rec["train/grad_norm"] = clip_grads(rm, stage.optim.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            rec["train/grad_norm"] = optimizer_step(rm, opt, sched, stage.optim.max_grad_norm)
             step += 1
             dt = time.perf_counter() - t0
             train_s += dt

@@ -21,19 +21,27 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
 from rlvr.data.sources import load_task_source
-from rlvr.models.checkpoint import (latest_checkpoint, load_training_state, save_pretrained_atomic,
-                                    save_training_checkpoint, seed_everything)
-from rlvr.models.load import is_peft, load_model_and_tokenizer
+from rlvr.models.checkpoint import (
+    latest_checkpoint,
+    load_training_state,
+    save_pretrained_atomic,
+    save_training_checkpoint,
+)
+from rlvr.models.load import is_peft
 from rlvr.monitoring.evaluate import default_judge
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.trainers.common import build_optimizer, clip_grads, stage_dir
+from rlvr.trainers.common import build_optimizer, optimizer_step, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
-from rlvr.trainers.rl_update import (build_train_batch, compute_advantages, reference_logprobs,
-                                     update_minibatch)
+from rlvr.trainers.rl_update import (
+    build_train_batch,
+    compute_advantages,
+    reference_logprobs,
+    update_minibatch,
+)
 from rlvr.trainers.sft import StageResult
 
 
@@ -115,9 +123,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
         size = -(-len(batch) // stage.mini_batches)
         for s in range(0, len(batch), size):
             met = update_minibatch(model, batch.subset(order[s:s + size]), stage, pad_id, on_policy, bf16)
-            met["train/grad_norm"] = clip_grads(model, stage.optim.max_grad_norm)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm)
             n_updates += 1
             for k, v in met.items():
                 out[k] = out.get(k, 0.0) + v
@@ -144,10 +150,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
              init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
              judge=None, crash_at_step: int | None = None) -> StageResult:
     """Run a GRPO-family stage; returns where its final checkpoint is."""
-    out = stage_dir(run_dir, stage.name)
-    seed_everything(seed)
-    model, tok = load_model_and_tokenizer(model_cfg, init_path)
-    model.train()
+    out, model, tok = start_policy_stage(run_dir, stage.name, model_cfg, init_path, seed)
     ref = setup_reference(model, stage)
     judge = judge or default_judge(stage.verifier_workers)
     engine = HFEngine(model, tok, bf16=model_cfg.autocast_bf16)

@@ -56,8 +56,8 @@ class TrainBatch:
     def __len__(self) -> int:
         return len(self.seqs)
 
-    def subset(self, rows: list[int]) -> "TrainBatch":
-        pick = lambda xs: None if xs is None else [xs[i] for i in rows]  # noqa: E731
+    def subset(self, rows: list[int]) -> TrainBatch:
+        pick = lambda xs: None if xs is None else [xs[i] for i in rows]
         return TrainBatch(pick(self.seqs), pick(self.masks), pick(self.old_logprobs), pick(self.ref_logprobs),
                           pick(self.advantages))
 

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
@@ -21,13 +20,16 @@ from rlvr.data.chat import encode_example
 from rlvr.data.sources import load_task_source
 from rlvr.errors import DataError
 from rlvr.losses.sft import sft_loss
-from rlvr.models.checkpoint import (latest_checkpoint, load_training_state, save_pretrained_atomic,
-                                    save_training_checkpoint, seed_everything)
-from rlvr.models.load import load_model_and_tokenizer
+from rlvr.models.checkpoint import (
+    latest_checkpoint,
+    load_training_state,
+    save_pretrained_atomic,
+    save_training_checkpoint,
+)
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.common import build_optimizer, clip_grads, pad_batch, stage_dir
+from rlvr.trainers.common import build_optimizer, optimizer_step, pad_batch, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
 
 
@@ -90,10 +92,7 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
               init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
               judge=None, crash_at_step: int | None = None) -> StageResult:
     """Run an SFT stage; returns where its final checkpoint is."""
-    out = stage_dir(run_dir, stage.name)
-    seed_everything(seed)
-    model, tok = load_model_and_tokenizer(model_cfg, init_path)
-    model.train()
+    out, model, tok = start_policy_stage(run_dir, stage.name, model_cfg, init_path, seed)
     examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     step, train_s = 0, 0.0
@@ -116,10 +115,7 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
             t0 = time.perf_counter()
             m = sft_step(model, examples, data_order(len(examples), seed, step, stage.batch_size), stage,
                          tok.pad_token_id, bf16)
-            gnorm = clip_grads(model, stage.optim.max_grad_norm)
-            opt.step()
-            sched.step()
-            opt.zero_grad(set_to_none=True)
+            gnorm = optimizer_step(model, opt, sched, stage.optim.max_grad_norm)
             step += 1
             dt = time.perf_counter() - t0
             train_s += dt
