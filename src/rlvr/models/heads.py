@@ -121,12 +121,6 @@ def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32):
 
 def add_lora_to_classifier(model, lora_cfg):
     """LoRA adapters on a sequence classifier (peft ``SEQ_CLS``: the new score head trains in full)."""
-    from peft import LoraConfig, get_peft_model
+    from rlvr.models.load import add_lora
 
-    names = {n.split(".")[-1] for n, _ in model.named_modules()}
-    targets = [t for t in lora_cfg.target_modules if t in names]
-    if not targets:
-        raise ModelLoadError(f"model.lora.target_modules {lora_cfg.target_modules} match no module of the model")
-    pcfg = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
-                      target_modules=targets, task_type="SEQ_CLS")
-    return get_peft_model(model, pcfg)
+    return add_lora(model, lora_cfg, task_type="SEQ_CLS")

@@ -63,8 +63,9 @@ def load_pretrained(path: str | os.PathLike, dtype: str = "float32"):
     return model, tok
 
 
-def add_lora(model, lora_cfg):
-    """Wrap the model with peft LoRA adapters (only adapter weights train)."""
+def add_lora(model, lora_cfg, task_type: str = "CAUSAL_LM"):
+    """Wrap the model with peft LoRA adapters (only adapter weights train; ``SEQ_CLS`` also trains the
+    new score head in full)."""
     from peft import LoraConfig, get_peft_model
 
     names = {n.split(".")[-1] for n, _ in model.named_modules()}
@@ -72,7 +73,7 @@ def add_lora(model, lora_cfg):
     if not targets:
         raise ModelLoadError(f"model.lora.target_modules {lora_cfg.target_modules} match no module of the model")
     pcfg = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
-                      target_modules=targets, task_type="CAUSAL_LM")
+                      target_modules=targets, task_type=task_type)
     return get_peft_model(model, pcfg)
 
 
