@@ -15,6 +15,11 @@ Run directory layout::
 
 Stage-level resume: a stage marked done in pipeline.json (with its final/ present) is not rerun; the
 stage that was running resumes from its latest checkpoint.
+
+A fresh run (no ``--resume``) never writes into an earlier run's stage directory: an existing
+``RUN_DIR/<stage>/`` is first moved aside to ``RUN_DIR/<stage>.prev-YYYYmmdd-HHMMSS/`` (nothing written
+is lost, and the new ``metrics.jsonl`` holds only the new run). A starting model inside the moved
+directory is followed to its new place.
 """
 
 from __future__ import annotations
@@ -65,6 +70,24 @@ def evaluate_checkpoint(recipe: Recipe, model_path: str | None, out_json: Path, 
     return res
 
 
+def archive_stage_dir(stage_dir: Path, init_path: str | None) -> tuple[Path | None, str | None]:
+    """Move an earlier run's ``stage_dir`` aside -> ``(new place or None, init_path followed there)``."""
+    if not stage_dir.exists() or not any(stage_dir.iterdir()):
+        return None, init_path
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest = stage_dir.with_name(f"{stage_dir.name}.prev-{stamp}")
+    n = 1
+    while dest.exists():
+        dest, n = stage_dir.with_name(f"{stage_dir.name}.prev-{stamp}-{n}"), n + 1
+    stage_dir.rename(dest)
+    if init_path is not None:
+        try:
+            init_path = str(dest / Path(init_path).resolve().relative_to(stage_dir.resolve()))
+        except ValueError:
+            pass
+    return dest, init_path
+
+
 def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | None = None,
                  init_path: str | None = None) -> dict:
     """Run all stages (or only those of type ``only``); returns the summary dict."""
@@ -94,6 +117,10 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
             if stage.type == "reward_model":
                 reward_model = str(final)
             continue
+        if not resume:
+            moved, prev = archive_stage_dir(run_dir / stage.name, prev)
+            if moved is not None:
+                _notice(f"{run_dir / stage.name} held an earlier run: moved to {moved}")
         state["stages"][stage.name] = {"status": "running"}
         write_json_atomic(state_path, state)
         if stage.type == "ppo" and stage.reward_model_path is None and reward_model is not None:
@@ -117,6 +144,12 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
         write_json_atomic(run_dir / "summary.json", summary)
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def _notice(text: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True).print(f"[yellow]{text}[/yellow]")
 
 
 def _rm_eval(result) -> dict:

@@ -13,11 +13,11 @@ from pathlib import Path
 from rlvr.data.jsonl import write_text_atomic
 from rlvr.monitoring.metrics import read_metrics
 
-# metric keys plotted per stage when present (first match per panel)
+# metric keys plotted per stage when present (every key of a panel that the stage logged)
 PANELS = [
     ("held-out pass@1", ["eval/pass_at_1*"]),  # a trailing * plots every key with that prefix
     ("loss", ["train/loss", "rewards/margin"]),
-    ("rollout pass rate", ["rollout/pass_rate", "rewards/accuracy", "reward/mean"]),
+    ("pass rate / pair accuracy", ["rollout/pass_rate", "reward/mean", "rewards/accuracy", "heldout/accuracy"]),
     ("policy entropy", ["policy/entropy"]),
     ("KL / zero-variance groups", ["kl/ref", "rollout/zero_var_frac"]),
 ]

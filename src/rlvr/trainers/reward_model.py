@@ -86,6 +86,21 @@ def heldout_accuracy(rm, encs, pad_id: int, micro: int, bf16: bool = False) -> d
             "heldout/reward_std": float(both.std()) if both.numel() > 1 else 0.0, "heldout/pairs": len(encs)}
 
 
+def policy_logp_accuracy(policy, encs, pad_id: int, micro: int, bf16: bool = False) -> dict:
+    """How often the starting policy's own summed log-likelihood ranks chosen above rejected.
+
+    The yardstick for the reward model: what the language model already knows about the pairs. An RM
+    below it has not learned to read that knowledge out through its scalar head (docs/preference.md).
+    """
+    if not encs:
+        return {}
+    from rlvr.trainers.preference_step import cache_logps
+
+    rows = [(e.chosen_ids, e.chosen_mask) for e in encs] + [(e.rejected_ids, e.rejected_mask) for e in encs]
+    lp = cache_logps(policy, rows, pad_id, 2 * micro, bf16)
+    return {"heldout/policy_logp_accuracy": pairwise_accuracy(lp[:len(encs)], lp[len(encs):])}
+
+
 def build_reward_model(model_cfg: ModelConfig, init_path: str | None, seed: int):
     """``(policy, reward model, tokenizer)``: the RM has the policy's backbone and a fresh seeded head."""
     policy, tok = load_model_and_tokenizer(model_cfg.model_copy(update={"lora": None}), init_path)
@@ -105,9 +120,11 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
     ckpt = latest_checkpoint(out / "checkpoints") if resume else None
     train_recs, held_recs, pair_stats = stage_pairs(stage.pairs, policy, tok, judge or default_judge(0), out,
                                                     seed, reuse=ckpt is not None)
-    del policy
     encs = [encode_pair(tok, p, stage.max_length) for p in as_pairs(train_recs, "the reward model")]
     held = [encode_pair(tok, p, stage.max_length) for p in as_pairs(held_recs, "the reward model")]
+    baseline = policy_logp_accuracy(policy, held, tok.pad_token_id, stage.micro_batch_size,
+                                    model_cfg.autocast_bf16) if ckpt is None else {}
+    del policy
     n_steps = stage.max_steps or max(1, stage.epochs * math.ceil(len(encs) / stage.batch_size))
     rm.train()
     opt, sched = build_optimizer(rm, stage.optim, n_steps)
@@ -121,7 +138,7 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
     if ckpt is None:
         writer.log(0, {"event": "start", **{f"pairs/{k}": v for k, v in pair_stats.items()
                                            if isinstance(v, (int, float, str))},
-                       **heldout_accuracy(rm, held, pad, stage.micro_batch_size, bf16)})
+                       **baseline, **heldout_accuracy(rm, held, pad, stage.micro_batch_size, bf16)})
     else:
         writer.log(step, {"event": "resume", "checkpoint": str(ckpt)})
     per_epoch = math.ceil(len(encs) / stage.batch_size)
@@ -150,6 +167,6 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
     writer.close()
     final = save_pretrained_atomic(rm, tok, out / "final")
     write_json_atomic(final / RM_MARKER, {"policy": init_path, "heldout_accuracy": last.get("heldout/accuracy")})
-    extra = {"kind": "reward_model", "policy": init_path, "pairs": pair_stats,
+    extra = {"kind": "reward_model", "policy": init_path, "pairs": pair_stats, **baseline,
              **{k: v for k, v in last.items() if k.startswith("heldout/")}}
     return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, train_s, extra)

@@ -64,6 +64,7 @@ def test_train_reaches_heldout_accuracy_and_saves_an_auto_loadable_model(tiny_di
     with open(res.metrics_path) as f:
         recs = [json.loads(x) for x in f]
     assert recs[0]["event"] == "start" and "heldout/accuracy" in recs[0]
+    assert 0 <= recs[0]["heldout/policy_logp_accuracy"] <= 1 and "heldout/policy_logp_accuracy" in res.extra
     assert res.steps == 12 and res.extra["heldout/accuracy"] == 1.0 and res.extra["policy"] == tiny_dir
     assert recs[-1]["train/loss"] < recs[1]["train/loss"] and "rm/accuracy" in recs[-1]
     assert json.loads((tmp_path / "reward_model" / "final" / RM_MARKER).read_text())["policy"] == tiny_dir
@@ -93,3 +94,24 @@ def test_lora_reward_model_trains_and_merges_on_save(tiny_dir, tmp_path, files):
     res = train_reward_model(st, cfg, tmp_path, init_path=tiny_dir)
     rm, _ = load_reward_model(res.checkpoint)
     assert not any("lora" in n for n, _ in rm.named_parameters())
+
+
+def test_policy_logp_accuracy_is_the_policys_own_ranking_of_the_pairs():
+    from rlvr.models.logprobs import token_logprobs
+    from rlvr.trainers.reward_model import policy_logp_accuracy
+
+    model, tok = build_tiny(size="test", seed=0)
+    encs = [encode_pair(tok, p, 64) for p in pairs(6)]
+
+    def summed(ids, mask):
+        with torch.no_grad():
+            lp, _ = token_logprobs(model, torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long))
+        return float((lp[0] * torch.tensor(mask, dtype=torch.float32)).sum())
+
+    want = sum(summed(e.chosen_ids, e.chosen_mask) > summed(e.rejected_ids, e.rejected_mask) for e in encs) / 6
+    got = policy_logp_accuracy(model, encs, tok.pad_token_id, micro=2)["heldout/policy_logp_accuracy"]
+    assert got == pytest.approx(want)
+    swapped = [type(e)(e.rejected_ids, e.rejected_mask, e.chosen_ids, e.chosen_mask) for e in encs]
+    assert policy_logp_accuracy(model, swapped, tok.pad_token_id, micro=4)["heldout/policy_logp_accuracy"] == \
+        pytest.approx(1 - want)
+    assert policy_logp_accuracy(model, [], tok.pad_token_id, micro=4) == {}
