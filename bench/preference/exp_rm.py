@@ -20,7 +20,7 @@ run = sys.argv[1]; kw = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
 pf = kw.pop("pairs_file", None)
 FAMILY = kw.pop("family", "mul21")
 pairs = PairsFile(path=pf + "/train.jsonl", heldout_path=pf + "/heldout.jsonl") if pf else \
-    PairBuilder(tasks=BuiltinArithmetic(families=[FAMILY], n=kw.pop("n_tasks", 3000), split="train", seed=0),
+    PairBuilder(tasks=BuiltinArithmetic(families=FAMILY.split(","), n=kw.pop("n_tasks", 3000), split="train", seed=0),
                 samples_per_task=kw.pop("samples", 16), pairs_per_task=kw.pop("ppt", 4), heldout_frac=0.1)
 st = RewardModelStage(pairs=pairs, optim=OptimConfig(**kw.pop("optim", {"lr": 1e-4, "warmup_steps": 5})), **kw)
 t0 = time.time()

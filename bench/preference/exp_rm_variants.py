@@ -169,6 +169,6 @@ for step in range(n_steps):
     if (step + 1) % per_epoch == 0:
         acc = heldout_accuracy()
         best = max(best, acc)
-        print(f"epoch {(step + 1) // per_epoch}: bt {bt.item():.3f} aux {float(aux):.3f} "
+        print(f"epoch {(step + 1) // per_epoch}: bt {bt.item():.3f} aux {float(aux.detach()):.3f} "
               f"held-out accuracy {acc:.3f} ({time.time() - t0:.0f}s)", flush=True)
 print("FINAL", json.dumps(kw), "held-out accuracy", round(acc, 4), "best", round(best, 4))
