@@ -1,4 +1,4 @@
-"""PPO acceptance: SFT ckpt policy on mul21 train prompts; reward = verifier or a trained RM."""
+"""PPO acceptance: SFT ckpt policy on FAMILY train prompts (JSON key "family", default mul21); reward = verifier or a trained RM."""
 import json
 import os
 import sys
@@ -16,7 +16,8 @@ from rlvr.trainers.ppo import train_ppo
 
 SFT = os.environ["INIT"]  # the SFT checkpoint to start from
 run = sys.argv[1]; kw = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-st = PPOStage(data=BuiltinArithmetic(families=["mul21"], n=5000, split="train", seed=2),
+FAMILY = kw.pop("family", "mul21")
+st = PPOStage(data=BuiltinArithmetic(families=FAMILY.split(","), n=5000, split="train", seed=2),
               optim=OptimConfig(**kw.pop("optim", {"lr": 1e-4, "warmup_steps": 5, "schedule": "constant"})),
               critic_optim=OptimConfig(**kw.pop("critic_optim")) if "critic_optim" in kw else None, **kw)
 t0 = time.time()

@@ -18,6 +18,8 @@ class RewardModelStage(Section):
     """Stage name (its run sub-directory)."""
     pairs: PairBuilder | PairsFile = PairBuilder()
     """Where the pairs come from."""
+    backbone: str | None = None
+    """Start the reward model from this checkpoint (local HF folder, same tokenizer) instead of the policy; pairs are still sampled from the policy."""
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=5)
     """Optimiser and schedule."""
     epochs: int = 2

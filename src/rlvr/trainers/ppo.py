@@ -10,9 +10,9 @@ adaptive KL coefficient toward ``target_kl`` -> log -> checkpoint.
 
 Models:
 
-* the **critic** is a separate model of the policy's architecture with a scalar head (a
-  ``*ForSequenceClassification`` whose head is read at every position, see ``rlvr.models.heads``). With a
-  reward model it starts as a copy of the reward model (InstructGPT); with the verifier as the reward it
+* the **critic** is a separate model with a scalar head (a ``*ForSequenceClassification`` whose head is
+  read at every position, see ``rlvr.models.heads``). With a reward model it starts as a copy of the
+  reward model, whatever its size (InstructGPT); with the verifier as the reward it
   starts from the policy's backbone with a zero head (V = 0 at first, so early advantages are the
   returns rather than a random head's noise). It has its own optimiser (``critic_optim``).
 * the **reference** is a frozen copy of the starting policy; under LoRA it is the base with adapters

@@ -1,8 +1,8 @@
 """Reward model: a scalar head on the policy's backbone, trained with the Bradley-Terry loss on pairs.
 
 Reads top to bottom: setup (the stage's starting policy) -> pairs (built by sampling that policy and
-judging with the verifier, or read from a file) -> sequence classifier with the policy's backbone and a
-fresh ``score`` head -> steps (seeded data order; chosen and rejected in one concatenated forward;
+judging with the verifier, or read from a file) -> sequence classifier with the policy's backbone (or the
+``backbone:`` checkpoint's, e.g. a larger model sharing the tokenizer) and a fresh ``score`` head -> steps (seeded data order; chosen and rejected in one concatenated forward;
 exact accumulation) -> held-out pair accuracy -> ``final/`` loadable with
 ``AutoModelForSequenceClassification.from_pretrained`` (score = head on the last non-pad token).
 
@@ -23,6 +23,7 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rlhf import RewardModelStage
 from rlvr.data.jsonl import write_json_atomic
+from rlvr.errors import ConfigError
 from rlvr.data.pair_builder import stage_pairs
 from rlvr.data.preference import as_pairs, encode_pair
 from rlvr.losses.reward_model import bradley_terry, pairwise_accuracy
@@ -101,10 +102,20 @@ def policy_logp_accuracy(policy, encs, pad_id: int, micro: int, bf16: bool = Fal
     return {"heldout/policy_logp_accuracy": pairwise_accuracy(lp[:len(encs)], lp[len(encs):])}
 
 
-def build_reward_model(model_cfg: ModelConfig, init_path: str | None, seed: int):
-    """``(policy, reward model, tokenizer)``: the RM has the policy's backbone and a fresh seeded head."""
-    policy, tok = load_model_and_tokenizer(model_cfg.model_copy(update={"lora": None}), init_path)
-    rm = sequence_classifier_from_causal(policy, tok, seed=seed)
+def build_reward_model(model_cfg: ModelConfig, init_path: str | None, seed: int, backbone: str | None = None):
+    """``(policy, reward model, tokenizer)``: the RM has the policy's backbone (or ``backbone``'s, which must
+    share the policy's tokenizer: the RM scores the policy's token ids) and a fresh seeded head."""
+    plain = model_cfg.model_copy(update={"lora": None})
+    policy, tok = load_model_and_tokenizer(plain, init_path)
+    source = policy
+    if backbone is not None:
+        source, btok = load_model_and_tokenizer(plain, backbone)
+        if btok.get_vocab() != tok.get_vocab():
+            raise ConfigError(f"reward_model.backbone: {backbone!r} has a different tokenizer from the policy "
+                              f"({init_path or model_cfg.path or 'model.tiny'}); the reward model scores the "
+                              "policy's token ids, so both must share one vocabulary")
+    rm = sequence_classifier_from_causal(source, tok, seed=seed)
+    del source
     if model_cfg.lora is not None:
         rm = add_lora_to_classifier(rm, model_cfg.lora)
     return policy, rm, tok
@@ -116,7 +127,7 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
     """Train a Bradley-Terry reward model; returns where it is (``extra['policy']``: the policy passed on)."""
     out = stage_dir(run_dir, stage.name)
     seed_everything(seed)
-    policy, rm, tok = build_reward_model(model_cfg, init_path, seed)
+    policy, rm, tok = build_reward_model(model_cfg, init_path, seed, stage.backbone)
     ckpt = latest_checkpoint(out / "checkpoints") if resume else None
     train_recs, held_recs, pair_stats = stage_pairs(stage.pairs, policy, tok, judge or default_judge(0), out,
                                                     seed, reuse=ckpt is not None)
@@ -166,7 +177,8 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
                 raise KeyboardInterrupt(f"simulated crash at step {step}")
     writer.close()
     final = save_pretrained_atomic(rm, tok, out / "final")
-    write_json_atomic(final / RM_MARKER, {"policy": init_path, "heldout_accuracy": last.get("heldout/accuracy")})
+    write_json_atomic(final / RM_MARKER, {"policy": init_path, "backbone": stage.backbone or init_path,
+                                          "heldout_accuracy": last.get("heldout/accuracy")})
     extra = {"kind": "reward_model", "policy": init_path, "pairs": pair_stats, **baseline,
              **{k: v for k, v in last.items() if k.startswith("heldout/")}}
     return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, train_s, extra)

@@ -120,3 +120,16 @@ def test_resume_matches_uninterrupted(tiny_dir, tmp_path):
         b = load_file(str(tmp_path / "cut" / "ppo" / name / "model.safetensors"))
         assert all(torch.allclose(a[k], b[k], atol=1e-6, rtol=0) for k in a), name
     assert res.extra["kl_coef"] == pytest.approx(full.extra["kl_coef"])
+
+
+def test_ppo_with_a_reward_model_wider_than_the_policy(tiny_dir, tmp_path):
+    # an RM built on a larger backbone (reward_model.backbone): the critic is a copy of it, the actor stays small
+    model, tok = build_tiny(size="test", seed=1, hidden_size=96)
+    rm_dir = save_pretrained_atomic(sequence_classifier_from_causal(model, tok, seed=5), tok, tmp_path / "rm")
+    (rm_dir / RM_MARKER).write_text(json.dumps({"policy": tiny_dir}))
+    st = stage(reward="reward_model", max_steps=2)
+    policy, _, _, critic, rm, _ = setup_models(st, ModelConfig(path=tiny_dir), tmp_path, str(rm_dir), 0)
+    assert critic.config.hidden_size == 96 and policy.config.hidden_size == 64
+    res = train_ppo(st, ModelConfig(path=tiny_dir), tmp_path, init_path=str(rm_dir), judge=even_judge)
+    last = records(res)[-1]
+    assert res.steps == 2 and all(k in last for k in KEYS) and torch.isfinite(torch.tensor(last["value/loss"]))

@@ -115,3 +115,33 @@ def test_policy_logp_accuracy_is_the_policys_own_ranking_of_the_pairs():
     assert policy_logp_accuracy(model, swapped, tok.pad_token_id, micro=4)["heldout/policy_logp_accuracy"] == \
         pytest.approx(1 - want)
     assert policy_logp_accuracy(model, [], tok.pad_token_id, micro=4) == {}
+
+
+def test_backbone_other_than_the_policy(tiny_dir, tmp_path, files):
+    # a wider model with the same tokenizer: the RM takes its weights, the pairs still come from the policy
+    from rlvr.models.tiny import build_tiny
+
+    other = tmp_path / "wider"
+    build_tiny(other, size="test", seed=1, hidden_size=96)
+    st = RewardModelStage(pairs=PairsFile(path=files[0], heldout_path=files[1]), batch_size=8, micro_batch_size=8,
+                          max_steps=2, backbone=str(other))
+    res = train_reward_model(st, ModelConfig(path=tiny_dir), tmp_path / "run", seed=0, init_path=tiny_dir)
+    rm, _ = load_reward_model(res.checkpoint)
+    assert rm.config.hidden_size == 96 and res.extra["policy"] == tiny_dir
+    assert json.loads((tmp_path / "run" / "reward_model" / "final" / RM_MARKER).read_text())["backbone"] == str(other)
+
+
+def test_backbone_with_another_tokenizer_is_a_clear_error(tiny_dir, tmp_path, files):
+    from transformers import AutoTokenizer
+
+    from rlvr.errors import ConfigError
+    from rlvr.models.tiny import build_tiny
+
+    other = tmp_path / "other_vocab"
+    build_tiny(other, size="test", seed=1)
+    tok = AutoTokenizer.from_pretrained(other)
+    tok.add_tokens(["<extra>"])
+    tok.save_pretrained(other)
+    st = RewardModelStage(pairs=PairsFile(path=files[0], heldout_path=files[1]), max_steps=1, backbone=str(other))
+    with pytest.raises(ConfigError, match="reward_model.backbone: .*different tokenizer"):
+        train_reward_model(st, ModelConfig(path=tiny_dir), tmp_path / "run", seed=0, init_path=tiny_dir)
