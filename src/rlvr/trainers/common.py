@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config.optim import OptimConfig
+from rlvr.models.checkpoint import save_training_checkpoint
 
 
 def setup_threads(threads: int | None) -> None:
@@ -74,6 +75,17 @@ def start_policy_stage(run_dir: str | Path, name: str, model_cfg, init_path: str
     model, tok = load_model_and_tokenizer(model_cfg, init_path)
     model.train()
     return out, model, tok
+
+
+def end_of_step(out: Path, stage, step: int, n_steps: int, model, tok, opt, sched, state: dict,
+                crash_at_step: int | None = None) -> None:
+    """What every trainer does after step ``step`` of ``n_steps``: a resumable checkpoint every
+    ``stage.save_every`` steps (not at the last step: ``final/`` follows) holding ``state``, the trainer's
+    own extra state, then the simulated crash (``crash_at_step``) the resume tests use."""
+    if stage.save_every and step % stage.save_every == 0 and step < n_steps:
+        save_training_checkpoint(out / "checkpoints", step, model, tok, opt, sched, state, stage.keep_last)
+    if crash_at_step is not None and step == crash_at_step:
+        raise KeyboardInterrupt(f"simulated crash at step {step}")
 
 
 def stage_dir(run_dir: str | Path, name: str) -> Path:

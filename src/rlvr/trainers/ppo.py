@@ -46,7 +46,6 @@ from rlvr.models.checkpoint import (
     latest_checkpoint,
     load_training_state,
     save_pretrained_atomic,
-    save_training_checkpoint,
     seed_everything,
 )
 from rlvr.models.heads import backbone_and_head, load_reward_model, sequence_classifier_from_causal
@@ -56,7 +55,7 @@ from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.trainers.common import build_optimizer, stage_dir
+from rlvr.trainers.common import build_optimizer, end_of_step, stage_dir
 from rlvr.trainers.eval_hook import EvalHook
 from rlvr.trainers.ppo_update import (
     build_batch,
@@ -201,12 +200,8 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                 rec.update(evaler.run(policy, step))
             writer.log(step, rec)
             prog.update(bar, advance=1, info=f"reward {rec['reward/mean']:.3f} kl {rec.get('kl/ref', 0.0):.2f}")
-            if stage.save_every and step % stage.save_every == 0 and step < stage.max_steps:
-                save_training_checkpoint(out / "checkpoints", step, policy, tok, popt, psched,
-                                         checkpoint_state(wall, stream, kl_coef, critic, copt, csched),
-                                         stage.keep_last)
-            if crash_at_step is not None and step == crash_at_step:
-                raise KeyboardInterrupt(f"simulated crash at step {step}")
+            end_of_step(out, stage, step, stage.max_steps, policy, tok, popt, psched,
+                        checkpoint_state(wall, stream, kl_coef, critic, copt, csched), crash_at_step)
     writer.close()
     save_pretrained_atomic(critic, tok, out / "critic")
     final = save_pretrained_atomic(policy, tok, out / "final")

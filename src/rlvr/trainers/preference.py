@@ -39,7 +39,6 @@ from rlvr.models.checkpoint import (
     latest_checkpoint,
     load_training_state,
     save_pretrained_atomic,
-    save_training_checkpoint,
 )
 from rlvr.models.load import is_peft, load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
@@ -47,7 +46,7 @@ from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.trainers.common import build_optimizer, optimizer_step, start_policy_stage
+from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
 from rlvr.trainers.preference_step import (
     PairData,
@@ -288,12 +287,8 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
             last.update(rec)
             prog.update(bar, advance=1, info=f"loss {rec.get('train/loss', float('nan')):.3f} "
                                               f"acc {rec.get('rewards/accuracy', float('nan')):.2f}")
-            if stage.save_every and step % stage.save_every == 0 and step < n_steps:
-                save_training_checkpoint(out / "checkpoints", step, model, tok, opt, sched,
-                                         {"train_seconds": train_s, "probe_start": probe.start_ratio},
-                                         stage.keep_last)
-            if crash_at_step is not None and step == crash_at_step:
-                raise KeyboardInterrupt(f"simulated crash at step {step}")
+            end_of_step(out, stage, step, n_steps, model, tok, opt, sched,
+                        {"train_seconds": train_s, "probe_start": probe.start_ratio}, crash_at_step)
     writer.close()
     final = save_pretrained_atomic(model, tok, out / "final")
     extra = {"pairs": pair_stats, "reference": ref_source,

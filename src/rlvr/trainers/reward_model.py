@@ -23,15 +23,14 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rlhf import RewardModelStage
 from rlvr.data.jsonl import write_json_atomic
-from rlvr.errors import ConfigError
 from rlvr.data.pair_builder import stage_pairs
 from rlvr.data.preference import as_pairs, encode_pair
+from rlvr.errors import ConfigError
 from rlvr.losses.reward_model import bradley_terry, pairwise_accuracy
 from rlvr.models.checkpoint import (
     latest_checkpoint,
     load_training_state,
     save_pretrained_atomic,
-    save_training_checkpoint,
     seed_everything,
 )
 from rlvr.models.heads import add_lora_to_classifier, sequence_classifier_from_causal, sequence_rewards
@@ -39,7 +38,8 @@ from rlvr.models.load import load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.common import build_optimizer, optimizer_step, pad_batch, stage_dir
+from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, pad_batch, stage_dir
+from rlvr.trainers.preference_step import cache_logps
 from rlvr.trainers.sft import StageResult, data_order
 
 RM_MARKER = "rlvr_reward_model.json"  # in final/: marks a reward model and names the policy it started from
@@ -95,8 +95,6 @@ def policy_logp_accuracy(policy, encs, pad_id: int, micro: int, bf16: bool = Fal
     """
     if not encs:
         return {}
-    from rlvr.trainers.preference_step import cache_logps
-
     rows = [(e.chosen_ids, e.chosen_mask) for e in encs] + [(e.rejected_ids, e.rejected_mask) for e in encs]
     lp = cache_logps(policy, rows, pad_id, 2 * micro, bf16)
     return {"heldout/policy_logp_accuracy": pairwise_accuracy(lp[:len(encs)], lp[len(encs):])}
@@ -170,11 +168,8 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
             writer.log(step, rec)
             last.update(rec)
             prog.update(bar, advance=1, info=f"loss {rec['train/loss']:.3f} acc {rec['rm/accuracy']:.2f}")
-            if stage.save_every and step % stage.save_every == 0 and step < n_steps:
-                save_training_checkpoint(out / "checkpoints", step, rm, tok, opt, sched,
-                                         {"train_seconds": train_s}, stage.keep_last)
-            if crash_at_step is not None and step == crash_at_step:
-                raise KeyboardInterrupt(f"simulated crash at step {step}")
+            end_of_step(out, stage, step, n_steps, rm, tok, opt, sched, {"train_seconds": train_s},
+                        crash_at_step)
     writer.close()
     final = save_pretrained_atomic(rm, tok, out / "final")
     write_json_atomic(final / RM_MARKER, {"policy": init_path, "backbone": stage.backbone or init_path,

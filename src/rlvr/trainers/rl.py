@@ -25,7 +25,6 @@ from rlvr.models.checkpoint import (
     latest_checkpoint,
     load_training_state,
     save_pretrained_atomic,
-    save_training_checkpoint,
 )
 from rlvr.models.load import is_peft
 from rlvr.monitoring.evaluate import default_judge
@@ -34,7 +33,7 @@ from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.trainers.common import build_optimizer, optimizer_step, start_policy_stage
+from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
 from rlvr.trainers.rl_update import (
     build_train_batch,
@@ -205,11 +204,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             writer.log(step, rec)
             prog.update(bar, advance=1, info=f"pass {rec['rollout/pass_rate']:.2f} zero-var "
                                               f"{rec['rollout/zero_var_frac']:.2f} {rec['time/step']:.2f}s/step")
-            if stage.save_every and step % stage.save_every == 0 and step < stage.max_steps:
-                save_training_checkpoint(out / "checkpoints", step, model, tok, opt, sched,
-                                         {"wall_seconds": wall, "cursor": stream.cursor}, stage.keep_last)
-            if crash_at_step is not None and step == crash_at_step:
-                raise KeyboardInterrupt(f"simulated crash at step {step}")
+            end_of_step(out, stage, step, stage.max_steps, model, tok, opt, sched,
+                        {"wall_seconds": wall, "cursor": stream.cursor}, crash_at_step)
             if health.should_stop(alerts):
                 writer.log(step, {"event": "health_stop", "alerts": rec["health/alerts"]})
                 break

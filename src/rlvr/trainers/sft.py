@@ -24,12 +24,11 @@ from rlvr.models.checkpoint import (
     latest_checkpoint,
     load_training_state,
     save_pretrained_atomic,
-    save_training_checkpoint,
 )
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.common import build_optimizer, optimizer_step, pad_batch, start_policy_stage
+from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, pad_batch, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
 
 
@@ -126,11 +125,8 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
             if step % stage.log_every == 0 or step == stage.max_steps or "eval/pass_at_1" in rec:
                 writer.log(step, rec)
             prog.update(bar, advance=1, info=f"loss {m['loss']:.3f} {rec['perf/tokens_per_s']:.0f} tok/s")
-            if stage.save_every and step % stage.save_every == 0 and step < stage.max_steps:
-                save_training_checkpoint(out / "checkpoints", step, model, tok, opt, sched,
-                                         {"train_seconds": train_s}, stage.keep_last)
-            if crash_at_step is not None and step == crash_at_step:
-                raise KeyboardInterrupt(f"simulated crash at step {step}")
+            end_of_step(out, stage, step, stage.max_steps, model, tok, opt, sched,
+                        {"train_seconds": train_s}, crash_at_step)
     writer.close()
     final = save_pretrained_atomic(model, tok, out / "final")
     return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, train_s)
