@@ -1,10 +1,10 @@
 """Reward model: a scalar head on the policy's backbone, trained with the Bradley-Terry loss on pairs.
 
 Reads top to bottom: setup (the stage's starting policy) -> pairs (built by sampling that policy and
-judging with the verifier, or read from a file) -> sequence classifier with the policy's backbone (or the
-``backbone:`` checkpoint's, e.g. a larger model sharing the tokenizer) and a fresh ``score`` head -> steps (seeded data order; chosen and rejected in one concatenated forward;
-exact accumulation) -> held-out pair accuracy -> ``final/`` loadable with
-``AutoModelForSequenceClassification.from_pretrained`` (score = head on the last non-pad token).
+judging with the verifier, or read from a file) -> sequence classifier with the policy's backbone (or
+the ``backbone:`` checkpoint's, e.g. a larger model sharing the tokenizer) and a fresh ``score`` head ->
+steps (seeded data order; chosen and rejected in one concatenated forward; exact accumulation) ->
+held-out pair accuracy -> ``final/`` loadable with ``AutoModelForSequenceClassification.from_pretrained`` (score = head on the last non-pad token).
 
 The stage's checkpoint is the reward model, not a policy: ``StageResult.extra["policy"]`` (and
 ``final/rlvr_reward_model.json``) name the policy the stage started from, for the next stage to continue
@@ -113,7 +113,6 @@ def build_reward_model(model_cfg: ModelConfig, init_path: str | None, seed: int,
                               f"({init_path or model_cfg.path or 'model.tiny'}); the reward model scores the "
                               "policy's token ids, so both must share one vocabulary")
     rm = sequence_classifier_from_causal(source, tok, seed=seed)
-    del source
     if model_cfg.lora is not None:
         rm = add_lora_to_classifier(rm, model_cfg.lora)
     return policy, rm, tok
