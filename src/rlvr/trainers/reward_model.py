@@ -4,7 +4,8 @@ Reads top to bottom: setup (the stage's starting policy) -> pairs (built by samp
 judging with the verifier, or read from a file) -> sequence classifier with the policy's backbone (or
 the ``backbone:`` checkpoint's, e.g. a larger model sharing the tokenizer) and a fresh ``score`` head ->
 steps (seeded data order; chosen and rejected in one concatenated forward; exact accumulation) ->
-held-out pair accuracy -> ``final/`` loadable with ``AutoModelForSequenceClassification.from_pretrained`` (score = head on the last non-pad token).
+held-out pair accuracy -> ``final/`` loadable with ``AutoModelForSequenceClassification.from_pretrained``
+(score = head on the last non-pad token).
 
 The stage's checkpoint is the reward model, not a policy: ``StageResult.extra["policy"]`` (and
 ``final/rlvr_reward_model.json``) name the policy the stage started from, for the next stage to continue
