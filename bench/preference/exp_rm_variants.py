@@ -35,8 +35,8 @@ from rlvr.data.preference import as_pairs, encode_pair, load_preference_jsonl
 from rlvr.models.heads import last_token_index, sequence_classifier_from_causal
 from rlvr.models.load import load_model_and_tokenizer
 from rlvr.models.logprobs import position_ids_from_mask, token_logprobs
-from rlvr.trainers.common import pad_batch
-from rlvr.trainers.sft import data_order
+from rlvr.data.collate import pad_batch
+from rlvr.data.order import data_order
 
 kw = json.loads(sys.argv[1])
 INIT, PAIRS = kw["init"], kw["pairs"]

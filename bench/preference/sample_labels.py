@@ -19,7 +19,7 @@ torch.set_num_threads(int(os.environ.get("THREADS", "2")))
 from rlvr.config.data import BuiltinArithmetic
 from rlvr.config.model import ModelConfig
 from rlvr.data.chat import encode_prompt, prompt_text, stop_token_ids
-from rlvr.data.pair_builder import is_heldout, judge_samples, unique_tasks
+from rlvr.rollout.pairs import is_heldout, judge_samples, unique_tasks
 from rlvr.data.sources import load_task_source
 from rlvr.models.load import load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge

@@ -20,7 +20,7 @@ stages:
      pairs: {{path: {pairs}, heldout_path: {heldout}}}, optim: {{lr: 0.001, warmup_steps: 0}}}}
   - {{type: reward_model, name: reward_model, max_steps: 3, batch_size: 4,
      pairs: {{path: {pairs}, heldout_path: {heldout}}}}}
-  - {{type: ppo, name: ppo, reward: verifier, max_steps: 2, prompts_per_step: 4, max_new_tokens: 6,
+  - {{type: ppo, name: ppo, reward: verifier, max_steps: 2, tasks_per_step: 4, sampling: {{group_size: 1, max_new_tokens: 6}},
      data: {{families: [add2], n: 16}}}}
 """
 
@@ -60,7 +60,7 @@ def test_dpo_rm_ppo_commands_run_and_write_their_outputs(tiny_dir, tmp_path):
     recs = read(run / "dpo" / "metrics.jsonl")
     assert (run / "dpo" / "final" / "model.safetensors").exists()
     assert any("rewards/accuracy" in r for r in recs) and any("heldout/accuracy" in r for r in recs)
-    assert (run / "dpo" / "checkpoints").exists() and (run / "dpo" / "reference_logps.pt").exists()
+    assert (run / "dpo" / "checkpoints").exists() and (run / "dpo" / "reference_logprobs.pt").exists()
     rlvr("rm", str(recipe))
     from transformers import AutoModelForSequenceClassification
 

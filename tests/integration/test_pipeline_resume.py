@@ -91,7 +91,7 @@ eval: {{tasks: {{families: [add2], n: 8, split: heldout}}, max_new_tokens: 16}}
 stages:
   - {{type: sft, max_steps: 2, batch_size: 8, micro_batch_size: 8, save_every: 0, data: {{families: [add2], n: 32}}}}
   - {{type: reward_model, name: rm, pairs: {{path: {pairs}, heldout_path: {held}}}, epochs: 1, batch_size: 4}}
-  - {{type: ppo, max_steps: 2, prompts_per_step: 2, max_new_tokens: 8, reward: reward_model,
+  - {{type: ppo, max_steps: 2, tasks_per_step: 2, sampling: {{group_size: 1, max_new_tokens: 8}}, reward: reward_model,
      data: {{families: [add2], n: 16}}}}
 """
 

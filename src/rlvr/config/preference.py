@@ -6,6 +6,7 @@ from typing import Literal
 
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
+from rlvr.config.health import HealthConfig
 from rlvr.config.optim import OptimConfig
 
 
@@ -102,21 +103,36 @@ class PairsFile(Section):
     """Optional held-out pairs for accuracy."""
 
 
-class Weighting(Section):
-    """Optional per-pair weights."""
+class NoWeighting(Section):
+    """Every pair weighs 1."""
 
-    type: Literal["none", "uni_dpo", "rgpo"] = "none"
-    """none; uni_dpo (quality- and performance-aware); rgpo (reliability)."""
+    type: Literal["none"] = "none"
+
+
+class UniDPOWeighting(Section):
+    """Uni-DPO (seed 004): quality-aware x performance-aware (focal) pair weights, optional calibrated NLL."""
+
+    type: Literal["uni_dpo"] = "uni_dpo"
     eta: float = 0.7
-    """Uni-DPO quality weight sigma(eta * score margin)."""
+    """Quality weight sigma(eta * score margin)."""
     perf_beta: float = 2.0
-    """Uni-DPO performance weight scale on the length-averaged policy margin."""
+    """Performance weight scale on the length-averaged policy margin."""
     tau_ref: float = 1.0
-    """Uni-DPO performance weight offset."""
+    """Performance weight offset."""
     focal_gamma: float = 3.0
-    """Uni-DPO focal exponent."""
+    """Focal exponent."""
     nll_lambda: float = 0.0
-    """Uni-DPO calibrated NLL weight on chosen (0 disables)."""
+    """Calibrated NLL weight on chosen (0 disables)."""
+
+
+class RGPOWeighting(Section):
+    """RGPO: per-pair reliability weights and label smoothing from annotator votes (EM over all pairs);
+    a pair whose votes contradict its label is swapped."""
+
+    type: Literal["rgpo"] = "rgpo"
+
+
+Weighting = typed_union(NoWeighting, UniDPOWeighting, RGPOWeighting, default="none")
 
 
 class PreferenceStage(Section):
@@ -129,7 +145,7 @@ class PreferenceStage(Section):
     """Loss variant."""
     pairs: PairBuilder | PairsFile = PairBuilder()
     """Where the pairs come from."""
-    weighting: Weighting = Weighting()
+    weighting: Weighting = NoWeighting()
     """Per-pair weights."""
     optim: OptimConfig = OptimConfig(lr=5e-5, warmup_steps=5)
     """Optimiser and schedule."""
@@ -157,3 +173,5 @@ class PreferenceStage(Section):
     """Flag likelihood displacement when chosen and rejected logps both fell by more than this (nats)."""
     length_bias_tol: float = 0.2
     """Flag length bias when (policy length / chosen length) rose by more than this since the start."""
+    health: HealthConfig = HealthConfig()
+    """Training-health rules (NaN, KL drift, ...), the same monitor as every policy stage."""

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import field_validator
+
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
+from rlvr.config.health import HealthConfig
 from rlvr.config.optim import OptimConfig
 from rlvr.config.preference import PairBuilder, PairsFile
+from rlvr.config.rl import SamplingConfig
 
 
 class RewardModelStage(Section):
@@ -42,8 +46,22 @@ class RewardModelStage(Section):
     """Keep this many step checkpoints."""
 
 
+class PPOKL(Section):
+    """The KL penalty in PPO's per-token reward, with an adaptive coefficient (Ziegler et al. 2019)."""
+
+    beta: float = 0.05
+    """Initial KL coefficient β (the penalty is -β · (log π - log π_ref) per token)."""
+    target: float | None = 6.0
+    """Target KL (nats per sequence) for the adaptive controller (None: β stays fixed)."""
+    horizon: int = 10000
+    """Adaptive controller horizon."""
+
+
 class PPOStage(Section):
-    """PPO with a value head, GAE, clipped policy/value losses and an adaptive KL penalty in the reward."""
+    """PPO with a value head, GAE, clipped policy/value losses and an adaptive KL penalty in the reward.
+
+    Field names follow the RL stage's (``eps``, ``tasks_per_step``, ``kl.beta``, ``sampling``); its rollout
+    is the GRPO family's collector with one sample per task (``sampling.group_size`` = 1)."""
 
     type: Literal["ppo"] = "ppo"
     name: str = "ppo"
@@ -58,34 +76,28 @@ class PPOStage(Section):
     """GAE discount γ."""
     lam: float = 0.95
     """GAE λ."""
-    clip_eps: float = 0.2
-    """Policy ratio clip."""
+    eps: float = 0.2
+    """Policy ratio clip ε."""
     value_clip: float = 0.2
     """Value clip."""
     vf_coef: float = 0.5
     """Value loss weight."""
-    init_kl_coef: float = 0.05
-    """Initial KL coefficient."""
-    target_kl: float | None = 6.0
-    """Target KL for the adaptive controller (None: fixed coefficient)."""
-    kl_horizon: int = 10000
-    """Adaptive KL controller horizon."""
+    kl: PPOKL = PPOKL()
+    """KL penalty in the reward and its adaptive controller."""
     whiten_advantages: bool = True
     """Whiten advantages per batch."""
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=5, schedule="constant")
     """Optimiser."""
     max_steps: int = 30
     """PPO steps (rollout batches)."""
-    prompts_per_step: int = 32
-    """Prompts per rollout batch."""
+    tasks_per_step: int = 32
+    """Tasks (prompts) per rollout batch."""
     ppo_epochs: int = 2
     """Epochs over each rollout batch."""
     mini_batches: int = 2
     """Mini-batches per epoch."""
-    temperature: float = 1.0
-    """Sampling temperature."""
-    max_new_tokens: int = 64
-    """Generation budget."""
+    sampling: SamplingConfig = SamplingConfig(group_size=1)
+    """Rollout generation (one sample per task: ``group_size`` must be 1)."""
     micro_batch_size: int = 32
     """Sequences per forward pass inside a mini-batch (exact token-mean accumulation)."""
     critic_optim: OptimConfig | None = None
@@ -98,3 +110,12 @@ class PPOStage(Section):
     """Keep this many step checkpoints."""
     eval_every: int = 0
     """Held-out greedy pass@1 every N steps (0: only the pipeline's after-stage eval)."""
+    health: HealthConfig = HealthConfig()
+    """Training-health rules (NaN, KL drift, entropy collapse), the same monitor as every policy stage."""
+
+    @field_validator("sampling")
+    @classmethod
+    def _one_sample(cls, v: SamplingConfig) -> SamplingConfig:
+        if v.group_size != 1:
+            raise ValueError(f"PPO samples one completion per task: sampling.group_size must be 1, got {v.group_size}")
+        return v

@@ -16,12 +16,22 @@ the value of the state *before* token ``t`` is generated — ``s[:, t-1]`` — s
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import torch
 
 from rlvr.errors import ModelLoadError
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+
+RM_MARKER = "rlvr_reward_model.json"  # in a reward model's final/: marks it and names the policy it started from
+
+
+def reward_model_marker(path: str | None) -> dict | None:
+    """The marker a reward_model stage leaves in its output (None if ``path`` is not such an output)."""
+    if path is None or not (Path(path) / RM_MARKER).exists():
+        return None
+    return json.loads((Path(path) / RM_MARKER).read_text())
 
 
 def _is_peft(model) -> bool:

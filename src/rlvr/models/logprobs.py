@@ -63,3 +63,26 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
             ent = entropy_from_logits(logits.detach())
         entropy = torch.cat([zeros, ent], dim=1)
     return logprobs, entropy
+
+
+def sequence_logprobs(model, rows: list[tuple[list[int], list[int]]], pad_id: int, bf16: bool = False):
+    """One forward pass over ``rows`` of ``(ids, loss_mask)`` -> (summed logprobs over the loss mask [R],
+    completion lengths [R]) on the model's device."""
+    from rlvr.data.collate import pad_batch
+
+    ids, att, lm = pad_batch([r[0] for r in rows], pad_id, [r[1] for r in rows], left=False,
+                             device=next(model.parameters()).device)
+    lp, _ = token_logprobs(model, ids, att, 1.0, bf16=bf16)
+    return (lp * lm).sum(dim=-1), lm.sum(dim=1)
+
+
+@torch.no_grad()
+def cached_sequence_logprobs(model, rows, pad_id: int, micro: int, bf16: bool = False) -> torch.Tensor:
+    """Summed logprobs of every row under ``model`` (no grad), in micro-batches sorted by length -> [R]."""
+    out = torch.zeros(len(rows))
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    for s in range(0, len(order), micro):
+        idx = order[s:s + micro]
+        lp, _ = sequence_logprobs(model, [rows[i] for i in idx], pad_id, bf16)
+        out[idx] = lp.float().cpu()
+    return out

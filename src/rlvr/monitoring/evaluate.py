@@ -3,19 +3,19 @@ with the task's verifier, overall and per family."""
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
-from typing import Callable, Sequence
 
 import numpy as np
 
 from rlvr.data.chat import encode_prompt, stop_token_ids
+from rlvr.data.sources import load_task_source
 from rlvr.data.types import Task
 from rlvr.rollout.engine import SamplingParams
-from rlvr.verifiers.base import Verdict
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.verifiers.judge import Judge, default_judge
 
-Judge = Callable[[Sequence[Task], Sequence[str]], list[Verdict]]
+__all__ = ["EvalHook", "Judge", "default_judge", "evaluate", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -30,16 +30,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
 
 
-def default_judge(workers: int = 0) -> Judge:
-    """Route each task to its verifier (by ``task.kind``) and verify a batch (in a pool if workers>0)."""
-    from rlvr.verifiers.pool import verify_batch
-    from rlvr.verifiers.registry import TaskRouter
-
-    router = TaskRouter()
-
-    def judge(tasks, completions):
-        return verify_batch(router, list(tasks), list(completions), workers=workers)
-    return judge
 
 
 def _ks(n: int) -> list[int]:
@@ -105,6 +95,23 @@ def _count(items) -> dict[str, int]:
     return dict(out)
 
 
-def binomial_check(n: int, c: int, k: int) -> float:
-    """Reference pass@k by exact binomials (used by tests)."""
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k) if n - c >= k else 1.0
+class EvalHook:
+    """Held-out evaluation during training (for learning curves: pass@1 against training minutes)."""
+
+    def __init__(self, cfg, tokenizer, judge=None, every: int = 0):
+        self.cfg = cfg
+        self.tok = tokenizer
+        self.every = every
+        self.tasks = load_task_source(cfg.tasks)
+        self.judge = judge or default_judge(cfg.workers)
+
+    def due(self, step: int, max_steps: int) -> bool:
+        return bool(self.every) and (step % self.every == 0 or step == max_steps)
+
+    def run(self, model, step: int) -> dict:
+        """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics."""
+        engine = HFEngine(model, self.tok, batch_size=self.cfg.batch_size)
+        r = evaluate(engine, self.tok, self.tasks, self.judge, k=1, max_new_tokens=self.cfg.max_new_tokens)
+        out = {"eval/pass_at_1": r["pass_at_1"], "eval/mean_length": r["mean_length"]}
+        out.update({f"eval/pass_at_1/{f}": v for f, v in r["by_family"].items()})
+        return out

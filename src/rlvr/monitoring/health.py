@@ -40,7 +40,7 @@ class HealthMonitor:
 
     def observe(self, rec: dict) -> tuple[dict, list[Alert]]:
         """Add one step's metrics; return ``health/*`` metrics and the alerts raised at this step."""
-        self.history.append(rec)
+        self.history.append({k: rec[k] for k in self.KEYS if k in rec})
         if "eval/pass_at_1" in rec:
             self.evals.append((self._recent("rollout/pass_rate"), rec["eval/pass_at_1"]))
         alerts = [a for a in (self._nan(rec), self._entropy(), self._kl(rec), self._dead(), self._overfit()) if a]
@@ -49,6 +49,18 @@ class HealthMonitor:
         for a in alerts:
             out[f"health/{a.rule}"] = 1
         return out, alerts
+
+    KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref",
+            "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1")
+
+    def state_dict(self) -> dict:
+        """The history the rules read (only their keys), for the checkpoint: a resumed run keeps its trends."""
+        return {"history": [{k: r[k] for k in self.KEYS if k in r} for r in self.history],
+                "evals": list(self.evals)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history = [dict(r) for r in state.get("history", [])]
+        self.evals = [tuple(e) for e in state.get("evals", [])]
 
     def should_stop(self, alerts: list[Alert]) -> bool:
         return self.cfg.stop_on_critical and any(a.level == "critical" for a in alerts)

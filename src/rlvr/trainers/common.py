@@ -1,15 +1,46 @@
-"""Pieces every trainer shares: optimiser + schedule, thread setup, run-dir bookkeeping, batching."""
+"""What every stage shares: the lifecycle (``open_stage`` -> ``log_step`` per step -> ``close_stage``),
+the optimiser and its schedule, the frozen reference and the thread setup.
+
+A trainer reads top to bottom: setup (model, data, optimiser) -> ``open_stage`` -> loop {data or
+rollout -> verify -> advantages -> update -> ``log_step``} -> ``close_stage``. The lifecycle owns
+what is the same in every stage, written once:
+
+* **resume**: the latest step checkpoint restores the model, optimiser, scheduler, every RNG, the
+  step, the training seconds, the health monitor's history and the trainer's own state
+  (``run.state``: data cursor, KL coefficient, critic, ...);
+* **metrics**: ``metrics.jsonl`` is append-only; on resume the rows after the checkpoint's step are
+  dropped first, so after kill + resume every step appears exactly once;
+* the held-out **eval hook** (step 0 and every ``eval_every`` steps), the **health monitor** (every
+  stage with a policy), the **progress bar**, **timing** (``time/step``, ``perf/minutes``) and the
+  periodic resumable **checkpoint**.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import math
-import os
+import sys
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from rlvr.config.optim import OptimConfig
-from rlvr.models.checkpoint import save_training_checkpoint
+from rlvr.models.checkpoint import (
+    latest_checkpoint,
+    load_training_state,
+    save_pretrained_atomic,
+    save_training_checkpoint,
+    seed_everything,
+)
+from rlvr.models.load import is_peft, load_model_and_tokenizer
+from rlvr.monitoring.evaluate import EvalHook
+from rlvr.monitoring.health import HealthMonitor
+from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
+from rlvr.monitoring.progress import make_progress
 
 
 def setup_threads(threads: int | None) -> None:
@@ -65,27 +96,47 @@ def optimizer_step(model, opt, sched, max_grad_norm: float) -> float:
     return norm
 
 
-def start_policy_stage(run_dir: str | Path, name: str, model_cfg, init_path: str | None, seed: int):
-    """Common stage start: its run sub-directory, global seeds, the policy in train mode and tokenizer."""
-    from rlvr.models.checkpoint import seed_everything
-    from rlvr.models.load import load_model_and_tokenizer
 
-    out = stage_dir(run_dir, name)
-    seed_everything(seed)
-    model, tok = load_model_and_tokenizer(model_cfg, init_path)
-    model.train()
-    return out, model, tok
+def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
+    """Exact gradient accumulation: forward + backward each micro-batch of row indices.
+
+    ``forward(rows) -> (loss, metrics)`` returns the micro-batch's loss ALREADY divided by the global
+    denominator of the whole (mini-)batch (its tokens, rows or pairs — the loss's own aggregation), so
+    the summed gradient is the full batch's whatever the cutting (1x8 == 2x4 == 8x1). Metrics are
+    combined by their name: ``*_sum`` keys are summed, ``*max``/``*min`` keys take the max/min, the
+    rest are row-weighted means. ``train/loss`` is the sum of the micro-batch losses.
+    """
+    agg: dict[str, float] = {}
+    total = 0.0
+    for rows in micros:
+        loss, met = forward(rows)
+        loss.backward()
+        total += float(loss.detach())
+        w = len(rows) / max(1, total_rows)
+        for k, v in met.items():
+            v = float(v)
+            if k.endswith("max"):
+                agg[k] = max(agg.get(k, v), v)
+            elif k.endswith("min"):
+                agg[k] = min(agg.get(k, v), v)
+            elif k.endswith("_sum"):
+                agg[k] = agg.get(k, 0.0) + v
+            else:
+                agg[k] = agg.get(k, 0.0) + v * w
+    agg["train/loss"] = total
+    return agg
 
 
-def end_of_step(out: Path, stage, step: int, n_steps: int, model, tok, opt, sched, state: dict,
-                crash_at_step: int | None = None) -> None:
-    """What every trainer does after step ``step`` of ``n_steps``: a resumable checkpoint every
-    ``stage.save_every`` steps (not at the last step: ``final/`` follows) holding ``state``, the trainer's
-    own extra state, then the simulated crash (``crash_at_step``) the resume tests use."""
-    if stage.save_every and step % stage.save_every == 0 and step < n_steps:
-        save_training_checkpoint(out / "checkpoints", step, model, tok, opt, sched, state, stage.keep_last)
-    if crash_at_step is not None and step == crash_at_step:
-        raise KeyboardInterrupt(f"simulated crash at step {step}")
+@dataclass
+class StageResult:
+    """What a stage leaves behind."""
+
+    name: str
+    checkpoint: str
+    metrics_path: str
+    steps: int
+    train_seconds: float
+    extra: dict = field(default_factory=dict)
 
 
 def stage_dir(run_dir: str | Path, name: str) -> Path:
@@ -94,25 +145,178 @@ def stage_dir(run_dir: str | Path, name: str) -> Path:
     return p
 
 
-def pad_batch(seqs: list[list[int]], pad_id: int, masks: list[list[int]] | None = None, left: bool = True,
-              device=None):
-    """Pad token lists to a tensor batch ``(input_ids, attention_mask, loss_mask or None)`` on ``device``."""
-    T = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
-    att = torch.zeros((len(seqs), T), dtype=torch.long)
-    lm = torch.zeros((len(seqs), T), dtype=torch.float32) if masks is not None else None
-    for i, s in enumerate(seqs):
-        sl = slice(T - len(s), T) if left else slice(0, len(s))
-        ids[i, sl] = torch.tensor(s, dtype=torch.long)
-        att[i, sl] = 1
-        if lm is not None:
-            lm[i, sl] = torch.tensor(masks[i], dtype=torch.float32)
-    if device is not None and str(device) != "cpu":
-        ids, att = ids.to(device), att.to(device)
-        lm = lm.to(device) if lm is not None else None
-    return ids, att, lm
+def load_policy(run_dir: str | Path, name: str, model_cfg, init_path: str | None, seed: int):
+    """Stage start for a policy: its run sub-directory, global seeds, the policy and the tokenizer.
+
+    Dropout is off (``eval()`` mode) unless ``model.dropout`` asks for it: the log-probabilities the
+    losses compare (policy, old, reference) must come from the same deterministic function.
+    """
+    out = stage_dir(run_dir, name)
+    seed_everything(seed)
+    model, tok = load_model_and_tokenizer(model_cfg, init_path)
+    set_train_mode(model, model_cfg)
+    return out, model, tok
 
 
-def omp_passive() -> None:
-    """Ask OpenMP threads to sleep instead of spin when idle (set before torch is imported)."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+def set_train_mode(model, model_cfg) -> None:
+    """``train()`` only when the config asks for dropout, else ``eval()`` (dropout off) while training."""
+    model.train(bool(getattr(model_cfg, "dropout", False)))
+
+
+def frozen_reference(model, needed: bool):
+    """The frozen reference: None when not ``needed`` or under LoRA (the base with adapters disabled is
+    the reference, see :func:`reference_model`), else a frozen copy of ``model`` in eval mode."""
+    if not needed or is_peft(model):
+        return None
+    ref = copy.deepcopy(model).eval()
+    for p in ref.parameters():
+        p.requires_grad_(False)
+    return ref
+
+
+@contextlib.contextmanager
+def reference_model(policy, ref):
+    """Yield the model whose forward is the reference: ``ref``, or (``ref`` None) the LoRA policy with its
+    adapters disabled — in eval mode (no dropout), restored afterwards."""
+    model = policy if ref is None else ref
+    was = model.training
+    model.eval()
+    try:
+        if ref is None:
+            with policy.disable_adapter():
+                yield policy
+        else:
+            yield ref
+    finally:
+        model.train(was)
+
+
+def find_checkpoint(out: Path, resume: bool) -> Path | None:
+    """The checkpoint a resumed stage continues from (None for a fresh run or nothing saved yet)."""
+    return latest_checkpoint(out / "checkpoints") if resume else None
+
+
+@dataclass
+class StageRun:
+    """The live bookkeeping of one stage between :func:`open_stage` and :func:`close_stage`."""
+
+    cfg: Any                       # the stage's config section
+    out: Path
+    model: Any
+    tok: Any
+    opt: Any
+    sched: Any
+    n_steps: int
+    writer: MetricsWriter
+    step: int = 0
+    seconds: float = 0.0           # training wall time so far (eval excluded), restored on resume
+    state: dict = field(default_factory=dict)   # the trainer's own state restored from the checkpoint
+    checkpoint: Path | None = None             # resumed from
+    evaler: EvalHook | None = None
+    health: HealthMonitor | None = None
+    crash_at_step: int | None = None
+    last: dict = field(default_factory=dict)   # every key's latest value
+    progress: Any = None
+    bar: Any = None
+    _t0: float = 0.0
+    _plain: bool = False
+
+    def done(self) -> bool:
+        """The stage has run its steps (or its ``max_minutes`` of training time)."""
+        minutes = getattr(self.cfg, "max_minutes", None)
+        return self.step >= self.n_steps or (minutes is not None and self.seconds >= minutes * 60)
+
+
+def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoint: Path | None = None,
+               eval_cfg=None, judge=None, health=None, start: dict | None = None,
+               crash_at_step: int | None = None, label: str | None = None) -> StageRun:
+    """Resume (when ``checkpoint``), truncate the metrics to its step, open the writer, the eval hook,
+    the health monitor (``health``: a HealthConfig, None for stages without a policy) and the progress
+    bar; log the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run."""
+    run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step)
+    run.health = HealthMonitor(health) if health is not None else None
+    if checkpoint is not None:
+        st = load_training_state(checkpoint, model, opt, sched)
+        run.step, run.checkpoint = st.pop("step"), checkpoint
+        run.seconds = st.pop("seconds", 0.0)
+        monitor_state = st.pop("health", None)
+        if run.health is not None and monitor_state is not None:
+            run.health.load_state_dict(monitor_state)
+        run.state = st
+        truncate_metrics_after(out / "metrics.jsonl", run.step)
+    run.writer = MetricsWriter(out / "metrics.jsonl")
+    event = {"event": "resume", "checkpoint": str(checkpoint)} if checkpoint is not None else {"event": "start"}
+    run.writer.log(run.step, {**event, **(start or {})})
+    every = getattr(cfg, "eval_every", 0)
+    if eval_cfg is not None and every:
+        run.evaler = EvalHook(eval_cfg, tok, judge, every)
+        if run.step == 0:
+            run.writer.log(0, {**run.evaler.run(model, 0), "perf/minutes": 0.0})
+    run._plain = not sys.stdout.isatty()
+    run.progress = make_progress()
+    run.progress.start()
+    run.bar = run.progress.add_task(f"{label or cfg.type}:{cfg.name}", total=n_steps, completed=run.step, info="")
+    if run._plain:
+        print(f"[{cfg.name}] {'resuming at step ' + str(run.step) if checkpoint else 'starting'} "
+              f"({n_steps} steps)", flush=True)
+    run._t0 = time.perf_counter()
+    return run
+
+
+def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = "") -> bool:
+    """Close step ``run.step + 1``: timing, lr, held-out eval when due, health, one metrics row, the
+    progress bar, the periodic checkpoint (holding ``state``, the trainer's own resumable state) and the
+    simulated crash of the resume tests. Returns True when the health monitor asks the stage to stop."""
+    run.step += 1
+    dt = time.perf_counter() - run._t0
+    run.seconds += dt
+    rec = {**rec, "time/step": dt, "perf/minutes": run.seconds / 60}
+    if "train/tokens" in rec:
+        rec["perf/tokens_per_s"] = rec["train/tokens"] / max(dt, 1e-9)
+    if run.sched is not None:
+        rec["train/lr"] = run.sched.get_last_lr()[0]
+    if run.evaler is not None and run.evaler.due(run.step, run.n_steps):
+        rec.update(run.evaler.run(run.model, run.step))
+    stop = False
+    if run.health is not None:
+        hm, alerts = run.health.observe(rec)
+        rec.update(hm)
+        for a in alerts:
+            run.progress.console.print(f"[{'red' if a.level == 'critical' else 'yellow'}]health: {a.rule}[/] "
+                                       f"{a.message}")
+        if alerts:
+            rec["health/alerts"] = "; ".join(f"{a.rule}: {a.message}" for a in alerts)
+        stop = run.health.should_stop(alerts)
+    every = getattr(run.cfg, "log_every", 1) or 1
+    if run.step % every == 0 or run.step == run.n_steps or any(k.startswith("eval/") for k in rec) or stop:
+        run.writer.log(run.step, rec)
+    run.last.update(rec)
+    run.progress.update(run.bar, advance=1, info=info)
+    if run._plain and (run.step % max(1, run.n_steps // 10) == 0 or run.step == run.n_steps):
+        print(f"[{run.cfg.name}] step {run.step}/{run.n_steps} {info}", flush=True)
+    full = {**(state or {}), "seconds": run.seconds}
+    if run.health is not None:
+        full["health"] = run.health.state_dict()
+    save_every = getattr(run.cfg, "save_every", 0)
+    if save_every and run.step % save_every == 0 and run.step < run.n_steps:
+        save_training_checkpoint(run.out / "checkpoints", run.step, run.model, run.tok, run.opt, run.sched, full,
+                                 run.cfg.keep_last)
+    if run.crash_at_step is not None and run.step == run.crash_at_step:
+        run.progress.stop()
+        run.writer.close()
+        raise KeyboardInterrupt(f"simulated crash at step {run.step}")
+    if stop:
+        run.writer.log(run.step, {"event": "health_stop", "alerts": rec.get("health/alerts", "")})
+    run._t0 = time.perf_counter()
+    return stop
+
+
+def close_stage(run: StageRun, model=None, extra: dict | None = None, final_name: str = "final") -> StageResult:
+    """Close the writer and the bar, save ``final/`` (``model``, default the stage's) and return the result."""
+    run.writer.close()
+    run.progress.stop()
+    final = save_pretrained_atomic(model if model is not None else run.model, run.tok, run.out / final_name)
+    return StageResult(run.cfg.name, str(final), str(run.out / "metrics.jsonl"), run.step, run.seconds,
+                       extra or {})
+
+

@@ -22,60 +22,63 @@ Models:
   from ``run_dir/reward_model/final``.
 
 Every random draw is seeded by (seed, step); a checkpoint holds the actor, the critic, both optimisers,
-the task cursor and the KL coefficient, so a resumed run continues the same trajectory.
+the task cursor, the KL coefficient and the health history, so a resumed run continues the same trajectory.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from rlvr.advantages.gae import gae, token_rewards, whiten
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
+from rlvr.config.rl import RewardTerm
 from rlvr.config.rlhf import PPOStage
-from rlvr.data.chat import encode_prompt, stop_token_ids
+from rlvr.data.chat import encode_prompt
+from rlvr.data.collate import pad_batch
+from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.errors import ConfigError
-from rlvr.losses.kl import adaptive_kl_coef
-from rlvr.models.checkpoint import (
-    latest_checkpoint,
-    load_training_state,
-    save_pretrained_atomic,
-    seed_everything,
+from rlvr.losses.kl import adaptive_kl_coef, kl_penalty
+from rlvr.losses.policy import clipped_surrogate
+from rlvr.losses.value import clipped_value_loss, explained_variance
+from rlvr.models.checkpoint import save_pretrained_atomic, seed_everything
+from rlvr.models.heads import (
+    backbone_and_head,
+    load_reward_model,
+    reward_model_marker,
+    sequence_classifier_from_causal,
+    sequence_rewards,
+    token_values,
 )
-from rlvr.models.heads import backbone_and_head, load_reward_model, sequence_classifier_from_causal
-from rlvr.models.load import is_peft, load_model_and_tokenizer
-from rlvr.monitoring.evaluate import default_judge
-from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
-from rlvr.monitoring.progress import make_progress
-from rlvr.rollout.engine import SamplingParams
+from rlvr.models.load import load_model_and_tokenizer
+from rlvr.models.logprobs import token_logprobs
+from rlvr.rollout.collector import collect
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.trainers.common import build_optimizer, end_of_step, stage_dir
-from rlvr.trainers.eval_hook import EvalHook
-from rlvr.trainers.ppo_update import (
-    build_batch,
-    compute_advantages,
-    evaluate_batch,
-    ppo_update,
-    rm_scores,
-    verifier_rewards,
+from rlvr.trainers.common import (
+    StageResult,
+    build_optimizer,
+    clip_grads,
+    close_stage,
+    find_checkpoint,
+    frozen_reference,
+    log_step,
+    open_stage,
+    reference_model,
+    set_train_mode,
+    stage_dir,
 )
-from rlvr.trainers.reward_model import RM_MARKER
-from rlvr.trainers.rl import TaskStream
-from rlvr.trainers.sft import StageResult
+from rlvr.verifiers.judge import default_judge
+
+CORRECT = [RewardTerm()]  # the verifier's reward (logged as the pass rate even when an RM scores)
 
 
-def reward_model_marker(path: str | None) -> dict | None:
-    """The marker a reward_model stage leaves in its output (None if ``path`` is not such an output)."""
-    if path is None or not (Path(path) / RM_MARKER).exists():
-        return None
-    return json.loads((Path(path) / RM_MARKER).read_text())
-
+# ------------------------------------------------------------------------------------------ setup
 
 def resolve_paths(stage: PPOStage, run_dir: str | Path, init_path: str | None) -> tuple[str | None, str | None]:
     """``(policy init path, reward model path or None)``.
@@ -100,12 +103,8 @@ def setup_models(stage: PPOStage, model_cfg: ModelConfig, run_dir, init_path, se
     """``(policy, tok, reference or None (LoRA), critic, reward model or None, rm tokenizer or None)``."""
     init_path, rm_path = resolve_paths(stage, run_dir, init_path)
     policy, tok = load_model_and_tokenizer(model_cfg, init_path)
-    policy.train()
-    ref = None
-    if not is_peft(policy):
-        ref = copy.deepcopy(policy).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
+    set_train_mode(policy, model_cfg)
+    ref = frozen_reference(policy, True)
     rm, rm_tok = None, None
     if rm_path is not None:
         rm, rm_tok = load_reward_model(rm_path)
@@ -116,31 +115,168 @@ def setup_models(stage: PPOStage, model_cfg: ModelConfig, run_dir, init_path, se
         critic = sequence_classifier_from_causal(policy, tok, seed=seed + 1)
         _, head = backbone_and_head(critic)
         torch.nn.init.zeros_(head.weight)          # V = 0 at the start: the first advantages are the returns
-    critic.train()
+    set_train_mode(critic, model_cfg)
     for p in critic.parameters():
         p.requires_grad_(True)
     return policy, tok, ref, critic, rm, rm_tok
 
 
+# ----------------------------------------------------------------------------------------- update
+
+@dataclass
+class PPOBatch:
+    """A scored rollout batch, right-padded to ``[B, T]``."""
+
+    ids: torch.Tensor
+    att: torch.Tensor
+    loss_mask: torch.Tensor
+    rewards: torch.Tensor          # [B] task reward (RM score or verifier reward)
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
+
+
+@torch.no_grad()
+def rm_scores(rm, rm_tok, policy_tok, tasks, prompt_ids, completion_ids, texts, micro: int) -> torch.Tensor:
+    """Reward-model scores ``[B]`` of prompt + completion (re-tokenised if the RM's tokenizer differs)."""
+    if rm_tok.get_vocab() == policy_tok.get_vocab():
+        rows = [p + c for p, c in zip(prompt_ids, completion_ids)]
+    else:
+        rows = [encode_prompt(rm_tok, t) + rm_tok(x, add_special_tokens=False)["input_ids"]
+                for t, x in zip(tasks, texts)]
+    out = []
+    dev = next(rm.parameters()).device
+    for s in range(0, len(rows), micro):
+        ids, att, _ = pad_batch(rows[s:s + micro], rm_tok.pad_token_id, left=False, device=dev)
+        out.append(sequence_rewards(rm, ids, att).cpu())
+    return torch.cat(out).float()
+
+
+def build_batch(ro, rewards: torch.Tensor, valid: torch.Tensor, pad_id: int,
+                device=None) -> tuple[PPOBatch, list[int]]:
+    """Keep valid rows with a non-empty completion; returns the batch (on ``device``) and the kept rows."""
+    keep = [i for i in range(len(ro.completion_ids)) if bool(valid[i]) and ro.completion_ids[i]]
+    if not keep:
+        return PPOBatch(torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long),
+                        torch.zeros(0, 1), torch.zeros(0)), keep
+    seqs = [ro.prompt_ids[i] + ro.completion_ids[i] for i in keep]
+    masks = [[0] * len(ro.prompt_ids[i]) + [1] * len(ro.completion_ids[i]) for i in keep]
+    ids, att, lm = pad_batch(seqs, pad_id, masks, left=False, device=device)
+    return PPOBatch(ids, att, lm, rewards[keep].float().to(ids.device)), keep
+
+
+def _micro_slices(rows: list[int], micro: int):
+    return [rows[s:s + micro] for s in range(0, len(rows), micro)]
+
+
+def _trim(b: PPOBatch, rows: list[int], *tensors):
+    """Rows of the batch cut to their longest sequence (right padding)."""
+    T = int(b.att[rows].sum(dim=1).max())
+    return [t[rows, :T] for t in tensors]
+
+
+@torch.no_grad()
+def evaluate_batch(b: PPOBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool) -> None:
+    """Fill old logprobs (sampling policy), reference logprobs (LoRA: adapters off) and values."""
+    old, refl, vals = (torch.zeros(b.ids.shape, device=b.ids.device) for _ in range(3))
+    for rows in _micro_slices(list(range(len(b))), micro):
+        ids, att = _trim(b, rows, b.ids, b.att)
+        T = ids.shape[1]
+        old[rows, :T] = token_logprobs(policy, ids, att, temperature, bf16=bf16)[0].float()
+        with reference_model(policy, ref) as model:
+            refl[rows, :T] = token_logprobs(model, ids, att, temperature, bf16=bf16)[0].float()
+        vals[rows, :T] = token_values(critic, ids, att, bf16)
+    b.old_logprobs, b.ref_logprobs, b.values = old, refl, vals * b.loss_mask
+
+
+def compute_advantages(b: PPOBatch, kl_coef: float, gamma: float, lam: float, whiten_adv: bool) -> dict:
+    """KL-in-reward (k1 per token), GAE(γ, λ) and optional whitening; returns rollout-side metrics."""
+    lm = b.loss_mask
+    kl = kl_penalty(b.old_logprobs, b.ref_logprobs, kind="k1", loss_mask=lm)
+    tok_r = token_rewards(b.rewards, lm, kl, kl_coef)
+    adv, ret = gae(tok_r, b.values, lm, gamma, lam)
+    b.advantages = whiten(adv, lm) if whiten_adv else adv
+    b.returns = ret
+    seq_kl = (kl * lm).sum(dim=1)
+    return {"kl/ref": float(seq_kl.mean()), "kl/ref_per_token": float((kl * lm).sum() / lm.sum().clamp(min=1)),
+            "reward/with_kl_mean": float(tok_r.sum(dim=1).mean()),
+            "value/explained_variance": explained_variance(b.values, ret, lm),
+            "advantage/mean_raw": float((adv * lm).sum() / lm.sum().clamp(min=1))}
+
+
+def micro_loss(b: PPOBatch, rows, policy, critic, cfg, denom: float, bf16: bool):
+    """Token-sum of the clipped policy loss + vf_coef x clipped value loss, divided by the mini-batch's tokens."""
+    ids, att, lm, old, adv, v_old, ret = _trim(b, rows, b.ids, b.att, b.loss_mask, b.old_logprobs,
+                                               b.advantages, b.values, b.returns)
+    logprobs, entropy = token_logprobs(policy, ids, att, cfg.sampling.temperature, with_entropy=True, bf16=bf16)
+    pg, pmet = clipped_surrogate(logprobs, old, adv, lm, cfg.eps, cfg.eps)
+    values = token_values(critic, ids, att, bf16)
+    vf, vmet = clipped_value_loss(values, v_old, ret, lm, cfg.value_clip)
+    pg_sum, vf_sum = (pg * lm).sum(), (vf * lm).sum()
+    loss = (pg_sum + cfg.vf_coef * vf_sum) / denom
+    n = float(lm.sum())
+    met = {**pmet, "value/clip_frac": vmet["value/clip_frac"], "value/mse": vmet["value/mse"],
+           "policy/loss": float(pg_sum.detach()) / max(n, 1), "value/loss": float(vf_sum.detach()) / max(n, 1),
+           "policy/entropy": float((entropy * lm).sum()) / max(n, 1)}
+    return loss, met, n
+
+
+def ppo_update(b: PPOBatch, policy, critic, opts, scheds, cfg, seed: int, step: int, bf16: bool) -> dict:
+    """``ppo_epochs`` x ``mini_batches`` optimizer steps on both the actor and the critic."""
+    (popt, copt), (psched, csched) = opts, scheds
+    agg: dict[str, float] = {}
+    tokens = 0.0
+    skipped, updates = 0, 0
+    for epoch in range(cfg.ppo_epochs):
+        perm = np.random.default_rng([seed, step, epoch]).permutation(len(b)).tolist()
+        size = -(-len(b) // cfg.mini_batches)
+        for s in range(0, len(b), size):
+            mini = perm[s:s + size]
+            denom = float(b.loss_mask[mini].sum().clamp(min=1))
+            for rows in _micro_slices(mini, cfg.micro_batch_size):
+                loss, met, n = micro_loss(b, rows, policy, critic, cfg, denom, bf16)
+                if not torch.isfinite(loss):
+                    skipped += 1
+                    continue
+                loss.backward()
+                tokens += n
+                for k, v in met.items():
+                    agg[k] = agg.get(k, 0.0) + v * n
+            agg["train/grad_norm"] = agg.get("train/grad_norm", 0.0) + clip_grads(policy, cfg.optim.max_grad_norm)
+            copt_cfg = cfg.critic_optim or cfg.optim
+            agg["critic/grad_norm"] = agg.get("critic/grad_norm", 0.0) + clip_grads(critic, copt_cfg.max_grad_norm)
+            popt.step(), copt.step()
+            popt.zero_grad(set_to_none=True), copt.zero_grad(set_to_none=True)
+            updates += 1
+    psched.step(), csched.step()
+    out = {k: v / max(tokens, 1.0) for k, v in agg.items() if not k.endswith("grad_norm")}
+    out.update({k: v / max(updates, 1) for k, v in agg.items() if k.endswith("grad_norm")})
+    out["train/updates"] = updates
+    out["train/nonfinite_skipped"] = skipped
+    return out
+
+
+# ------------------------------------------------------------------------------------------ rollout
+
 def rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed: int, step: int):
-    """Generate one completion per task and score it; returns (generation, rewards, valid, verifier metrics)."""
-    params = SamplingParams(n=1, temperature=stage.temperature, max_new_tokens=stage.max_new_tokens,
-                            stop_token_ids=stop_token_ids(tok), seed=seed * 100003 + step * 97 + 1)
-    gen = engine.generate([encode_prompt(tok, t) for t in tasks], params)
-    verdicts = judge(tasks, gen.texts)
-    v_rewards, valid = verifier_rewards(verdicts)
-    met = {"rollout/pass_rate": float(np.mean([v.passed for v in verdicts])),
-           "verifier/infra": int((~valid).sum())}
+    """One completion per task (the GRPO family's collector with G = 1), scored by the reward model or the
+    verifier; returns (rollouts, rewards [B], valid [B], metrics). The verifier always runs (pass rate)."""
+    ro = collect(engine, tok, tasks, judge, stage.sampling, CORRECT, seed=seed * 100003 + step * 97)
+    valid = ro.valid.reshape(-1)
+    met = {"rollout/pass_rate": float(ro.passed.float().mean()), "verifier/infra": int((~valid).sum()),
+           "time/generate": ro.seconds.get("generate", 0.0), "time/verify": ro.seconds.get("verify", 0.0)}
     if rm is None:
-        return gen, v_rewards, valid, met
-    scores = rm_scores(rm, rm_tok, tok, tasks, gen.prompt_ids, gen.completion_ids, gen.texts, stage.micro_batch_size)
-    return gen, scores, torch.ones(len(scores), dtype=torch.bool), met
+        return ro, ro.rewards.reshape(-1), valid, met
+    scores = rm_scores(rm, rm_tok, tok, tasks, ro.prompt_ids, ro.completion_ids, ro.texts, stage.micro_batch_size)
+    return ro, scores, torch.ones(len(scores), dtype=torch.bool), met
 
 
-def checkpoint_state(wall, stream, kl_coef, critic, copt, csched) -> dict:
-    return {"wall_seconds": wall, "cursor": stream.cursor, "kl_coef": kl_coef, "critic": critic.state_dict(),
-            "critic_optimizer": copt.state_dict(), "critic_scheduler": csched.state_dict()}
-
+# ---------------------------------------------------------------------------------------- trainer
 
 def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
               init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
@@ -154,56 +290,37 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     stream = TaskStream(load_task_source(stage.data), seed)
     popt, psched = build_optimizer(policy, stage.optim, stage.max_steps)
     copt, csched = build_optimizer(critic, stage.critic_optim or stage.optim, stage.max_steps)
-    step, wall, kl_coef = 0, 0.0, stage.init_kl_coef
-    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
-    if ckpt is not None:
-        st = load_training_state(ckpt, policy, popt, psched)
-        step, wall, stream.cursor, kl_coef = st["step"], st["wall_seconds"], st["cursor"], st["kl_coef"]
-        critic.load_state_dict(st["critic"])
-        copt.load_state_dict(st["critic_optimizer"])
-        csched.load_state_dict(st["critic_scheduler"])
-        truncate_metrics_after(out / "metrics.jsonl", step)
-    writer = MetricsWriter(out / "metrics.jsonl")
-    writer.log(step, {"event": "resume" if ckpt else "start", "reward": stage.reward,
-                      "reference": "base (adapters disabled)" if ref is None else "frozen copy"})
-    evaler = EvalHook(eval_cfg, tok, judge, stage.eval_every) if eval_cfg is not None and stage.eval_every else None
-    if evaler is not None and step == 0:
-        writer.log(0, evaler.run(policy, 0))
+    run = open_stage(stage, out, policy, tok, popt, psched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
+                     eval_cfg=eval_cfg, judge=judge, health=stage.health, crash_at_step=crash_at_step,
+                     start={"reward": stage.reward, "reference": "base (adapters disabled)" if ref is None
+                            else "frozen copy"})
+    kl_coef = run.state.get("kl_coef", stage.kl.beta)
+    stream.cursor = run.state.get("cursor", 0)
+    if "critic" in run.state:
+        critic.load_state_dict(run.state["critic"])
+        copt.load_state_dict(run.state["critic_optimizer"])
+        csched.load_state_dict(run.state["critic_scheduler"])
     bf16 = model_cfg.autocast_bf16
-    with make_progress() as prog:
-        bar = prog.add_task(f"ppo:{stage.name}", total=stage.max_steps, completed=step, info="")
-        while step < stage.max_steps:
-            t0 = time.perf_counter()
-            tasks = stream.take(stage.prompts_per_step)
-            gen, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, step)
-            batch, _ = build_batch(gen, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
-            t1 = time.perf_counter()
-            rec = {**rmet, "reward/mean": float(rewards[valid].mean()) if bool(valid.any()) else 0.0,
-                   "reward/std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
-                   "rollout/length_mean": float(np.mean([len(c) for c in gen.completion_ids])),
-                   "rollout/truncation_rate": float(np.mean([r == "length" for r in gen.finish_reason])),
-                   "kl/coef": kl_coef, "train/sequences": len(batch)}
-            if len(batch):
-                evaluate_batch(batch, policy, ref, critic, stage.temperature, stage.micro_batch_size, bf16)
-                rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
-                rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, step, bf16))
-                if stage.target_kl is not None:
-                    kl_coef = adaptive_kl_coef(kl_coef, rec["kl/ref"], stage.target_kl, len(batch), stage.kl_horizon)
-            else:
-                psched.step(), csched.step()
-            step += 1
-            t2 = time.perf_counter()
-            wall += t2 - t0
-            rec.update({"time/rollout": t1 - t0, "time/train": t2 - t1, "time/step": t2 - t0,
-                        "perf/minutes": wall / 60, "train/lr": psched.get_last_lr()[0]})
-            if evaler is not None and evaler.due(step, stage.max_steps):
-                rec.update(evaler.run(policy, step))
-            writer.log(step, rec)
-            prog.update(bar, advance=1, info=f"reward {rec['reward/mean']:.3f} kl {rec.get('kl/ref', 0.0):.2f}")
-            end_of_step(out, stage, step, stage.max_steps, policy, tok, popt, psched,
-                        checkpoint_state(wall, stream, kl_coef, critic, copt, csched), crash_at_step)
-    writer.close()
+    while not run.done():
+        tasks = stream.take(stage.tasks_per_step)
+        ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)
+        batch, _ = build_batch(ro, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
+        rec = {**rmet, "reward/mean": float(rewards[valid].mean()) if bool(valid.any()) else 0.0,
+               "reward/std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
+               "rollout/length_mean": float(np.mean([len(c) for c in ro.completion_ids])),
+               "rollout/truncation_rate": float(np.mean([r == "length" for r in ro.finish_reason])),
+               "kl/coef": kl_coef, "train/sequences": len(batch)}
+        if len(batch):
+            evaluate_batch(batch, policy, ref, critic, stage.sampling.temperature, stage.micro_batch_size, bf16)
+            rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
+            rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step, bf16))
+            if stage.kl.target is not None:
+                kl_coef = adaptive_kl_coef(kl_coef, rec["kl/ref"], stage.kl.target, len(batch), stage.kl.horizon)
+        else:
+            psched.step(), csched.step()
+        state = {"cursor": stream.cursor, "kl_coef": kl_coef, "critic": critic.state_dict(),
+                 "critic_optimizer": copt.state_dict(), "critic_scheduler": csched.state_dict()}
+        if log_step(run, rec, state, info=f"reward {rec['reward/mean']:.3f} kl {rec.get('kl/ref', 0.0):.2f}"):
+            break
     save_pretrained_atomic(critic, tok, out / "critic")
-    final = save_pretrained_atomic(policy, tok, out / "final")
-    return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, wall,
-                       {"critic": str(out / "critic"), "kl_coef": kl_coef, "reward": stage.reward})
+    return close_stage(run, extra={"critic": str(out / "critic"), "kl_coef": kl_coef, "reward": stage.reward})

@@ -9,7 +9,7 @@ The reference: the policy *before the first step* is the reference, so its log-p
 computed with the policy itself before training starts (no second model copy); under LoRA they are
 computed with the adapters disabled (the base). Reference-free losses (simpo, orpo, cpo) load no
 reference either: the same one pass gives the "start" logps that the likelihood-displacement monitor
-compares against. A resumed run reads the cache back (``reference_logps.pt``), so resume is exact.
+compares against. A resumed run reads the cache back (``reference_logprobs.pt``), so resume is exact.
 
 Pathologies (seed 004): ``pathology/likelihood_displacement`` is 1 when the chosen *and* the rejected
 log-probabilities of the step's pairs both fell below their start by more than ``displacement_tol``;
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,44 +31,174 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.preference import PreferenceStage
 from rlvr.data.chat import encode_completion, encode_prompt, stop_token_ids
-from rlvr.data.pair_builder import stage_pairs
+from rlvr.data.order import data_order
 from rlvr.data.preference import as_pairs, as_unpaired, encode_pair, encode_unpaired, fit_length
 from rlvr.errors import ConfigError
-from rlvr.models.checkpoint import (
-    latest_checkpoint,
-    load_training_state,
-    save_pretrained_atomic,
-)
+from rlvr.losses.preference import kto, kto_reference_point, rgpo_weights, weighted_mean
 from rlvr.models.load import is_peft, load_model_and_tokenizer
-from rlvr.monitoring.evaluate import default_judge
-from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
-from rlvr.monitoring.progress import make_progress
+from rlvr.models.logprobs import cached_sequence_logprobs, sequence_logprobs
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, start_policy_stage
-from rlvr.trainers.eval_hook import EvalHook
-from rlvr.trainers.preference_step import (
-    PairData,
-    UnpairedData,
-    cache_logps,
-    kto_step,
-    needs_reference,
-    pair_eval,
-    paired_step,
-    rgpo_tables,
+from rlvr.rollout.pairs import stage_pairs
+from rlvr.trainers.common import (
+    StageResult,
+    build_optimizer,
+    close_stage,
+    find_checkpoint,
+    load_policy,
+    log_step,
+    open_stage,
+    optimizer_step,
+    reference_model,
 )
-from rlvr.trainers.sft import StageResult, data_order
+from rlvr.trainers.variants import check_preference_combination, preference_variant, weighting
+from rlvr.verifiers.judge import default_judge
 
-CACHE_FILE = "reference_logps.pt"
+CACHE_FILE = "reference_logprobs.pt"
+
+
+def pair_logprobs(model, chosen, rejected, pad_id: int, bf16: bool = False):
+    """Chosen and rejected of m pairs in ONE concatenated forward -> (pc, pr, lc, lr), each [m]."""
+    s, n = sequence_logprobs(model, list(chosen) + list(rejected), pad_id, bf16)
+    m = len(chosen)
+    return s[:m], s[m:], n[:m], n[m:]
+
+
+# ------------------------------------------------------------------------------------------ updates
+
+@dataclass
+class PairData:
+    """Training rows for the paired losses; every tensor is indexed by pair."""
+
+    chosen: list[tuple[list[int], list[int]]]     # (ids, loss_mask)
+    rejected: list[tuple[list[int], list[int]]]
+    ref_logprobs: torch.Tensor   # [N, 2] summed logprobs (chosen, rejected) of the policy before training
+    margin: torch.Tensor         # [N] quality margin for Uni-DPO
+    chosen_score: torch.Tensor   # [N]
+    weight: torch.Tensor         # [N] fixed per-pair weight (RGPO), 1 otherwise
+    smoothing: torch.Tensor      # [N] per-pair label smoothing (RGPO), 0 otherwise
+
+    def __len__(self) -> int:
+        return len(self.chosen)
+
+
+@dataclass
+class UnpairedData:
+    """Training rows for KTO: the examples and their mismatched KL rows (prompt i, completion of j)."""
+
+    rows: list[tuple[list[int], list[int]]]
+    kl_rows: list[tuple[list[int], list[int]]]
+    desirable: torch.Tensor      # [N] bool
+    ref_logprobs: torch.Tensor      # [N] reference summed logprobs
+    kl_ref_logprobs: torch.Tensor   # [N] reference summed logprobs of the KL rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+
+def rgpo_tables(votes: list[list[int] | None]):
+    """RGPO weights, smoothing and swaps for a whole dataset (EM over all pairs at once)."""
+    width = max((len(v) for v in votes if v), default=1)
+    table = torch.tensor([(v or [1]) + [0] * (width - len(v or [1])) for v in votes], dtype=torch.float32)
+    return rgpo_weights(table)
+
+
+
+def _accumulate(agg: dict, met: dict, w: float) -> None:
+    for k, v in met.items():
+        agg[k] = agg.get(k, 0.0) + float(v) * w
+
+
+
+def paired_step(model, data: PairData, idx: list[int], stage, pad_id: int, bf16: bool) -> dict:
+    """Forward/backward one optimizer step's pairs in micro-batches; returns step-mean metrics."""
+    order = sorted(idx, key=lambda i: len(data.chosen[i][0]) + len(data.rejected[i][0]))
+    micros = [order[s:s + stage.micro_batch_size] for s in range(0, len(order), stage.micro_batch_size)]
+    total = len(idx)
+    variant, wt = preference_variant(stage.loss), weighting(stage.weighting)
+    agg: dict[str, float] = {}
+    for mb in micros:
+        pc, pr, lc, lr = pair_logprobs(model, [data.chosen[i] for i in mb], [data.rejected[i] for i in mb],
+                                       pad_id, bf16)
+        dev = pc.device
+        rc, rr = data.ref_logprobs[mb, 0].to(dev), data.ref_logprobs[mb, 1].to(dev)
+        per_pair, met = variant.pair_loss(stage.loss, pc, pr, rc, rr, lc, lr, data.smoothing[mb].to(dev))
+        w = wt.weights(stage.weighting, pc, pr, lc, lr, data.margin[mb].to(dev), data.weight[mb].to(dev))
+        loss = weighted_mean(per_pair, w, denominator=total)
+        extra = wt.extra_loss(stage.weighting, pc, rc, data.chosen_score[mb].to(dev)) if wt.extra_loss else None
+        if extra is not None:
+            loss = loss + extra.sum() / total
+        loss.backward()
+        with torch.no_grad():
+            met = dict(met)
+            met["train/loss"] = float(loss) * total / len(mb)
+            met["weights/mean"] = float(w.mean())
+            met["pathology/chosen_logp_delta"] = float((pc - rc).mean())
+            met["pathology/rejected_logp_delta"] = float((pr - rr).mean())
+            met["length/chosen_tokens"] = float(lc.float().mean())
+            met["length/rejected_tokens"] = float(lr.float().mean())
+        _accumulate(agg, met, len(mb) / total)
+    return agg
+
+
+
+def kto_step(model, data: UnpairedData, idx: list[int], stage, pad_id: int, bf16: bool) -> dict:
+    """KTO over one step's examples: z0 from the step's mismatched rows (no grad), then micro-batches."""
+    micro = stage.micro_batch_size
+    with torch.no_grad():
+        kl_pol = torch.cat([sequence_logprobs(model, [data.kl_rows[i] for i in idx[s:s + micro]], pad_id, bf16)[0]
+                            for s in range(0, len(idx), micro)])
+    z0 = kto_reference_point(kl_pol, data.kl_ref_logprobs[idx].to(kl_pol.device))
+    cfg = stage.loss
+    agg: dict[str, float] = {}
+    order = sorted(idx, key=lambda i: len(data.rows[i][0]))
+    for s in range(0, len(order), micro):
+        mb = order[s:s + micro]
+        lp, _ = sequence_logprobs(model, [data.rows[i] for i in mb], pad_id, bf16)
+        ref, d = data.ref_logprobs[mb].to(lp.device), data.desirable[mb].to(lp.device)
+        per, met = kto(lp, ref, d, z0, cfg.beta, cfg.lambda_d, cfg.lambda_u)
+        loss = per.sum() / len(idx)
+        loss.backward()
+        met = dict(met)
+        met["train/loss"] = float(loss.detach()) * len(idx) / len(mb)
+        delta = lp.detach() - ref
+        if bool(d.any()):
+            met["pathology/chosen_logp_delta"] = float(delta[d].mean())
+        if bool((~d).any()):
+            met["pathology/rejected_logp_delta"] = float(delta[~d].mean())
+        _accumulate(agg, met, len(mb) / len(idx))
+    return agg
+
+
+
+@torch.no_grad()
+def pair_eval(model, loss_cfg, chosen, rejected, ref_logprobs: torch.Tensor, pad_id: int, micro: int,
+              bf16: bool = False) -> dict:
+    """Held-out pair metrics: the loss's implicit-reward accuracy and margin, raw logp accuracy, drift."""
+    if not chosen:
+        return {}
+    pcs, prs, lcs, lrs = [], [], [], []
+    for s in range(0, len(chosen), micro):
+        pc, pr, lc, lr = pair_logprobs(model, chosen[s:s + micro], rejected[s:s + micro], pad_id, bf16)
+        pcs.append(pc), prs.append(pr), lcs.append(lc), lrs.append(lr)
+    pc, pr, lc, lr = (torch.cat(x) for x in (pcs, prs, lcs, lrs))
+    rc, rr = ref_logprobs[:, 0].to(pc.device), ref_logprobs[:, 1].to(pc.device)
+    per, met = preference_variant(loss_cfg).pair_loss(loss_cfg, pc, pr, rc, rr, lc, lr, torch.zeros_like(pc))
+    return {"heldout/accuracy": met["rewards/accuracy"], "heldout/margin": met["rewards/margin"],
+            "heldout/loss": float(per.mean()), "heldout/logp_accuracy": float((pc > pr).float().mean()),
+            "heldout/chosen_logp_delta": float((pc - rc).mean()),
+            "heldout/rejected_logp_delta": float((pr - rr).mean()), "heldout/pairs": len(chosen)}
 
 
 # --------------------------------------------------------------------------------------------- data
 
-def encode_pairs(tok, pairs, max_length: int, weighting: str):
-    """Tokenised pairs + per-pair tables (RGPO may swap a pair whose votes contradict its label)."""
+def encode_pairs(tok, pairs, max_length: int, dataset_weights: bool = False):
+    """Tokenised pairs + per-pair tables (``dataset_weights``: RGPO's reliability weights from the votes of
+    the whole dataset, which may swap a pair whose votes contradict its label)."""
     n = len(pairs)
     weight, smoothing = torch.ones(n), torch.zeros(n)
-    if weighting == "rgpo" and n:
+    if dataset_weights and n:
         rg = rgpo_tables([p.votes for p in pairs])
         weight, smoothing = rg.weights.float(), rg.label_smoothing.float()
         pairs = [replace(p, chosen=p.rejected, rejected=p.chosen) if bool(rg.swap[i]) else p
@@ -123,20 +252,14 @@ def fill_reference(model, data, held: PairData | None, out: Path, micro: int, pa
         if saved.get("fingerprint") == fp:
             _assign(data, held, saved["logps"])
             return "cache"
-    source, ref = "policy", model
+    source, policy = "policy", model
     if fresh_reference is not None:
-        source, ref = "reload", fresh_reference()
-    was = ref.training
-    ref.eval()
-    try:
-        if is_peft(ref):
-            source = "base"
-            with ref.disable_adapter():
-                logps = [cache_logps(ref, g, pad_id, micro, bf16) for g in groups]
-        else:
-            logps = [cache_logps(ref, g, pad_id, micro, bf16) for g in groups]
-    finally:
-        ref.train(was)
+        source, policy = "reload", fresh_reference()
+    lora = is_peft(policy)
+    with reference_model(policy, None if lora else policy) as ref:
+        logps = [cached_sequence_logprobs(ref, g, pad_id, micro, bf16) for g in groups]
+    if lora:
+        source = "base"
     _assign(data, held, logps)
     torch.save({"fingerprint": fp, "logps": logps}, path)
     return source
@@ -144,11 +267,11 @@ def fill_reference(model, data, held: PairData | None, out: Path, micro: int, pa
 
 def _assign(data, held, logps) -> None:
     if isinstance(data, PairData):
-        data.start = torch.stack([logps[0], logps[1]], dim=1)
+        data.ref_logprobs = torch.stack([logps[0], logps[1]], dim=1)
     else:
-        data.start, data.kl_start = logps[0], logps[1]
+        data.ref_logprobs, data.kl_ref_logprobs = logps[0], logps[1]
     if held is not None:
-        held.start = torch.stack([logps[2], logps[3]], dim=1)
+        held.ref_logprobs = torch.stack([logps[2], logps[3]], dim=1)
 
 
 # ------------------------------------------------------------------------------------------ monitors
@@ -202,21 +325,21 @@ def displacement_flag(rec: dict, tol: float) -> None:
 def check_stage(stage: PreferenceStage) -> None:
     if stage.batch_size < 1 or stage.micro_batch_size < 1:
         raise ConfigError(f"stage {stage.name!r}: batch_size and micro_batch_size must be >= 1")
-    if stage.loss.type == "kto" and stage.weighting.type != "none":
-        raise ConfigError(f"stage {stage.name!r}: weighting {stage.weighting.type!r} weights pairs, but loss "
-                          "kto trains on unpaired examples; use weighting: {type: none}")
+    why = check_preference_combination(stage)
+    if why:
+        raise ConfigError(f"stage {stage.name!r}: {why}")
 
 
 def prepare_data(stage, model, tok, judge, out: Path, seed: int, resumed: bool):
     """Records -> tokenised training data and held-out pairs, plus the probe and pair stats."""
     train_recs, held_recs, stats = stage_pairs(stage.pairs, model, tok, judge, out, seed, reuse=resumed)
-    if stage.loss.type == "kto":
+    if preference_variant(stage.loss).unpaired:
         data = encode_kto(tok, train_recs, stage.max_length, seed)
     else:
         data = encode_pairs(tok, as_pairs(train_recs, f"loss {stage.loss.type}"), stage.max_length,
-                            stage.weighting.type)
+                            weighting(stage.weighting).dataset_level)
     held_pairs = [r for r in held_recs if hasattr(r, "chosen")]
-    held = encode_pairs(tok, held_pairs, stage.max_length, "none") if held_pairs else None
+    held = encode_pairs(tok, held_pairs, stage.max_length) if held_pairs else None
     max_new = getattr(stage.pairs, "max_new_tokens", 64)
     probe = LengthProbe(tok, train_recs, stage.probe_prompts, max_new, seed)
     return data, held, probe, stats
@@ -228,7 +351,7 @@ def total_steps(stage: PreferenceStage, n: int) -> int:
 
 
 def monitor(model, stage, held, probe, tok, bf16: bool) -> dict:
-    rec = pair_eval(model, stage.loss, held.chosen, held.rejected, held.start, tok.pad_token_id,
+    rec = pair_eval(model, stage.loss, held.chosen, held.rejected, held.ref_logprobs, tok.pad_token_id,
                     stage.micro_batch_size, bf16) if held is not None else {}
     rec.update(probe.run(model, stage.length_bias_tol))
     return rec
@@ -239,58 +362,36 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
                      judge=None, crash_at_step: int | None = None) -> StageResult:
     """Run a preference stage; returns where its final checkpoint is."""
     check_stage(stage)
-    out, model, tok = start_policy_stage(run_dir, stage.name, model_cfg, init_path, seed)
+    out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     bf16 = model_cfg.autocast_bf16
     judge = judge or default_judge(0)
-    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
+    ckpt = find_checkpoint(out, resume)
     data, held, probe, pair_stats = prepare_data(stage, model, tok, judge, out, seed, resumed=ckpt is not None)
     fresh = (lambda: load_model_and_tokenizer(model_cfg, init_path)[0]) if ckpt is not None else None
     ref_source = fill_reference(model, data, held, out, stage.micro_batch_size, tok.pad_token_id, bf16, fresh)
     n_steps = total_steps(stage, len(data))
     opt, sched = build_optimizer(model, stage.optim, n_steps)
-    step, train_s = 0, 0.0
+    variant = preference_variant(stage.loss)
+    start = {"reference": ref_source}
+    if ckpt is None:
+        start.update({"reference_model": variant.needs_reference, "train_rows": len(data),
+                      **{f"pairs/{k}": v for k, v in pair_stats.items() if isinstance(v, (int, float, str))},
+                      **monitor(model, stage, held, probe, tok, bf16)})
+    run = open_stage(stage, out, model, tok, opt, sched, n_steps, checkpoint=ckpt, eval_cfg=eval_cfg, judge=judge,
+                     health=stage.health, start=start, crash_at_step=crash_at_step, label=stage.loss.type)
     if ckpt is not None:
-        st = load_training_state(ckpt, model, opt, sched)
-        step, train_s, probe.start_ratio = st["step"], st.get("train_seconds", 0.0), st.get("probe_start")
-        truncate_metrics_after(out / "metrics.jsonl", step)
-    writer = MetricsWriter(out / "metrics.jsonl")
-    if ckpt is not None:
-        writer.log(step, {"event": "resume", "checkpoint": str(ckpt), "reference": ref_source})
-    else:
-        writer.log(0, {"event": "start", "reference": ref_source,
-                       "reference_model": needs_reference(stage.loss.type), "train_rows": len(data),
-                       **{f"pairs/{k}": v for k, v in pair_stats.items() if isinstance(v, (int, float, str))},
-                       **monitor(model, stage, held, probe, tok, bf16)})
-    evaler = EvalHook(eval_cfg, tok, judge, stage.eval_every) if eval_cfg is not None and stage.eval_every else None
-    if evaler is not None and step == 0:
-        writer.log(0, evaler.run(model, 0))
-    step_fn = kto_step if stage.loss.type == "kto" else paired_step
-    last: dict = {}
-    with make_progress() as prog:
-        bar = prog.add_task(f"{stage.loss.type}:{stage.name}", total=n_steps, completed=step, info="")
-        while step < n_steps:
-            t0 = time.perf_counter()
-            idx = data_order(len(data), seed, step, min(stage.batch_size, len(data)))
-            rec = step_fn(model, data, idx, stage, tok.pad_token_id, bf16)
-            rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm)
-            step += 1
-            dt = time.perf_counter() - t0
-            train_s += dt
-            rec.update({"train/lr": sched.get_last_lr()[0], "perf/train_minutes": train_s / 60,
-                        "time/step": dt, "train/epoch": step * stage.batch_size / len(data)})
-            displacement_flag(rec, stage.displacement_tol)
-            if (stage.monitor_every and step % stage.monitor_every == 0) or step == n_steps:
-                rec.update(monitor(model, stage, held, probe, tok, bf16))
-            if evaler is not None and evaler.due(step, n_steps):
-                rec.update(evaler.run(model, step))
-            writer.log(step, rec)
-            last.update(rec)
-            prog.update(bar, advance=1, info=f"loss {rec.get('train/loss', float('nan')):.3f} "
-                                              f"acc {rec.get('rewards/accuracy', float('nan')):.2f}")
-            end_of_step(out, stage, step, n_steps, model, tok, opt, sched,
-                        {"train_seconds": train_s, "probe_start": probe.start_ratio}, crash_at_step)
-    writer.close()
-    final = save_pretrained_atomic(model, tok, out / "final")
+        probe.start_ratio = run.state.get("probe_start")
+    step_fn = kto_step if variant.unpaired else paired_step
+    while not run.done():
+        idx = data_order(len(data), seed, run.step, min(stage.batch_size, len(data)))
+        rec = step_fn(model, data, idx, stage, tok.pad_token_id, bf16)
+        rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm)
+        rec["train/epoch"] = (run.step + 1) * stage.batch_size / len(data)
+        displacement_flag(rec, stage.displacement_tol)
+        if (stage.monitor_every and (run.step + 1) % stage.monitor_every == 0) or run.step + 1 == n_steps:
+            rec.update(monitor(model, stage, held, probe, tok, bf16))
+        log_step(run, rec, {"probe_start": probe.start_ratio},
+                 info=f"loss {rec.get('train/loss', float('nan')):.3f} acc {rec.get('rewards/accuracy', float('nan')):.2f}")
     extra = {"pairs": pair_stats, "reference": ref_source,
-             **{k: v for k, v in last.items() if k.startswith(("heldout/", "pathology/", "length/"))}}
-    return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, train_s, extra)
+             **{k: v for k, v in run.last.items() if k.startswith(("heldout/", "pathology/", "length/"))}}
+    return close_stage(run, extra=extra)

@@ -15,7 +15,6 @@ from — PPO given a reward model folder as its ``init_path`` trains that policy
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import torch
@@ -23,27 +22,34 @@ import torch
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rlhf import RewardModelStage
+from rlvr.data.collate import pad_batch
 from rlvr.data.jsonl import write_json_atomic
-from rlvr.data.pair_builder import stage_pairs
+from rlvr.data.order import data_order
 from rlvr.data.preference import as_pairs, encode_pair
 from rlvr.errors import ConfigError
 from rlvr.losses.reward_model import bradley_terry, pairwise_accuracy
-from rlvr.models.checkpoint import (
-    latest_checkpoint,
-    load_training_state,
-    save_pretrained_atomic,
-    seed_everything,
+from rlvr.models.checkpoint import seed_everything
+from rlvr.models.heads import (
+    RM_MARKER,
+    add_lora_to_classifier,
+    sequence_classifier_from_causal,
+    sequence_rewards,
 )
-from rlvr.models.heads import add_lora_to_classifier, sequence_classifier_from_causal, sequence_rewards
 from rlvr.models.load import load_model_and_tokenizer
-from rlvr.monitoring.evaluate import default_judge
-from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
-from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, pad_batch, stage_dir
-from rlvr.trainers.preference_step import cache_logps
-from rlvr.trainers.sft import StageResult, data_order
-
-RM_MARKER = "rlvr_reward_model.json"  # in final/: marks a reward model and names the policy it started from
+from rlvr.models.logprobs import cached_sequence_logprobs
+from rlvr.rollout.pairs import stage_pairs
+from rlvr.trainers.common import (
+    StageResult,
+    build_optimizer,
+    close_stage,
+    find_checkpoint,
+    log_step,
+    open_stage,
+    optimizer_step,
+    set_train_mode,
+    stage_dir,
+)
+from rlvr.verifiers.judge import default_judge
 
 
 def score_pairs(rm, encs, pad_id: int, bf16: bool = False):
@@ -97,7 +103,7 @@ def policy_logp_accuracy(policy, encs, pad_id: int, micro: int, bf16: bool = Fal
     if not encs:
         return {}
     rows = [(e.chosen_ids, e.chosen_mask) for e in encs] + [(e.rejected_ids, e.rejected_mask) for e in encs]
-    lp = cache_logps(policy, rows, pad_id, 2 * micro, bf16)
+    lp = cached_sequence_logprobs(policy, rows, pad_id, 2 * micro, bf16)
     return {"heldout/policy_logp_accuracy": pairwise_accuracy(lp[:len(encs)], lp[len(encs):])}
 
 
@@ -126,54 +132,33 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
     out = stage_dir(run_dir, stage.name)
     seed_everything(seed)
     policy, rm, tok = build_reward_model(model_cfg, init_path, seed, stage.backbone)
-    ckpt = latest_checkpoint(out / "checkpoints") if resume else None
+    ckpt = find_checkpoint(out, resume)
     train_recs, held_recs, pair_stats = stage_pairs(stage.pairs, policy, tok, judge or default_judge(0), out,
                                                     seed, reuse=ckpt is not None)
     encs = [encode_pair(tok, p, stage.max_length) for p in as_pairs(train_recs, "the reward model")]
     held = [encode_pair(tok, p, stage.max_length) for p in as_pairs(held_recs, "the reward model")]
-    baseline = policy_logp_accuracy(policy, held, tok.pad_token_id, stage.micro_batch_size,
-                                    model_cfg.autocast_bf16) if ckpt is None else {}
+    bf16, pad, micro = model_cfg.autocast_bf16, tok.pad_token_id, stage.micro_batch_size
+    baseline = policy_logp_accuracy(policy, held, pad, micro, bf16) if ckpt is None else {}
     del policy
     n_steps = stage.max_steps or max(1, stage.epochs * math.ceil(len(encs) / stage.batch_size))
-    rm.train()
+    set_train_mode(rm, model_cfg)  # dropout off unless model.dropout asks for it
     opt, sched = build_optimizer(rm, stage.optim, n_steps)
-    bf16, pad = model_cfg.autocast_bf16, tok.pad_token_id
-    step, train_s = 0, 0.0
-    if ckpt is not None:
-        st = load_training_state(ckpt, rm, opt, sched)
-        step, train_s = st["step"], st.get("train_seconds", 0.0)
-        truncate_metrics_after(out / "metrics.jsonl", step)
-    writer = MetricsWriter(out / "metrics.jsonl")
+    start = {**{f"pairs/{k}": v for k, v in pair_stats.items() if isinstance(v, (int, float, str))}, **baseline}
     if ckpt is None:
-        writer.log(0, {"event": "start", **{f"pairs/{k}": v for k, v in pair_stats.items()
-                                           if isinstance(v, (int, float, str))},
-                       **baseline, **heldout_accuracy(rm, held, pad, stage.micro_batch_size, bf16)})
-    else:
-        writer.log(step, {"event": "resume", "checkpoint": str(ckpt)})
+        start.update(heldout_accuracy(rm, held, pad, micro, bf16))
+    run = open_stage(stage, out, rm, tok, opt, sched, n_steps, checkpoint=ckpt, crash_at_step=crash_at_step,
+                     start=start, label="rm")
     per_epoch = math.ceil(len(encs) / stage.batch_size)
-    last: dict = {}
-    with make_progress() as prog:
-        bar = prog.add_task(f"rm:{stage.name}", total=n_steps, completed=step, info="")
-        while step < n_steps:
-            t0 = time.perf_counter()
-            rec = rm_step(rm, encs, data_order(len(encs), seed, step, min(stage.batch_size, len(encs))), stage,
-                          pad, bf16)
-            rec["train/grad_norm"] = optimizer_step(rm, opt, sched, stage.optim.max_grad_norm)
-            step += 1
-            dt = time.perf_counter() - t0
-            train_s += dt
-            rec.update({"train/lr": sched.get_last_lr()[0], "perf/train_minutes": train_s / 60, "time/step": dt})
-            if step % per_epoch == 0 or step == n_steps:
-                rec.update(heldout_accuracy(rm, held, pad, stage.micro_batch_size, bf16))
-            writer.log(step, rec)
-            last.update(rec)
-            prog.update(bar, advance=1, info=f"loss {rec['train/loss']:.3f} acc {rec['rm/accuracy']:.2f}")
-            end_of_step(out, stage, step, n_steps, rm, tok, opt, sched, {"train_seconds": train_s},
-                        crash_at_step)
-    writer.close()
-    final = save_pretrained_atomic(rm, tok, out / "final")
-    write_json_atomic(final / RM_MARKER, {"policy": init_path, "backbone": stage.backbone or init_path,
-                                          "heldout_accuracy": last.get("heldout/accuracy")})
-    extra = {"kind": "reward_model", "policy": init_path, "pairs": pair_stats, **baseline,
-             **{k: v for k, v in last.items() if k.startswith("heldout/")}}
-    return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, train_s, extra)
+    while not run.done():
+        rec = rm_step(rm, encs, data_order(len(encs), seed, run.step, min(stage.batch_size, len(encs))), stage,
+                      pad, bf16)
+        rec["train/grad_norm"] = optimizer_step(rm, opt, sched, stage.optim.max_grad_norm)
+        if (run.step + 1) % per_epoch == 0 or run.step + 1 == n_steps:
+            rec.update(heldout_accuracy(rm, held, pad, micro, bf16))
+        log_step(run, rec, info=f"loss {rec['train/loss']:.3f} acc {rec['rm/accuracy']:.2f}")
+    result = close_stage(run)
+    write_json_atomic(Path(result.checkpoint) / RM_MARKER, {"policy": init_path, "backbone": stage.backbone or init_path,
+                                                           "heldout_accuracy": run.last.get("heldout/accuracy")})
+    result.extra = {"kind": "reward_model", "policy": init_path, "pairs": pair_stats, **baseline,
+                    **{k: v for k, v in run.last.items() if k.startswith("heldout/")}}
+    return result

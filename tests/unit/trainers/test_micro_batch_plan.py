@@ -7,8 +7,9 @@ import torch
 
 from rlvr.config.rl import GRPOLoss, RLStage, SamplingConfig
 from rlvr.models.load import load_pretrained
-from rlvr.trainers import rl_update
-from rlvr.trainers.rl_update import TrainBatch, plan_micro_batches, update_minibatch
+from rlvr.data import collate
+from rlvr.data.collate import plan_micro_batches
+from rlvr.trainers.rl import TrainBatch, update_minibatch
 
 
 def cost(micros, lengths, overhead):
@@ -57,7 +58,7 @@ def test_gradient_is_the_same_whatever_the_cutting(tiny_dir, monkeypatch):
     cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=12), micro_batch_size=6)
     grads = []
     for overhead in (0, 10**9):  # one micro-batch per length vs the single padded batch
-        monkeypatch.setitem(rl_update.SPLIT_OVERHEAD_TOKENS, "cpu", overhead)
+        monkeypatch.setitem(collate.SPLIT_OVERHEAD_TOKENS, "cpu", overhead)
         model.zero_grad(set_to_none=True)
         update_minibatch(model, batch, cfg, 0, on_policy=False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))

@@ -16,8 +16,8 @@ from rlvr.models.heads import sequence_classifier_from_causal
 from rlvr.models.tiny import build_tiny
 from rlvr.rollout.engine import Generation
 from rlvr.trainers.ppo import resolve_paths, setup_models, train_ppo
-from rlvr.trainers.ppo_update import PPOBatch, build_batch, compute_advantages
-from rlvr.trainers.reward_model import RM_MARKER
+from rlvr.models.heads import RM_MARKER
+from rlvr.trainers.ppo import PPOBatch, build_batch, compute_advantages
 from rlvr.verifiers.base import Verdict
 
 KEYS = ("reward/mean", "value/loss", "value/explained_variance", "kl/ref", "kl/coef", "clip/low_frac",
@@ -30,8 +30,9 @@ def even_judge(tasks, completions):
 
 
 def stage(**kw):
-    base = {"data": BuiltinArithmetic(families=["add2"], n=40), "prompts_per_step": 4, "max_steps": 2,
-            "max_new_tokens": 6, "mini_batches": 2, "ppo_epochs": 2, "micro_batch_size": 2, "kl_horizon": 10}
+    base = {"data": BuiltinArithmetic(families=["add2"], n=40), "tasks_per_step": 4, "max_steps": 2,
+            "sampling": {"group_size": 1, "max_new_tokens": 6}, "mini_batches": 2, "ppo_epochs": 2,
+            "micro_batch_size": 2, "kl": {"horizon": 10}}
     base.update(kw)
     return PPOStage(**base)
 
@@ -64,7 +65,7 @@ def test_build_batch_drops_infra_and_empty_rows():
 
 
 def test_ppo_with_the_verifier_logs_the_ppo_metrics_and_adapts_kl(tiny_dir, tmp_path):
-    res = train_ppo(stage(target_kl=1e-9), ModelConfig(path=tiny_dir), tmp_path, init_path=tiny_dir,
+    res = train_ppo(stage(kl={"target": 1e-9, "horizon": 10}), ModelConfig(path=tiny_dir), tmp_path, init_path=tiny_dir,
                     judge=even_judge)
     recs = records(res)
     assert recs[0]["event"] == "start" and recs[0]["reference"] == "frozen copy"

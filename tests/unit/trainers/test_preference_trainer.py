@@ -16,7 +16,8 @@ from rlvr.losses.preference import dpo, uni_dpo_weights
 from rlvr.models.tiny import build_tiny
 from rlvr.trainers import preference as pref_mod
 from rlvr.trainers.preference import LengthProbe, displacement_flag, encode_pairs, train_preference
-from rlvr.trainers.preference_step import needs_reference, pair_logps, paired_step
+from rlvr.trainers.preference import pair_logprobs, paired_step
+from rlvr.trainers.variants import PREFERENCE_VARIANTS
 
 
 def make_pairs(n, offset=0):
@@ -73,34 +74,34 @@ def test_dpo_logs_rewards_pathologies_and_heldout_accuracy(tiny_dir, tmp_path, p
 
 def test_chosen_and_rejected_share_one_forward(tiny_dir, pair_files):
     model, tok = build_tiny(size="test", seed=0)
-    data = encode_pairs(tok, make_pairs(4), 64, "none")
+    data = encode_pairs(tok, make_pairs(4), 64)
     calls = []
     model.register_forward_hook(lambda m, i, o: calls.append(1))
-    pc, pr, _, _ = pair_logps(model, data.chosen, data.rejected, tok.pad_token_id)
+    pc, pr, _, _ = pair_logprobs(model, data.chosen, data.rejected, tok.pad_token_id)
     assert len(calls) == 1 and pc.shape == pr.shape == (4,)
-    alone, _, _, _ = pair_logps(model, data.chosen[:1], data.rejected[:1], tok.pad_token_id)
+    alone, _, _, _ = pair_logprobs(model, data.chosen[:1], data.rejected[:1], tok.pad_token_id)
     assert torch.allclose(alone[0], pc[0], atol=1e-4)                             # padding does not leak
 
 
 def test_reference_logps_computed_once_and_cached(tiny_dir, tmp_path, pair_files, monkeypatch):
     calls = []
-    real = pref_mod.cache_logps
-    monkeypatch.setattr(pref_mod, "cache_logps", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = pref_mod.cached_sequence_logprobs
+    monkeypatch.setattr(pref_mod, "cached_sequence_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
     run(tiny_dir, tmp_path, stage(pair_files, max_steps=None, epochs=3))      # 3 epochs x 3 steps
     assert len(calls) == 4                 # chosen, rejected, held-out chosen, held-out rejected: once each
-    assert (tmp_path / "preference" / "reference_logps.pt").exists()
+    assert (tmp_path / "preference" / "reference_logprobs.pt").exists()
 
 
 def test_lora_reference_is_the_base_with_adapters_disabled(tiny_dir, tmp_path, pair_files):
     lora = ModelConfig(path=tiny_dir, lora=LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
     res = run(tiny_dir, tmp_path, stage(pair_files), model_cfg=lora)
     assert res.extra["reference"] == "base"
-    cache = torch.load(tmp_path / "preference" / "reference_logps.pt", weights_only=False)["logps"]
+    cache = torch.load(tmp_path / "preference" / "reference_logprobs.pt", weights_only=False)["logps"]
     tok = build_tiny(size="test", seed=0)[1]
     from rlvr.models.load import load_pretrained
     base, _ = load_pretrained(tiny_dir)
-    data = encode_pairs(tok, make_pairs(12), 256, "none")
-    pc, pr, _, _ = pair_logps(base.eval(), data.chosen, data.rejected, tok.pad_token_id)
+    data = encode_pairs(tok, make_pairs(12), 256)
+    pc, pr, _, _ = pair_logprobs(base.eval(), data.chosen, data.rejected, tok.pad_token_id)
     assert torch.allclose(cache[0], pc.detach(), atol=1e-4) and torch.allclose(cache[1], pr.detach(), atol=1e-4)
 
 
@@ -121,13 +122,13 @@ def test_kto_trains_on_an_unpaired_file(tiny_dir, tmp_path):
 
 
 def test_reference_free_losses_ignore_the_cached_start_logps():
-    assert [t for t in ("dpo", "ipo", "kto", "simpo", "orpo", "cpo") if not needs_reference(t)] == \
+    assert [t for t in ("dpo", "ipo", "kto", "simpo", "orpo", "cpo") if not PREFERENCE_VARIANTS[t].needs_reference] == \
         ["simpo", "orpo", "cpo"]
     model, tok = build_tiny(size="test", seed=0)
 
     def grads(loss, start):
-        data = encode_pairs(tok, make_pairs(4), 64, "none")
-        data.start = start
+        data = encode_pairs(tok, make_pairs(4), 64)
+        data.ref_logprobs = start
         model.zero_grad()
         paired_step(model, data, [0, 1, 2, 3], PreferenceStage(loss={"type": loss}), tok.pad_token_id, False)
         return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
@@ -138,8 +139,8 @@ def test_reference_free_losses_ignore_the_cached_start_logps():
 
 def test_micro_batches_accumulate_exactly():
     model, tok = build_tiny(size="test", seed=0)
-    data = encode_pairs(tok, make_pairs(4), 64, "none")
-    data.start = torch.randn(4, 2)
+    data = encode_pairs(tok, make_pairs(4), 64)
+    data.ref_logprobs = torch.randn(4, 2)
 
     def grads(micro):
         model.zero_grad()
@@ -150,13 +151,13 @@ def test_micro_batches_accumulate_exactly():
 
 def test_uni_dpo_weights_are_wired_from_config():
     model, tok = build_tiny(size="test", seed=0)
-    data = encode_pairs(tok, make_pairs(4), 64, "none")
+    data = encode_pairs(tok, make_pairs(4), 64)
     data.margin = torch.tensor([1.0, 0.0, 2.0, 1.0])
     st = PreferenceStage(weighting={"type": "uni_dpo", "eta": 0.5, "tau_ref": 0.3})
     met = paired_step(model, data, [0, 1, 2, 3], st, tok.pad_token_id, False)
-    pc, pr, lc, lr = pair_logps(model, data.chosen, data.rejected, tok.pad_token_id)
+    pc, pr, lc, lr = pair_logprobs(model, data.chosen, data.rejected, tok.pad_token_id)
     w = uni_dpo_weights(data.margin, pc / lc - pr / lr, beta=2.0, eta=0.5, tau_ref=0.3, gamma=3.0)
-    per, _ = dpo(pc, pr, data.start[:, 0], data.start[:, 1], 0.1)
+    per, _ = dpo(pc, pr, data.ref_logprobs[:, 0], data.ref_logprobs[:, 1], 0.1)
     assert met["weights/mean"] == pytest.approx(float(w.mean()), abs=1e-5)
     assert met["train/loss"] == pytest.approx(float((w * per).mean().detach()), abs=1e-5)
 
@@ -164,15 +165,15 @@ def test_uni_dpo_weights_are_wired_from_config():
 def test_rgpo_swaps_pairs_whose_votes_contradict_the_label():
     tok = build_tiny(size="test")[1]
     pairs = make_pairs(8)                                         # pairs 0 and 4 carry votes [-1, -1]
-    data = encode_pairs(tok, pairs, 64, "rgpo")
-    plain = encode_pairs(tok, pairs, 64, "none")
+    data = encode_pairs(tok, pairs, 64, dataset_weights=True)
+    plain = encode_pairs(tok, pairs, 64)
     assert data.chosen[0] == plain.rejected[0] and data.chosen[1] == plain.chosen[1]
     assert data.weight[0] == pytest.approx(data.weight[1]) and 0 < float(data.weight[1]) <= 1
     assert float(data.smoothing[1]) < 0.5
 
 
 def test_kto_rejects_pair_weighting_and_dpo_rejects_unpaired_file(tiny_dir, tmp_path, pair_files):
-    with pytest.raises(ConfigError, match="kto trains on unpaired"):
+    with pytest.raises(ConfigError, match="'kto' trains on unpaired"):
         run(tiny_dir, tmp_path, stage(pair_files, loss={"type": "kto"}, weighting={"type": "rgpo"}))
     f = tmp_path / "unpaired.jsonl"
     f.write_text(json.dumps({"prompt": "1+1=?", "completion": "2", "desirable": True}) + "\n")

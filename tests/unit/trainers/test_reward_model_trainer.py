@@ -14,8 +14,9 @@ from rlvr.data.preference import PreferencePair, encode_pair, write_pairs_jsonl
 from rlvr.models.heads import (last_token_index, load_reward_model, sequence_classifier_from_causal,
                                sequence_rewards, token_scores, token_values)
 from rlvr.models.tiny import build_tiny
-from rlvr.trainers.common import pad_batch
-from rlvr.trainers.reward_model import RM_MARKER, score_pairs, train_reward_model
+from rlvr.data.collate import pad_batch
+from rlvr.models.heads import RM_MARKER
+from rlvr.trainers.reward_model import score_pairs, train_reward_model
 
 
 def pairs(n, offset=0):

@@ -11,8 +11,8 @@ from rlvr.config.model import ModelConfig
 from rlvr.config.rl import DAPOLoss, GRPOLoss, GSPOLoss, KLConfig, RLStage, SamplingConfig
 from rlvr.models.load import load_pretrained
 from rlvr.rollout.collector import Rollouts
-from rlvr.trainers.rl import policy_update, train_rl
-from rlvr.trainers.rl_update import TrainBatch, build_train_batch, compute_advantages, update_minibatch
+from rlvr.trainers.rl import build_train_batch, policy_update, train_rl, update_minibatch
+from rlvr.trainers.variants import rl_variant
 from rlvr.verifiers.base import Verdict
 
 
@@ -42,7 +42,7 @@ def fake_rollouts(rewards):
 def test_all_equal_groups_train_nothing_and_move_no_weight(tiny_dir):
     model, _ = load_pretrained(tiny_dir)
     ro = fake_rollouts([[1, 1, 1, 1], [0, 0, 0, 0]])
-    adv = compute_advantages(GRPOLoss(), ro.rewards, ro.valid)
+    adv = rl_variant(GRPOLoss()).advantages(GRPOLoss(), ro.rewards, ro.valid)
     assert torch.equal(adv, torch.zeros(2, 4))
     batch = build_train_batch(ro, adv, needs_all=False, mask_truncated=False)
     assert len(batch) == 0  # no forward/backward is spent on them
@@ -59,7 +59,7 @@ def test_all_equal_groups_train_nothing_and_move_no_weight(tiny_dir):
 def test_zero_advantage_rows_give_exactly_zero_gradient_when_kept(tiny_dir):
     model, _ = load_pretrained(tiny_dir)
     ro = fake_rollouts([[0.5, 0.5, 0.5, 0.5]])
-    adv = compute_advantages(GRPOLoss(), ro.rewards, ro.valid)
+    adv = rl_variant(GRPOLoss()).advantages(GRPOLoss(), ro.rewards, ro.valid)
     batch = build_train_batch(ro, adv, needs_all=True, mask_truncated=False)  # kept, as KL would need them
     assert len(batch) == 4
     update_minibatch(model, batch, stage(), 0, on_policy=True)
@@ -69,7 +69,7 @@ def test_zero_advantage_rows_give_exactly_zero_gradient_when_kept(tiny_dir):
 @pytest.mark.parametrize("loss", [GRPOLoss(), DAPOLoss(), GSPOLoss(), GRPOLoss(aggregation="seq-mean-token-sum-norm")])
 def test_accumulation_4x2_equals_2x4(tiny_dir, loss):
     ro = fake_rollouts([[1, 0, 0, 1], [0, 1, 1, 1]])
-    adv = compute_advantages(loss, ro.rewards, ro.valid)
+    adv = rl_variant(loss).advantages(loss, ro.rewards, ro.valid)
     batch = build_train_batch(ro, adv, needs_all=False, mask_truncated=False)
     grads = []
     for micro in (2, 4, 8):

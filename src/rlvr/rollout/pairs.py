@@ -170,7 +170,7 @@ def reward_model_scorer(path: str, batch_size: int = 64):
 
     from rlvr.data.chat import encode_completion
     from rlvr.models.heads import load_reward_model, sequence_rewards
-    from rlvr.trainers.common import pad_batch
+    from rlvr.data.collate import pad_batch
 
     from rlvr.models.load import resolve_device
 

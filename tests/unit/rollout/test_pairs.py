@@ -5,7 +5,7 @@ import pytest
 
 from rlvr.config.data import BuiltinArithmetic
 from rlvr.config.preference import PairBuilder
-from rlvr.data.pair_builder import Scored, build_pairs, is_heldout, pairs_for_task, stage_pairs
+from rlvr.rollout.pairs import Scored, build_pairs, is_heldout, pairs_for_task, stage_pairs
 from rlvr.data.types import Task
 from rlvr.errors import DataError
 from rlvr.models.tiny import build_tiny
