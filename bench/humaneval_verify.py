@@ -18,7 +18,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 from rlvr.verifiers.code import CodeVerifier
-from rlvr.verifiers.humaneval import load_humaneval, return_none_completion
+from rlvr.data.humaneval import load_humaneval, return_none_completion
 from rlvr.verifiers.sandbox import isolation_report
 
 

@@ -27,7 +27,7 @@ PROGRESS_MIN_ITEMS = 50  # show a progress bar for batches at least this long
 def load_task_source(tasks: str) -> list[Task]:
     """Tasks from a JSONL file, or HumanEval when ``tasks == "humaneval"`` and no such file exists."""
     if tasks == "humaneval" and not os.path.exists(tasks):
-        from rlvr.verifiers.humaneval import load_humaneval
+        from rlvr.data.humaneval import load_humaneval
 
         return load_humaneval()
     return load_tasks(tasks)

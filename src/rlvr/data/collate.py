@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+
 def pad_batch(seqs: list[list[int]], pad_id: int, masks: list[list[int]] | None = None, left: bool = True,
               device=None):
     """Pad token lists to a tensor batch ``(input_ids, attention_mask, loss_mask or None)`` on ``device``."""

@@ -100,14 +100,6 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
     return tasks
 
 
-def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
-    """Append one record and flush it to disk (metrics are append-only)."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, default=_json_default) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> None:
     """Write all records to a temp file in the same folder, then rename over ``path``."""
     write_text_atomic(path, "".join(json.dumps(r, default=_json_default) + "\n" for r in records))

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 from rlvr.config.data import BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks
 from rlvr.data.types import Task
 from rlvr.errors import DataError
+
+ENV_TASK_GENERATORS: dict[str, Callable[..., list[Task]]] = {}
+"""Task generators of the built-in environments, by environment name. The environments live a layer
+above data (``rlvr.envs``) and register theirs when imported (``rlvr`` imports ``rlvr.envs``)."""
+
+
+def register_env_tasks(env: str, generate: Callable[..., list[Task]]) -> None:
+    """Register ``generate(n, seed=, split=) -> tasks`` as the task source ``builtin_env:<env>``."""
+    ENV_TASK_GENERATORS[env] = generate
 
 
 def load_task_source(src) -> list[Task]:
@@ -21,16 +32,16 @@ def load_task_source(src) -> list[Task]:
 
         return load_tasks(src.path)[: src.limit]
     if isinstance(src, HumanEvalTasks):
-        from rlvr.verifiers.humaneval import load_humaneval
+        from rlvr.data.humaneval import load_humaneval
 
         return load_humaneval()[: src.limit]
     if isinstance(src, HFTasks):
         return _load_hf(src)
     if isinstance(src, BuiltinEnvTasks):
-        from rlvr.envs.files import generate_files_tasks
-        from rlvr.envs.kvstore import generate_kvstore_tasks
-
-        gen = generate_files_tasks if src.env == "files" else generate_kvstore_tasks
+        gen = ENV_TASK_GENERATORS.get(src.env)
+        if gen is None:
+            raise DataError(f"builtin_env: no task generator registered for environment {src.env!r} "
+                            f"(registered: {sorted(ENV_TASK_GENERATORS)})")
         return gen(src.n, seed=src.seed, split=src.split)
     raise DataError(f"unknown task source {src!r}")
 

@@ -19,6 +19,7 @@ import random
 import re
 from typing import Any, ClassVar
 
+from rlvr.data.sources import register_env_tasks
 from rlvr.data.types import Task
 from rlvr.envs.base import (
     ArgSpec,
@@ -227,3 +228,6 @@ def generate_files_tasks(n: int, seed: int = 0, split: str = "train",
                          families: tuple[str, ...] = ("rename_sum", "merge")) -> list[Task]:
     """``n`` files tasks, deterministic by ``seed``; ``task.solution`` is a JSON list of oracle turns."""
     return generate_env_tasks(FilesEnv, "files", FAMILIES, n, seed, split, families)
+
+
+register_env_tasks("files", generate_files_tasks)

@@ -19,6 +19,7 @@ import random
 import re
 from typing import Any, ClassVar
 
+from rlvr.data.sources import register_env_tasks
 from rlvr.data.types import Task
 from rlvr.envs.base import (
     ArgSpec,
@@ -199,3 +200,6 @@ def generate_kvstore_tasks(n: int, seed: int = 0, split: str = "train",
                          families: tuple[str, ...] = ("deliveries", "transfer")) -> list[Task]:
     """``n`` kvstore tasks, deterministic by ``seed``; ``task.solution`` is a JSON list of oracle turns."""
     return generate_env_tasks(KVStoreEnv, "kvstore", FAMILIES, n, seed, split, families)
+
+
+register_env_tasks("kvstore", generate_kvstore_tasks)

@@ -13,7 +13,7 @@ import torch
 
 from rlvr.data.chat import encode_prompt, stop_token_ids
 from rlvr.data.types import Task
-from rlvr.rollout.engine import SamplingParams
+from rlvr.rollout.engine import RolloutEngine, SamplingParams
 from rlvr.verifiers.base import INFRA_OUTCOMES
 
 
@@ -91,7 +91,7 @@ def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int) -> di
     return out
 
 
-def collect(engine, tokenizer, tasks: list[Task], judge, sampling, reward_terms, seed: int,
+def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling, reward_terms, seed: int,
             overlong: tuple[int, float] = (0, 0.0)) -> Rollouts:
     """Generate ``sampling.group_size`` samples per task, verify them, and compose rewards."""
     G = sampling.group_size

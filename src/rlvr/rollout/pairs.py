@@ -169,9 +169,8 @@ def reward_model_scorer(path: str, batch_size: int = 64):
     import torch
 
     from rlvr.data.chat import encode_completion
-    from rlvr.models.heads import load_reward_model, sequence_rewards
     from rlvr.data.collate import pad_batch
-
+    from rlvr.models.heads import load_reward_model, sequence_rewards
     from rlvr.models.load import resolve_device
 
     rm, rm_tok = load_reward_model(path)

