@@ -2,6 +2,7 @@
 LoRA reference, critic initialisation, exact resume."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -71,7 +72,7 @@ def test_ppo_with_the_verifier_logs_the_ppo_metrics_and_adapts_kl(tiny_dir, tmp_
     assert recs[0]["event"] == "start" and recs[0]["reference"] == "frozen copy"
     steps = [r for r in recs if r["step"] > 0]
     for k in KEYS:
-        assert all(k in r and r[k] == r[k] for r in steps), k
+        assert all(k in r and isinstance(r[k], (int, float)) and math.isfinite(r[k]) for r in steps), k
     # adaptive KL: step 1 has KL 0 (policy == reference) -> error clipped to -0.2 -> 0.05 * (1 - 0.2 * 4 / 10)
     assert steps[1]["kl/coef"] == pytest.approx(0.05 * (1 - 0.2 * 4 / 10))
     assert res.extra["kl_coef"] != 0.05 and (tmp_path / "ppo" / "critic" / "config.json").exists()
