@@ -324,7 +324,7 @@ def test_concurrent_runs_do_not_interfere():
 
 def test_verifiers_do_not_import_torch():
     code = (
-        "import sys, rlvr.verifiers.code, rlvr.verifiers.sandbox, rlvr.verifiers.humaneval, "
+        "import sys, rlvr.verifiers.code, rlvr.verifiers.sandbox, rlvr.data.humaneval, "
         "rlvr.verifiers.probes.code\nassert 'torch' not in sys.modules and 'transformers' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
