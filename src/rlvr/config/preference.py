@@ -170,7 +170,7 @@ class PreferenceStage(Section):
     probe_prompts: int = 16
     """Prompts sampled by the length-bias probe."""
     displacement_tol: float = 0.5
-    """Flag likelihood displacement when chosen and rejected logps both fell by more than this (nats)."""
+    """Flag likelihood displacement when chosen and rejected logprobs both fell by more than this (nats)."""
     length_bias_tol: float = 0.2
     """Flag length bias when (policy length / chosen length) rose by more than this since the start."""
     health: HealthConfig = HealthConfig()

@@ -66,7 +66,7 @@ def uni_dpo_performance_weight(
     """Uni-DPO performance-aware (focal) weight ``w_perf = (1 - sigma(beta * m - tau_ref))^gamma`` -> ``[B]``.
 
     ``policy_margin m = logp_w - logp_l`` under the current policy (reference-free; Uni-DPO uses
-    length-averaged logps with beta = 2). Pairs the model already ranks right by more than
+    length-averaged logprobs with beta = 2). Pairs the model already ranks right by more than
     ``tau_ref / beta`` are down-weighted, the ones it gets wrong keep weight near 1 (focal loss,
     Lin et al., 2017). The reference code differentiates through this factor; we detach by default so
     it is a pure re-weighting (``detach=False`` reproduces the reference code).
@@ -102,8 +102,8 @@ def uni_dpo_weights(
 
 
 def uni_dpo_calibrated_nll(
-    policy_chosen_logps: Tensor,
-    ref_chosen_logps: Tensor,
+    policy_chosen_logprobs: Tensor,
+    ref_chosen_logprobs: Tensor,
     chosen_scores: Tensor,
     tau_good: float,
     lam: float = 0.001,
@@ -115,10 +115,10 @@ def uni_dpo_calibrated_nll(
     The indicators carry no gradient.
     """
     with torch.no_grad():
-        active = (ref_chosen_logps.detach() > policy_chosen_logps.detach()) & (
+        active = (ref_chosen_logprobs.detach() > policy_chosen_logprobs.detach()) & (
             chosen_scores.detach() >= tau_good
         )
-    return lam * active.to(policy_chosen_logps.dtype) * (-policy_chosen_logps)
+    return lam * active.to(policy_chosen_logprobs.dtype) * (-policy_chosen_logprobs)
 
 
 class RgpoWeights(NamedTuple):

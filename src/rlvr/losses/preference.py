@@ -1,15 +1,15 @@
 """Preference losses over per-sequence log-probabilities: DPO, IPO, SimPO, KTO, ORPO, CPO.
 
-Inputs are ``[B]`` tensors, one entry per pair (or per example for KTO): ``*_logps`` are summed
+Inputs are ``[B]`` tensors, one entry per pair (or per example for KTO): ``*_logprobs`` are summed
 log-probabilities of a completion's tokens unless a docstring says "mean" (use
-:func:`sequence_logps` to build them from per-token logprobs). Each loss returns
+:func:`reduce_logprobs` to build them from per-token logprobs). Each loss returns
 ``(per_pair_loss [B], metrics)``; reduce with ``.mean()`` or ``weighted_mean`` (per-pair weights:
 Uni-DPO, RGPO — see ``rlvr.losses.pair_weights``, re-exported here).
 
 Metrics (Python floats): ``rewards/chosen`` and ``rewards/rejected`` (mean implicit reward, e.g.
 ``beta * (logp - ref_logp)`` for DPO), ``rewards/margin`` (mean chosen - rejected),
 ``rewards/accuracy`` (fraction of pairs with chosen reward > rejected reward), and
-``logps/chosen``, ``logps/rejected`` (mean policy logps: both falling is likelihood displacement).
+``logprobs/chosen``, ``logprobs/rejected`` (mean policy logprobs: both falling is likelihood displacement).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ __all__ = [
     "orpo",
     "preference_metrics",
     "rgpo_weights",
-    "sequence_logps",
+    "reduce_logprobs",
     "simpo",
     "uni_dpo_calibrated_nll",
     "uni_dpo_performance_weight",
@@ -52,22 +52,22 @@ __all__ = [
 ]
 
 
-def sequence_logps(
-    per_token_logps: Tensor, loss_mask: Tensor, reduce: Literal["sum", "mean"] = "sum"
+def reduce_logprobs(
+    per_token_logprobs: Tensor, loss_mask: Tensor, reduce: Literal["sum", "mean"] = "sum"
 ) -> Tensor:
     """``[B, T] -> [B]``: sum (or mean) of the per-token logprobs over each row's masked-in tokens."""
-    if per_token_logps.shape != loss_mask.shape or per_token_logps.dim() != 2:
+    if per_token_logprobs.shape != loss_mask.shape or per_token_logprobs.dim() != 2:
         raise ValueError(
-            f"sequence_logps: need matching [B, T] tensors, got {tuple(per_token_logps.shape)}, "
+            f"reduce_logprobs: need matching [B, T] tensors, got {tuple(per_token_logprobs.shape)}, "
             f"{tuple(loss_mask.shape)}"
         )
     m = loss_mask.to(torch.bool)
-    total = torch.where(m, per_token_logps, torch.zeros_like(per_token_logps)).sum(dim=1)
+    total = torch.where(m, per_token_logprobs, torch.zeros_like(per_token_logprobs)).sum(dim=1)
     if reduce == "sum":
         return total
     if reduce == "mean":
         return total / m.sum(dim=1).clamp(min=1).to(total.dtype)
-    raise ValueError(f"sequence_logps: reduce must be 'sum' or 'mean', got {reduce!r}")
+    raise ValueError(f"reduce_logprobs: reduce must be 'sum' or 'mean', got {reduce!r}")
 
 
 def _check(fn: str, **tensors: Tensor) -> int:
@@ -103,26 +103,26 @@ def _sigmoid_loss(logits: Tensor, label_smoothing: float | Tensor) -> Tensor:
 def preference_metrics(
     chosen_rewards: Tensor,
     rejected_rewards: Tensor,
-    chosen_logps: Tensor | None = None,
-    rejected_logps: Tensor | None = None,
+    chosen_logprobs: Tensor | None = None,
+    rejected_logprobs: Tensor | None = None,
 ) -> dict[str, float]:
-    """rewards/{chosen,rejected,margin,accuracy}, logps/{chosen,rejected}: Python floats, means over pairs."""
+    """rewards/{chosen,rejected,margin,accuracy}, logprobs/{chosen,rejected}: Python floats, means over pairs."""
     c, r = chosen_rewards.detach().double(), rejected_rewards.detach().double()
     stats = [c.mean(), r.mean(), (c - r).mean(), (c > r).double().mean()]
     keys = ["rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"]
-    if chosen_logps is not None and rejected_logps is not None:
-        stats += [chosen_logps.detach().double().mean(), rejected_logps.detach().double().mean()]
-        keys += ["logps/chosen", "logps/rejected"]
+    if chosen_logprobs is not None and rejected_logprobs is not None:
+        stats += [chosen_logprobs.detach().double().mean(), rejected_logprobs.detach().double().mean()]
+        keys += ["logprobs/chosen", "logprobs/rejected"]
     if c.numel() == 0:
         return {k: float("nan") for k in keys}
     return dict(zip(keys, torch.stack(stats).tolist()))
 
 
 def dpo(
-    policy_chosen_logps: Tensor,
-    policy_rejected_logps: Tensor,
-    ref_chosen_logps: Tensor,
-    ref_rejected_logps: Tensor,
+    policy_chosen_logprobs: Tensor,
+    policy_rejected_logprobs: Tensor,
+    ref_chosen_logprobs: Tensor,
+    ref_rejected_logprobs: Tensor,
     beta: float = 0.1,
     label_smoothing: float | Tensor = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
@@ -133,24 +133,24 @@ def dpo(
 
     ``ls`` (Mitchell, 2023, "A note on DPO with noisy preferences", cDPO) is the assumed probability
     that the label is flipped: a float, or a per-pair ``[B]`` tensor (e.g. RGPO's reliability-derived
-    smoothing). Implicit rewards: ``beta * (logp - ref_logp)``. Inputs are summed logps ``[B]``.
+    smoothing). Implicit rewards: ``beta * (logp - ref_logp)``. Inputs are summed logprobs ``[B]``.
     """
     _check(
-        "dpo", pc=policy_chosen_logps, pr=policy_rejected_logps, rc=ref_chosen_logps, rr=ref_rejected_logps
+        "dpo", pc=policy_chosen_logprobs, pr=policy_rejected_logprobs, rc=ref_chosen_logprobs, rr=ref_rejected_logprobs
     )
-    ls = _smoothing("dpo", label_smoothing, policy_chosen_logps)
-    chosen = policy_chosen_logps - ref_chosen_logps.detach()
-    rejected = policy_rejected_logps - ref_rejected_logps.detach()
+    ls = _smoothing("dpo", label_smoothing, policy_chosen_logprobs)
+    chosen = policy_chosen_logprobs - ref_chosen_logprobs.detach()
+    rejected = policy_rejected_logprobs - ref_rejected_logprobs.detach()
     losses = _sigmoid_loss(beta * (chosen - rejected), ls)
-    metrics = preference_metrics(beta * chosen, beta * rejected, policy_chosen_logps, policy_rejected_logps)
+    metrics = preference_metrics(beta * chosen, beta * rejected, policy_chosen_logprobs, policy_rejected_logprobs)
     return losses, metrics
 
 
 def ipo(
-    policy_chosen_logps: Tensor,
-    policy_rejected_logps: Tensor,
-    ref_chosen_logps: Tensor,
-    ref_rejected_logps: Tensor,
+    policy_chosen_logprobs: Tensor,
+    policy_rejected_logprobs: Tensor,
+    ref_chosen_logprobs: Tensor,
+    ref_rejected_logprobs: Tensor,
     beta: float = 0.1,
     chosen_lengths: Tensor | None = None,
     rejected_lengths: Tensor | None = None,
@@ -158,22 +158,22 @@ def ipo(
     """IPO loss (Azar et al., 2023, "A General Theoretical Paradigm to Understand Learning from Human
     Preferences", arXiv:2310.12036) -> ``[B]``: ``(h - 1/(2 beta))^2`` with h the DPO log-ratio difference.
 
-    Length handling: the paper writes h with sequence log-likelihoods; TRL's IPO averages the logps
+    Length handling: the paper writes h with sequence log-likelihoods; TRL's IPO averages the logprobs
     over each completion's tokens, which keeps the target margin ``1/(2 beta)`` on the same scale
     whatever the lengths. This function uses what it is given; pass ``chosen_lengths`` /
-    ``rejected_lengths`` (token counts ``[B]``) to divide the policy *and* reference logps of each side
+    ``rejected_lengths`` (token counts ``[B]``) to divide the policy *and* reference logprobs of each side
     by its length (the TRL convention, which our preference trainer uses).
     """
     _check(
-        "ipo", pc=policy_chosen_logps, pr=policy_rejected_logps, rc=ref_chosen_logps, rr=ref_rejected_logps
+        "ipo", pc=policy_chosen_logprobs, pr=policy_rejected_logprobs, rc=ref_chosen_logprobs, rr=ref_rejected_logprobs
     )
     if (chosen_lengths is None) != (rejected_lengths is None):
         raise ValueError("ipo: pass both chosen_lengths and rejected_lengths, or neither")
     pc, pr, rc, rr = (
-        policy_chosen_logps,
-        policy_rejected_logps,
-        ref_chosen_logps.detach(),
-        ref_rejected_logps.detach(),
+        policy_chosen_logprobs,
+        policy_rejected_logprobs,
+        ref_chosen_logprobs.detach(),
+        ref_rejected_logprobs.detach(),
     )
     if chosen_lengths is not None and rejected_lengths is not None:
         _check("ipo", pc=pc, cl=chosen_lengths, rl=rejected_lengths)
@@ -186,8 +186,8 @@ def ipo(
 
 
 def simpo(
-    policy_chosen_logps: Tensor,
-    policy_rejected_logps: Tensor,
+    policy_chosen_logprobs: Tensor,
+    policy_rejected_logprobs: Tensor,
     chosen_lengths: Tensor,
     rejected_lengths: Tensor,
     beta: float = 2.0,
@@ -198,34 +198,34 @@ def simpo(
 
         loss = -log sigma( beta/|y_w| logp_w - beta/|y_l| logp_l - gamma )
 
-    ``*_logps`` are summed logps and ``*_lengths`` token counts ``[B]``. Implicit reward:
+    ``*_logprobs`` are summed logprobs and ``*_lengths`` token counts ``[B]``. Implicit reward:
     ``beta * logp / |y|``. Optional label smoothing as in DPO.
     """
-    _check("simpo", pc=policy_chosen_logps, pr=policy_rejected_logps, cl=chosen_lengths, rl=rejected_lengths)
-    ls = _smoothing("simpo", label_smoothing, policy_chosen_logps)
-    chosen = beta * policy_chosen_logps / chosen_lengths.to(policy_chosen_logps.dtype).clamp(min=1)
-    rejected = beta * policy_rejected_logps / rejected_lengths.to(policy_rejected_logps.dtype).clamp(min=1)
+    _check("simpo", pc=policy_chosen_logprobs, pr=policy_rejected_logprobs, cl=chosen_lengths, rl=rejected_lengths)
+    ls = _smoothing("simpo", label_smoothing, policy_chosen_logprobs)
+    chosen = beta * policy_chosen_logprobs / chosen_lengths.to(policy_chosen_logprobs.dtype).clamp(min=1)
+    rejected = beta * policy_rejected_logprobs / rejected_lengths.to(policy_rejected_logprobs.dtype).clamp(min=1)
     losses = _sigmoid_loss(chosen - rejected - gamma, ls)
-    return losses, preference_metrics(chosen, rejected, policy_chosen_logps, policy_rejected_logps)
+    return losses, preference_metrics(chosen, rejected, policy_chosen_logprobs, policy_rejected_logprobs)
 
 
 @torch.no_grad()
-def kto_reference_point(kl_policy_logps: Tensor, kl_ref_logps: Tensor) -> Tensor:
+def kto_reference_point(kl_policy_logprobs: Tensor, kl_ref_logprobs: Tensor) -> Tensor:
     """KTO reference point ``z0 = max(0, mean_j (logp(y_j|x_i) - ref_logp(y_j|x_i)))`` -> detached scalar.
 
     Ethayarajh et al., 2024, "KTO" (arXiv:2402.01306), sec. 4: z0 estimates KL(pi || pi_ref) from
     *mismatched* pairs — completion y_j scored under another example's prompt x_i (e.g. the batch's
-    completions shifted by one) — so it does not reward the examples it is computed from. Summed logps
+    completions shifted by one) — so it does not reward the examples it is computed from. Summed logprobs
     ``[M]``. No gradient flows through it. With several processes, average the mean across processes
     before the clamp (as TRL does).
     """
-    _check("kto_reference_point", policy=kl_policy_logps, ref=kl_ref_logps)
-    return (kl_policy_logps.detach() - kl_ref_logps.detach()).mean().clamp(min=0)
+    _check("kto_reference_point", policy=kl_policy_logprobs, ref=kl_ref_logprobs)
+    return (kl_policy_logprobs.detach() - kl_ref_logprobs.detach()).mean().clamp(min=0)
 
 
 def kto(
-    policy_logps: Tensor,
-    ref_logps: Tensor,
+    policy_logprobs: Tensor,
+    ref_logprobs: Tensor,
     desirable: Tensor,
     kl_ref_point: float | Tensor,
     beta: float = 0.1,
@@ -234,7 +234,7 @@ def kto(
 ) -> tuple[Tensor, dict[str, float]]:
     """KTO loss (Ethayarajh et al., 2024, arXiv:2402.01306) on unpaired examples -> ``[B]``.
 
-        r = logp - ref_logp                 (summed logps of the example's completion)
+        r = logp - ref_logp                 (summed logprobs of the example's completion)
         desirable:   loss = lambda_d * (1 - sigma(beta (r - z0)))
         undesirable: loss = lambda_u * (1 - sigma(beta (z0 - r)))
 
@@ -247,10 +247,10 @@ def kto(
     out when its examples are absent), rewards/accuracy (fraction on the right side of z0:
     ``r > z0`` iff desirable), kto/kl_ref_point.
     """
-    _check("kto", policy=policy_logps, ref=ref_logps, desirable=desirable)
-    d = desirable.to(device=policy_logps.device, dtype=torch.bool)
-    z0 = torch.as_tensor(kl_ref_point, dtype=policy_logps.dtype, device=policy_logps.device).detach()
-    r = policy_logps - ref_logps.detach()
+    _check("kto", policy=policy_logprobs, ref=ref_logprobs, desirable=desirable)
+    d = desirable.to(device=policy_logprobs.device, dtype=torch.bool)
+    z0 = torch.as_tensor(kl_ref_point, dtype=policy_logprobs.dtype, device=policy_logprobs.device).detach()
+    r = policy_logprobs - ref_logprobs.detach()
     losses = torch.where(
         d, lambda_d * (1 - torch.sigmoid(beta * (r - z0))), lambda_u * (1 - torch.sigmoid(beta * (z0 - r)))
     )
@@ -283,8 +283,8 @@ def log1mexp(x: Tensor) -> Tensor:
 
 def orpo(
     chosen_nll_mean: Tensor,
-    policy_chosen_logps_mean: Tensor,
-    policy_rejected_logps_mean: Tensor,
+    policy_chosen_logprobs_mean: Tensor,
+    policy_rejected_logprobs_mean: Tensor,
     lam: float = 0.1,
 ) -> tuple[Tensor, dict[str, float]]:
     """ORPO loss (Hong et al., 2024, "ORPO: Monolithic Preference Optimization without Reference Model",
@@ -297,12 +297,12 @@ def orpo(
     as in TRL, broadcast); ``log(1 - exp(lp))`` uses :func:`log1mexp`. Implicit rewards (TRL):
     ``lam * lp``. Extra metrics: ``orpo/log_odds_ratio`` (mean), ``orpo/nll`` (mean).
     """
-    _check("orpo", chosen=policy_chosen_logps_mean, rejected=policy_rejected_logps_mean)
+    _check("orpo", chosen=policy_chosen_logprobs_mean, rejected=policy_rejected_logprobs_mean)
     nll = (
-        chosen_nll_mean.expand_as(policy_chosen_logps_mean) if chosen_nll_mean.dim() == 0 else chosen_nll_mean
+        chosen_nll_mean.expand_as(policy_chosen_logprobs_mean) if chosen_nll_mean.dim() == 0 else chosen_nll_mean
     )
-    _check("orpo", nll=nll, chosen=policy_chosen_logps_mean)
-    lw, ll = policy_chosen_logps_mean, policy_rejected_logps_mean
+    _check("orpo", nll=nll, chosen=policy_chosen_logprobs_mean)
+    lw, ll = policy_chosen_logprobs_mean, policy_rejected_logprobs_mean
     log_odds = (lw - log1mexp(lw)) - (ll - log1mexp(ll))
     losses = nll - lam * F.logsigmoid(log_odds)
     metrics = preference_metrics(lam * lw, lam * ll, lw, ll)
@@ -314,8 +314,8 @@ def orpo(
 
 
 def cpo(
-    policy_chosen_logps: Tensor,
-    policy_rejected_logps: Tensor,
+    policy_chosen_logprobs: Tensor,
+    policy_rejected_logprobs: Tensor,
     chosen_nll: Tensor,
     beta: float = 0.1,
     alpha: float = 1.0,
@@ -330,11 +330,11 @@ def cpo(
     ``cpo_alpha``). This is *Contrastive* PO; the *Constrained* PO mentioned in seed 004 is unrelated.
     Implicit rewards: ``beta * logp``.
     """
-    _check("cpo", pc=policy_chosen_logps, pr=policy_rejected_logps, nll=chosen_nll)
-    ls = _smoothing("cpo", label_smoothing, policy_chosen_logps)
-    h = policy_chosen_logps - policy_rejected_logps
+    _check("cpo", pc=policy_chosen_logprobs, pr=policy_rejected_logprobs, nll=chosen_nll)
+    ls = _smoothing("cpo", label_smoothing, policy_chosen_logprobs)
+    h = policy_chosen_logprobs - policy_rejected_logprobs
     losses = _sigmoid_loss(beta * h, ls) + alpha * chosen_nll
     metrics = preference_metrics(
-        beta * policy_chosen_logps, beta * policy_rejected_logps, policy_chosen_logps, policy_rejected_logps
+        beta * policy_chosen_logprobs, beta * policy_rejected_logprobs, policy_chosen_logprobs, policy_rejected_logprobs
     )
     return losses, metrics

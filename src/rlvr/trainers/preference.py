@@ -8,7 +8,7 @@ log (rewards/*, pathologies, held-out pair accuracy) -> checkpoint.
 The reference: the policy *before the first step* is the reference, so its log-probabilities are
 computed with the policy itself before training starts (no second model copy); under LoRA they are
 computed with the adapters disabled (the base). Reference-free losses (simpo, orpo, cpo) load no
-reference either: the same one pass gives the "start" logps that the likelihood-displacement monitor
+reference either: the same one pass gives the "start" logprobs that the likelihood-displacement monitor
 compares against. A resumed run reads the cache back (``reference_logprobs.pt``), so resume is exact.
 
 Pathologies (seed 004): ``pathology/likelihood_displacement`` is 1 when the chosen *and* the rejected
@@ -42,6 +42,7 @@ from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.pairs import stage_pairs
 from rlvr.trainers.common import (
     StageResult,
+    accumulate,
     build_optimizer,
     close_stage,
     find_checkpoint,
@@ -96,7 +97,6 @@ class UnpairedData:
         return len(self.rows)
 
 
-
 def rgpo_tables(votes: list[list[int] | None]):
     """RGPO weights, smoothing and swaps for a whole dataset (EM over all pairs at once)."""
     width = max((len(v) for v in votes if v), default=1)
@@ -104,21 +104,15 @@ def rgpo_tables(votes: list[list[int] | None]):
     return rgpo_weights(table)
 
 
-
-def _accumulate(agg: dict, met: dict, w: float) -> None:
-    for k, v in met.items():
-        agg[k] = agg.get(k, 0.0) + float(v) * w
-
-
-
 def paired_step(model, data: PairData, idx: list[int], stage, pad_id: int, bf16: bool) -> dict:
-    """Forward/backward one optimizer step's pairs in micro-batches; returns step-mean metrics."""
+    """Forward/backward one optimizer step's pairs in micro-batches (each divided by the step's pair count);
+    returns step-mean metrics."""
     order = sorted(idx, key=lambda i: len(data.chosen[i][0]) + len(data.rejected[i][0]))
     micros = [order[s:s + stage.micro_batch_size] for s in range(0, len(order), stage.micro_batch_size)]
     total = len(idx)
     variant, wt = preference_variant(stage.loss), weighting(stage.weighting)
-    agg: dict[str, float] = {}
-    for mb in micros:
+
+    def forward(mb):
         pc, pr, lc, lr = pair_logprobs(model, [data.chosen[i] for i in mb], [data.rejected[i] for i in mb],
                                        pad_id, bf16)
         dev = pc.device
@@ -129,18 +123,12 @@ def paired_step(model, data: PairData, idx: list[int], stage, pad_id: int, bf16:
         extra = wt.extra_loss(stage.weighting, pc, rc, data.chosen_score[mb].to(dev)) if wt.extra_loss else None
         if extra is not None:
             loss = loss + extra.sum() / total
-        loss.backward()
         with torch.no_grad():
-            met = dict(met)
-            met["train/loss"] = float(loss) * total / len(mb)
-            met["weights/mean"] = float(w.mean())
-            met["pathology/chosen_logp_delta"] = float((pc - rc).mean())
-            met["pathology/rejected_logp_delta"] = float((pr - rr).mean())
-            met["length/chosen_tokens"] = float(lc.float().mean())
-            met["length/rejected_tokens"] = float(lr.float().mean())
-        _accumulate(agg, met, len(mb) / total)
-    return agg
-
+            met = {**met, "weights/mean": float(w.mean()), "pathology/chosen_logp_delta": float((pc - rc).mean()),
+                   "pathology/rejected_logp_delta": float((pr - rr).mean()),
+                   "length/chosen_tokens": float(lc.float().mean()), "length/rejected_tokens": float(lr.float().mean())}
+        return loss, met
+    return accumulate(micros, forward, total)
 
 
 def kto_step(model, data: UnpairedData, idx: list[int], stage, pad_id: int, bf16: bool) -> dict:
@@ -151,25 +139,20 @@ def kto_step(model, data: UnpairedData, idx: list[int], stage, pad_id: int, bf16
                             for s in range(0, len(idx), micro)])
     z0 = kto_reference_point(kl_pol, data.kl_ref_logprobs[idx].to(kl_pol.device))
     cfg = stage.loss
-    agg: dict[str, float] = {}
     order = sorted(idx, key=lambda i: len(data.rows[i][0]))
-    for s in range(0, len(order), micro):
-        mb = order[s:s + micro]
+
+    def forward(mb):
         lp, _ = sequence_logprobs(model, [data.rows[i] for i in mb], pad_id, bf16)
         ref, d = data.ref_logprobs[mb].to(lp.device), data.desirable[mb].to(lp.device)
         per, met = kto(lp, ref, d, z0, cfg.beta, cfg.lambda_d, cfg.lambda_u)
-        loss = per.sum() / len(idx)
-        loss.backward()
         met = dict(met)
-        met["train/loss"] = float(loss.detach()) * len(idx) / len(mb)
         delta = lp.detach() - ref
         if bool(d.any()):
             met["pathology/chosen_logp_delta"] = float(delta[d].mean())
         if bool((~d).any()):
             met["pathology/rejected_logp_delta"] = float(delta[~d].mean())
-        _accumulate(agg, met, len(mb) / len(idx))
-    return agg
-
+        return per.sum() / len(idx), met
+    return accumulate([order[s:s + micro] for s in range(0, len(order), micro)], forward, len(idx))
 
 
 @torch.no_grad()
@@ -236,10 +219,10 @@ def fingerprint(*row_lists) -> str:
 
 def fill_reference(model, data, held: PairData | None, out: Path, micro: int, pad_id: int, bf16: bool,
                    fresh_reference=None) -> str:
-    """Compute the reference (= start) logps once, or read them back from ``out/CACHE_FILE``.
+    """Compute the reference (= start) logprobs once, or read them back from ``out/CACHE_FILE``.
 
     ``fresh_reference`` is given on resume only (a fresh run never trusts an old cache): it loads the
-    stage's initial model. Returns where the logps came from: ``cache`` (resumed, cache matches the
+    stage's initial model. Returns where the logprobs came from: ``cache`` (resumed, cache matches the
     data), ``policy`` (the policy before its first step), ``base`` (LoRA: adapters disabled) or
     ``reload`` (resumed without a usable cache: the initial model loaded afresh).
     """
@@ -250,28 +233,28 @@ def fill_reference(model, data, held: PairData | None, out: Path, micro: int, pa
     if fresh_reference is not None and path.exists():
         saved = torch.load(path, weights_only=False)
         if saved.get("fingerprint") == fp:
-            _assign(data, held, saved["logps"])
+            _assign(data, held, saved["logprobs"])
             return "cache"
     source, policy = "policy", model
     if fresh_reference is not None:
         source, policy = "reload", fresh_reference()
     lora = is_peft(policy)
     with reference_model(policy, None if lora else policy) as ref:
-        logps = [cached_sequence_logprobs(ref, g, pad_id, micro, bf16) for g in groups]
+        logprobs = [cached_sequence_logprobs(ref, g, pad_id, micro, bf16) for g in groups]
     if lora:
         source = "base"
-    _assign(data, held, logps)
-    torch.save({"fingerprint": fp, "logps": logps}, path)
+    _assign(data, held, logprobs)
+    torch.save({"fingerprint": fp, "logprobs": logprobs}, path)
     return source
 
 
-def _assign(data, held, logps) -> None:
+def _assign(data, held, logprobs) -> None:
     if isinstance(data, PairData):
-        data.ref_logprobs = torch.stack([logps[0], logps[1]], dim=1)
+        data.ref_logprobs = torch.stack([logprobs[0], logprobs[1]], dim=1)
     else:
-        data.ref_logprobs, data.kl_ref_logprobs = logps[0], logps[1]
+        data.ref_logprobs, data.kl_ref_logprobs = logprobs[0], logprobs[1]
     if held is not None:
-        held.ref_logprobs = torch.stack([logps[2], logps[3]], dim=1)
+        held.ref_logprobs = torch.stack([logprobs[2], logprobs[3]], dim=1)
 
 
 # ------------------------------------------------------------------------------------------ monitors
@@ -314,7 +297,7 @@ class LengthProbe:
 
 
 def displacement_flag(rec: dict, tol: float) -> None:
-    """Add ``pathology/likelihood_displacement``: chosen and rejected logps both fell by more than tol."""
+    """Add ``pathology/likelihood_displacement``: chosen and rejected logprobs both fell by more than tol."""
     dc, dr = rec.get("pathology/chosen_logp_delta"), rec.get("pathology/rejected_logp_delta")
     if dc is not None and dr is not None:
         rec["pathology/likelihood_displacement"] = int(dc < -tol and dr < -tol)

@@ -40,6 +40,7 @@ from rlvr.models.logprobs import cached_sequence_logprobs
 from rlvr.rollout.pairs import stage_pairs
 from rlvr.trainers.common import (
     StageResult,
+    accumulate,
     build_optimizer,
     close_stage,
     find_checkpoint,
@@ -63,17 +64,13 @@ def score_pairs(rm, encs, pad_id: int, bf16: bool = False):
 def rm_step(rm, encs, idx: list[int], stage: RewardModelStage, pad_id: int, bf16: bool) -> dict:
     """Forward/backward one step's pairs in micro-batches; the loss is the mean over the step's pairs."""
     order = sorted(idx, key=lambda i: len(encs[i].chosen_ids) + len(encs[i].rejected_ids))
-    agg: dict[str, float] = {}
-    for s in range(0, len(order), stage.micro_batch_size):
-        mb = order[s:s + stage.micro_batch_size]
+
+    def forward(mb):
         rc, rr = score_pairs(rm, [encs[i] for i in mb], pad_id, bf16)
         per, met = bradley_terry(rc, rr, margin=stage.margin or None, center_coef=stage.center_coef)
-        loss = per.sum() / len(idx)
-        loss.backward()
-        met["train/loss"] = float(per.detach().mean())
-        for k, v in met.items():
-            agg[k] = agg.get(k, 0.0) + v * len(mb) / len(idx)
-    return agg
+        return per.sum() / len(idx), met
+    micros = [order[s:s + stage.micro_batch_size] for s in range(0, len(order), stage.micro_batch_size)]
+    return accumulate(micros, forward, len(idx))
 
 
 @torch.no_grad()

@@ -21,6 +21,7 @@ from rlvr.losses.sft import sft_loss
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.trainers.common import (
     StageResult,
+    accumulate,
     build_optimizer,
     close_stage,
     find_checkpoint,
@@ -50,17 +51,17 @@ def micro_batches(examples, idx: list[int], micro: int, bucketing: bool):
 def sft_step(model, examples, idx, stage: SFTStage, pad_id: int, bf16: bool) -> dict:
     """Forward/backward over micro-batches; the loss is the token mean over the whole step's batch."""
     total_tokens = sum(sum(examples[i][1]) for i in idx)
-    loss_sum = 0.0
-    for mb in micro_batches(examples, idx, stage.micro_batch_size, stage.bucketing):
+
+    def forward(mb):
         ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
                                  device=model.device)
         with autocast_ctx(bf16, ids.device.type):
             logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
                            use_cache=False).logits
         nll_sum, _, _ = sft_loss(logits, ids, lm, shift=True)
-        (nll_sum / total_tokens).backward()
-        loss_sum += float(nll_sum.detach())
-    return {"train/loss": loss_sum / max(1, total_tokens), "train/tokens": total_tokens}
+        return nll_sum / max(1, total_tokens), {}
+    met = accumulate(micro_batches(examples, idx, stage.micro_batch_size, stage.bucketing), forward, len(idx))
+    return {"train/loss": met["train/loss"], "train/tokens": total_tokens}
 
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,

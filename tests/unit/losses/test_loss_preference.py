@@ -14,7 +14,7 @@ from rlvr.losses.preference import (
     log1mexp,
     orpo,
     rgpo_weights,
-    sequence_logps,
+    reduce_logprobs,
     simpo,
     uni_dpo_calibrated_nll,
     uni_dpo_weights,
@@ -39,7 +39,7 @@ def softplus(x):
 
 
 # Pair 0: logp_w -10, logp_l -12, ref -11 / -11 -> chosen log-ratio +1, rejected -1, h = 2
-# Pair 1: swapped policy logps                    -> chosen -1, rejected +1, h = -2
+# Pair 1: swapped policy logprobs                    -> chosen -1, rejected +1, h = -2
 PC, PR, RC, RR = t([-10.0, -12.0]), t([-12.0, -10.0]), t([-11.0, -11.0]), t([-11.0, -11.0])
 
 
@@ -50,7 +50,7 @@ def test_dpo_by_hand():
     # rewards = beta * log-ratios: chosen [0.1, -0.1], rejected [-0.1, 0.1]
     assert m["rewards/chosen"] == pytest.approx(0.0) and m["rewards/margin"] == pytest.approx(0.0)
     assert m["rewards/accuracy"] == pytest.approx(0.5)
-    assert m["logps/chosen"] == pytest.approx(-11.0)
+    assert m["logprobs/chosen"] == pytest.approx(-11.0)
 
 
 def test_dpo_label_smoothing_by_hand():
@@ -161,11 +161,11 @@ def test_cpo_by_hand():
     assert m["rewards/chosen"] == pytest.approx(-1.0)
 
 
-def test_sequence_logps():
+def test_reduce_logprobs():
     lp = t([[-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
-    assert torch.allclose(sequence_logps(lp, mask), t([-3.0, -1.5]))
-    assert torch.allclose(sequence_logps(lp, mask, "mean"), t([-1.5, -0.5]))
+    assert torch.allclose(reduce_logprobs(lp, mask), t([-3.0, -1.5]))
+    assert torch.allclose(reduce_logprobs(lp, mask, "mean"), t([-1.5, -0.5]))
 
 
 def test_uni_dpo_weights_by_hand():

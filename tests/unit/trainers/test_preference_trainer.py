@@ -84,7 +84,7 @@ def test_chosen_and_rejected_share_one_forward(tiny_dir, pair_files):
     assert torch.allclose(alone[0], pc[0], atol=1e-4)                             # padding does not leak
 
 
-def test_reference_logps_computed_once_and_cached(tiny_dir, tmp_path, pair_files, monkeypatch):
+def test_reference_logprobs_computed_once_and_cached(tiny_dir, tmp_path, pair_files, monkeypatch):
     calls = []
     real = pref_mod.cached_sequence_logprobs
     monkeypatch.setattr(pref_mod, "cached_sequence_logprobs", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -97,7 +97,7 @@ def test_lora_reference_is_the_base_with_adapters_disabled(tiny_dir, tmp_path, p
     lora = ModelConfig(path=tiny_dir, lora=LoraConfig(r=4, alpha=8, target_modules=["q_proj", "v_proj"]))
     res = run(tiny_dir, tmp_path, stage(pair_files), model_cfg=lora)
     assert res.extra["reference"] == "base"
-    cache = torch.load(tmp_path / "preference" / "reference_logprobs.pt", weights_only=False)["logps"]
+    cache = torch.load(tmp_path / "preference" / "reference_logprobs.pt", weights_only=False)["logprobs"]
     tok = build_tiny(size="test", seed=0)[1]
     from rlvr.models.load import load_pretrained
     base, _ = load_pretrained(tiny_dir)
@@ -123,7 +123,7 @@ def test_kto_trains_on_an_unpaired_file(tiny_dir, tmp_path):
     assert "kto/kl_ref_point" in last and isinstance(last["train/loss"], float) and math.isfinite(last["train/loss"])
 
 
-def test_reference_free_losses_ignore_the_cached_start_logps():
+def test_reference_free_losses_ignore_the_cached_start_logprobs():
     assert [t for t in ("dpo", "ipo", "kto", "simpo", "orpo", "cpo") if not PREFERENCE_VARIANTS[t].needs_reference] == \
         ["simpo", "orpo", "cpo"]
     model, tok = build_tiny(size="test", seed=0)
