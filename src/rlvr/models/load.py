@@ -74,7 +74,16 @@ def add_lora(model, lora_cfg, task_type: str = "CAUSAL_LM"):
         raise ModelLoadError(f"model.lora.target_modules {lora_cfg.target_modules} match no module of the model")
     pcfg = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
                       target_modules=targets, task_type=task_type)
-    return get_peft_model(model, pcfg)
+    return upcast_trainable(get_peft_model(model, pcfg))
+
+
+def upcast_trainable(model):
+    """Cast every trainable parameter to float32 in place (fp32 master weights over a low-precision base:
+    LoRA adapters, a new head trained in full); frozen weights keep their dtype. Returns ``model``."""
+    for p in model.parameters():
+        if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32:
+            p.data = p.data.float()
+    return model
 
 
 def is_peft(model) -> bool:

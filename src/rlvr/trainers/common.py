@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from rlvr.config.optim import OptimConfig
+from rlvr.errors import ConfigError
 from rlvr.models.checkpoint import save_training_checkpoint
 
 
@@ -19,8 +20,18 @@ def setup_threads(threads: int | None) -> None:
 
 
 def build_optimizer(model, cfg: OptimConfig, total_steps: int):
-    """AdamW over trainable parameters, with linear warmup then cosine/linear/constant decay."""
+    """AdamW over trainable parameters, with linear warmup then cosine/linear/constant decay.
+
+    Every trainable parameter must be float32 (the master weights): AdamW on bf16/fp16 weights rounds
+    away the updates smaller than half a weight's ulp, i.e. most of them at RL learning rates.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
+    low = [n for n, p in model.named_parameters() if p.requires_grad and p.dtype != torch.float32]
+    if low:
+        raise ConfigError(
+            f"{len(low)} trainable parameters are not float32 (e.g. {low[0]}): training them without fp32 "
+            "master weights loses most AdamW updates. Use model.dtype: float32 with model.autocast_bf16: true "
+            "(fp32 weights, bf16 compute), or LoRA on a low-precision base (adapters are kept in float32)")
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

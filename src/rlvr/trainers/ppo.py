@@ -116,7 +116,7 @@ def setup_models(stage: PPOStage, model_cfg: ModelConfig, run_dir, init_path, se
         critic = sequence_classifier_from_causal(policy, tok, seed=seed + 1)
         _, head = backbone_and_head(critic)
         torch.nn.init.zeros_(head.weight)          # V = 0 at the start: the first advantages are the returns
-    critic.train()
+    critic = critic.float().train()  # trained in full: fp32 master weights even over a bf16 base
     for p in critic.parameters():
         p.requires_grad_(True)
     return policy, tok, ref, critic, rm, rm_tok
