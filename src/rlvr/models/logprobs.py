@@ -12,6 +12,8 @@ import contextlib
 
 import torch
 
+from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
+
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions that ignore left padding: 0 at each sequence's first real token."""
@@ -46,8 +48,13 @@ def autocast_ctx(enabled: bool, device_type: str = "cpu"):
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False, bf16: bool = False):
-    """``(logprobs [B, T], entropy [B, T] or None)`` of each token given its prefix."""
+                   with_entropy: bool = False, bf16: bool = False, entropy_grad: bool = False):
+    """``(logprobs [B, T], entropy [B, T] or None)`` of each token given its prefix.
+
+    ``entropy[:, t]`` is the entropy of the distribution token ``t`` was drawn from (0 at ``t = 0``). It is
+    detached unless ``entropy_grad`` (an entropy bonus in the loss): then it is computed in checkpointed
+    float32 row chunks (``rlvr.losses.entropy``) and carries the gradient.
+    """
     with autocast_ctx(bf16, input_ids.device.type):
         out = model(input_ids=input_ids, attention_mask=attention_mask,
                     position_ids=position_ids_from_mask(attention_mask), use_cache=False)
@@ -58,7 +65,9 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     zeros = torch.zeros_like(lp[:, :1])
     logprobs = torch.cat([zeros, lp], dim=1)
     entropy = None
-    if with_entropy:
+    if with_entropy and entropy_grad:
+        entropy = torch.cat([zeros, differentiable_entropy(logits)], dim=1)
+    elif with_entropy:
         with torch.no_grad():
             ent = entropy_from_logits(logits.detach())
         entropy = torch.cat([zeros, ent], dim=1)

@@ -142,7 +142,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     T = ids.shape[1]
     old = torch.tensor([o + [0.0] * (T - len(o)) for o in mb.old_logprobs], device=dev)
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
-                                       bf16=bf16)
+                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef))
     if on_policy:
         old = logprobs.detach()
     eps_low, eps_high, level = clip_range(cfg.loss)
@@ -156,7 +156,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     if cfg.entropy_coef:
         per_tok = per_tok - cfg.entropy_coef * entropy
     loss = aggregate(per_tok, lm, cfg.loss.aggregation, **counts_kw)
-    metrics["policy/entropy_sum"] = float((entropy * lm).sum())
+    metrics["policy/entropy_sum"] = float((entropy.detach() * lm).sum())
     metrics["policy/tokens"] = float(lm.sum())
     return loss, metrics
 
