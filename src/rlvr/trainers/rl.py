@@ -61,7 +61,12 @@ class TaskStream:
 
 
 def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list):
-    """One rollout batch; with DAPO dynamic sampling, keep drawing until the batch is informative."""
+    """One rollout batch; with DAPO dynamic sampling, keep drawing until the batch is informative.
+
+    With dynamic sampling the batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11:
+    the token-mean runs over the kept groups only): filtered groups count in no loss denominator, unlike
+    the zero-advantage rows of the other algorithms, which are skipped for speed but counted.
+    """
     overlong = (0, 0.0)
     dyn = stage.loss.type == "dapo" and stage.loss.dynamic_sampling
     if stage.loss.type == "dapo":
@@ -108,7 +113,12 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
 
 
 def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool) -> dict:
-    """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics."""
+    """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
+
+    Mini-batches are cut from all the batch's rows, skipped zero-advantage ones included (they count in
+    each mini-batch's denominators); a mini-batch with nothing to forward takes no optimizer step (its
+    gradient is 0, and AdamW momentum alone must not move the weights).
+    """
     if len(batch) == 0:
         with warnings.catch_warnings():  # no optimizer step: AdamW momentum must not move the weights
             warnings.simplefilter("ignore", UserWarning)
@@ -118,10 +128,13 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
     out: dict = {}
     n_updates = 0
     for epoch in range(stage.ppo_epochs):
-        order = np.random.default_rng([len(batch), epoch]).permutation(len(batch)).tolist()
-        size = -(-len(batch) // stage.mini_batches)
-        for s in range(0, len(batch), size):
-            met = update_minibatch(model, batch.subset(order[s:s + size]), stage, pad_id, on_policy, bf16)
+        order = np.random.default_rng([len(batch), epoch]).permutation(batch.num_rows).tolist()
+        size = -(-batch.num_rows // stage.mini_batches)
+        for s in range(0, batch.num_rows, size):
+            mini = batch.subset(order[s:s + size])
+            if len(mini) == 0:
+                continue
+            met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16)
             met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm)
             n_updates += 1
             for k, v in met.items():
@@ -131,6 +144,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
     res = {k: v / n_updates for k, v in out.items()}
     res["policy/entropy"] = ent_sum / max(toks, 1.0)
     res["train/sequences"] = len(batch)
+    res["train/rows_counted"] = batch.num_rows
     res["train/updates"] = n_updates
     return res
 

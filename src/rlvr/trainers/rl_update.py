@@ -1,11 +1,18 @@
 """The policy update of the GRPO family: advantages per algorithm, then clipped-surrogate (+KL,
-+entropy) over micro-batches with exact accumulation. Sequences whose advantage is exactly zero are
-never forwarded when nothing else (KL, entropy) needs them. Micro-batches are cut from the
-length-sorted rows where that saves padded compute (:func:`plan_micro_batches`)."""
++entropy) over micro-batches with exact accumulation. Micro-batches are cut from the length-sorted rows
+where that saves padded compute (:func:`plan_micro_batches`).
+
+Sequences whose advantage is exactly zero are never forwarded when nothing else (KL, entropy) needs
+them — a speed-up only: they still count in the loss's denominators (token-mean: their tokens;
+seq-mean: their rows; Dr.GRPO: their rows in the constant), so the gradient is exactly the one of the
+whole batch, whatever the fraction of zero-variance groups and whether a KL term forces them in.
+DAPO's dynamic sampling is the exception by definition: its batch *is* the informative groups (the
+others were filtered out before, see ``trainers.rl.rollout_step``), so they are not counted.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -45,35 +52,52 @@ def clip_range(loss_cfg) -> tuple[float, float, str]:
 
 @dataclass
 class TrainBatch:
-    """Trajectories selected for the backward pass (row-aligned lists)."""
+    """Trajectories selected for the backward pass (row-aligned lists), plus the ``skipped_masks`` of the
+    valid rows that are not forwarded (zero advantage) but count in the loss's denominators.
+
+    Row indices ``0 .. num_rows - 1`` (for :meth:`subset` and mini-batch shuffling) run over the forwarded
+    rows first, then the skipped ones; ``len()`` is the number of forwarded rows.
+    """
 
     seqs: list[list[int]]
     masks: list[list[int]]
     old_logprobs: list[list[float]]   # aligned with seqs (0 on prompt positions)
     ref_logprobs: list[list[float]] | None
     advantages: list[float]
+    skipped_masks: list[list[int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.seqs)
 
+    @property
+    def num_rows(self) -> int:
+        """Rows counted in the denominators: forwarded and skipped."""
+        return len(self.seqs) + len(self.skipped_masks)
+
     def subset(self, rows: list[int]) -> TrainBatch:
-        pick = lambda xs: None if xs is None else [xs[i] for i in rows]
+        n = len(self.seqs)
+        fwd = [i for i in rows if i < n]
+        pick = lambda xs: None if xs is None else [xs[i] for i in fwd]  # noqa: E731
         return TrainBatch(pick(self.seqs), pick(self.masks), pick(self.old_logprobs), pick(self.ref_logprobs),
-                          pick(self.advantages))
+                          pick(self.advantages), [self.skipped_masks[i - n] for i in rows if i >= n])
 
 
 def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_truncated: bool) -> TrainBatch:
-    """Flatten rollouts into training rows; drop zero-advantage rows unless ``needs_all`` (KL/entropy)."""
+    """Flatten rollouts into training rows. Zero-advantage rows are not forwarded unless ``needs_all``
+    (KL or entropy terms give them a gradient) but still counted; invalid (infrastructure) verdicts,
+    empty completions and, with ``mask_truncated``, truncated ones are not part of the loss at all."""
     adv = advantages.reshape(-1).tolist()
     valid = ro.valid.reshape(-1).tolist()
     rows = TrainBatch([], [], [], None, [])
     for i, (p, c) in enumerate(zip(ro.prompt_ids, ro.completion_ids)):
-        if not valid[i] or not c or (adv[i] == 0.0 and not needs_all):
+        if not valid[i] or not c or (mask_truncated and ro.finish_reason[i] == "length"):
             continue
-        if mask_truncated and ro.finish_reason[i] == "length":
+        mask = [0] * len(p) + [1] * len(c)
+        if adv[i] == 0.0 and not needs_all:
+            rows.skipped_masks.append(mask)
             continue
         rows.seqs.append(p + c)
-        rows.masks.append([0] * len(p) + [1] * len(c))
+        rows.masks.append(mask)
         rows.old_logprobs.append([0.0] * len(p) + list(ro.old_logprobs[i]))
         rows.advantages.append(adv[i])
     return rows
@@ -162,11 +186,11 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
 
 
 def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False) -> dict:
-    """Forward/backward a mini-batch in length-sorted micro-batches (see plan_micro_batches); exact grads."""
+    """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
+    plan_micro_batches); every micro-batch divides by the denominators of all the mini-batch's rows,
+    skipped ones included: exact gradients."""
     micros = plan_micro_batches([len(s) for s in batch.seqs], cfg.micro_batch_size, split_overhead(model))
-    masks = [pad_batch([batch.seqs[i] for i in m], pad_id, [batch.masks[i] for i in m], left=False)[2]
-             for m in micros]
-    counts = global_counts(masks)
+    counts = global_counts(torch.tensor([m], dtype=torch.float32) for m in batch.masks + batch.skipped_masks)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
     agg: dict[str, float] = {}
