@@ -196,7 +196,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             batch = build_train_batch(ro, adv, needs_all, mask_trunc)
             if ref is not None or (stage.kl.beta > 0 and len(batch)):
                 batch.ref_logprobs = reference_logprobs(ref, model, batch, tok.pad_token_id,
-                                                        stage.sampling.temperature, stage.micro_batch_size)
+                                                        stage.sampling.temperature, stage.micro_batch_size,
+                                                        model_cfg.autocast_bf16)
             t1 = time.perf_counter()
             met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16)
             step += 1

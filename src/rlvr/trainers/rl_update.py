@@ -143,20 +143,46 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int) -> list[list
 
 
 @torch.no_grad()
-def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int):
-    """Frozen-reference logprobs, computed once per rollout batch (LoRA: adapters disabled)."""
+def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool):
+    """Per forwarded row, its logprobs under ``model`` (no grad), computed exactly as the update computes
+    them: same micro-batch planning, temperature and precision."""
     out: list = [None] * len(batch)
-    model = policy if ref_model is None else ref_model
     for rows in plan_micro_batches([len(s) for s in batch.seqs], micro, split_overhead(model)):
         ids, att, _ = pad_batch([batch.seqs[i] for i in rows], pad_id, left=False, device=model.device)
-        if ref_model is None:  # LoRA: the base model with adapters disabled is the reference
-            with policy.disable_adapter():
-                lp, _ = token_logprobs(policy, ids, att, temperature)
-        else:
-            lp, _ = token_logprobs(ref_model, ids, att, temperature)
+        lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16)
         for k, i in enumerate(rows):
             out[i] = lp[k, : len(batch.seqs[i])].tolist()
     return out
+
+
+def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int,
+                       bf16: bool = False):
+    """Frozen-reference logprobs, computed once per rollout batch in the policy's precision (LoRA: the
+    policy with adapters disabled), so that KL is exactly 0 while the policy is still the reference."""
+    if ref_model is not None:
+        return forward_logprobs(ref_model, batch, pad_id, temperature, micro, bf16)
+    with policy.disable_adapter():
+        return forward_logprobs(policy, batch, pad_id, temperature, micro, bf16)
+
+
+def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool) -> dict:
+    """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
+    not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
+    sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range).
+    An asynchronous trainer, whose samples come from older weights, must keep the sampler's logprobs:
+    they are the behaviour policy's. Returns the sampler-vs-trainer mismatch metrics."""
+    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16)
+    met = logprob_mismatch(lps, batch.old_logprobs, batch.masks)
+    batch.old_logprobs = [[lp if m else 0.0 for lp, m in zip(row, mask)] for row, mask in zip(lps, batch.masks)]
+    return met
+
+
+def logprob_mismatch(trainer: list[list[float]], sampler: list[list[float]], masks: list[list[int]]) -> dict:
+    """Mean and max ``|trainer - sampler|`` logprob over the trained tokens (``rollout/logprob_mismatch_*``)."""
+    gaps = [abs(t - s) for tr, sa, ms in zip(trainer, sampler, masks) for t, s, m in zip(tr, sa, ms) if m]
+    if not gaps:
+        return {}
+    return {"rollout/logprob_mismatch_mean": sum(gaps) / len(gaps), "rollout/logprob_mismatch_max": max(gaps)}
 
 
 def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_policy: bool, bf16: bool = False):
