@@ -127,3 +127,11 @@ def pad_batch(seqs: list[list[int]], pad_id: int, masks: list[list[int]] | None 
 def omp_passive() -> None:
     """Ask OpenMP threads to sleep instead of spin when idle (set before torch is imported)."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def logprob_mismatch(trainer: list[list[float]], sampler: list[list[float]], masks: list[list[int]]) -> dict:
+    """Mean and max ``|trainer - sampler|`` logprob over the trained tokens (``rollout/logprob_mismatch_*``)."""
+    gaps = [abs(t - s) for tr, sa, ms in zip(trainer, sampler, masks) for t, s, m in zip(tr, sa, ms) if m]
+    if not gaps:
+        return {}
+    return {"rollout/logprob_mismatch_mean": sum(gaps) / len(gaps), "rollout/logprob_mismatch_max": max(gaps)}

@@ -63,6 +63,7 @@ from rlvr.trainers.ppo_update import (
     evaluate_batch,
     ppo_update,
     rm_scores,
+    sampler_mismatch,
     verifier_rewards,
 )
 from rlvr.trainers.reward_model import RM_MARKER
@@ -176,7 +177,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
             t0 = time.perf_counter()
             tasks = stream.take(stage.prompts_per_step)
             gen, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, step)
-            batch, _ = build_batch(gen, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
+            batch, keep = build_batch(gen, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
             t1 = time.perf_counter()
             rec = {**rmet, "reward/mean": float(rewards[valid].mean()) if bool(valid.any()) else 0.0,
                    "reward/std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
@@ -185,6 +186,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                    "kl/coef": kl_coef, "train/sequences": len(batch)}
             if len(batch):
                 evaluate_batch(batch, policy, ref, critic, stage.temperature, stage.micro_batch_size, bf16)
+                rec.update(sampler_mismatch(batch, gen, keep))
                 rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
                 rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, step, bf16))
                 if stage.target_kl is not None:

@@ -17,7 +17,7 @@ from rlvr.losses.policy import clipped_surrogate
 from rlvr.losses.value import clipped_value_loss, explained_variance
 from rlvr.models.heads import sequence_rewards, token_values
 from rlvr.models.logprobs import token_logprobs
-from rlvr.trainers.common import clip_grads, pad_batch
+from rlvr.trainers.common import clip_grads, logprob_mismatch, pad_batch
 from rlvr.verifiers.base import INFRA_OUTCOMES
 
 
@@ -87,7 +87,8 @@ def _trim(b: PPOBatch, rows: list[int], *tensors):
 
 @torch.no_grad()
 def evaluate_batch(b: PPOBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool) -> None:
-    """Fill old logprobs (sampling policy), reference logprobs (LoRA: adapters off) and values."""
+    """Fill old logprobs (the training forward under no grad, in the training precision: the ratio starts
+    at exactly 1), reference logprobs (LoRA: adapters off) and values."""
     old, refl, vals = (torch.zeros(b.ids.shape, device=b.ids.device) for _ in range(3))
     for rows in _micro_slices(list(range(len(b))), micro):
         ids, att = _trim(b, rows, b.ids, b.att)
@@ -100,6 +101,18 @@ def evaluate_batch(b: PPOBatch, policy, ref, critic, temperature: float, micro: 
             refl[rows, :T] = token_logprobs(ref, ids, att, temperature, bf16=bf16)[0].float()
         vals[rows, :T] = token_values(critic, ids, att, bf16)
     b.old_logprobs, b.ref_logprobs, b.values = old, refl, vals * b.loss_mask
+
+
+def sampler_mismatch(b: PPOBatch, gen, keep: list[int]) -> dict:
+    """``rollout/logprob_mismatch_{mean,max}``: the sampler's logprobs against the training forward's
+    ``old_logprobs`` (which the update uses), over the completion tokens of the batch's rows."""
+    trainer, sampler, masks = [], [], []
+    for r, i in enumerate(keep):
+        P, n = len(gen.prompt_ids[i]), len(gen.completion_ids[i])
+        trainer.append(b.old_logprobs[r, P:P + n].tolist())
+        sampler.append(gen.old_logprobs[i])
+        masks.append([1] * n)
+    return logprob_mismatch(trainer, sampler, masks)
 
 
 def compute_advantages(b: PPOBatch, kl_coef: float, gamma: float, lam: float, whiten_adv: bool) -> dict:

@@ -38,6 +38,7 @@ from rlvr.trainers.eval_hook import EvalHook
 from rlvr.trainers.rl_update import (
     build_train_batch,
     compute_advantages,
+    recompute_old_logprobs,
     reference_logprobs,
     update_minibatch,
 )
@@ -115,6 +116,8 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
 def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool) -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
 
+    Unless the update is on-policy (μ = 1, one mini-batch: the ratio is the forward's own, exactly 1),
+    ``old_logprobs`` are first recomputed by the training forward (see ``recompute_old_logprobs``).
     Mini-batches are cut from all the batch's rows, skipped zero-advantage ones included (they count in
     each mini-batch's denominators); a mini-batch with nothing to forward takes no optimizer step (its
     gradient is 0, and AdamW momentum alone must not move the weights).
@@ -125,6 +128,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             sched.step()
         return {"train/sequences": 0}
     on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1
+    mismatch = {} if on_policy else recompute_old_logprobs(model, batch, stage, pad_id, bf16)
     out: dict = {}
     n_updates = 0
     for epoch in range(stage.ppo_epochs):
@@ -141,8 +145,13 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
                 out[k] = out.get(k, 0.0) + v
     sched.step()
     ent_sum, toks = out.pop("policy/entropy_sum", 0.0), out.pop("policy/tokens", 0.0)
+    gap_sum = out.pop("rollout/logprob_mismatch_sum", None)  # on-policy: measured by the one update
     res = {k: v / n_updates for k, v in out.items()}
     res["policy/entropy"] = ent_sum / max(toks, 1.0)
+    if gap_sum is not None:
+        mismatch = {"rollout/logprob_mismatch_mean": gap_sum / max(toks, 1.0),
+                    "rollout/logprob_mismatch_max": res.pop("rollout/logprob_mismatch_max")}
+    res.update(mismatch)
     res["train/sequences"] = len(batch)
     res["train/rows_counted"] = batch.num_rows
     res["train/updates"] = n_updates

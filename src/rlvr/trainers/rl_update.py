@@ -22,7 +22,7 @@ from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.policy import clipped_surrogate
 from rlvr.models.logprobs import token_logprobs
-from rlvr.trainers.common import pad_batch
+from rlvr.trainers.common import logprob_mismatch, pad_batch
 
 
 def compute_advantages(loss_cfg, rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -177,14 +177,6 @@ def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: boo
     return met
 
 
-def logprob_mismatch(trainer: list[list[float]], sampler: list[list[float]], masks: list[list[int]]) -> dict:
-    """Mean and max ``|trainer - sampler|`` logprob over the trained tokens (``rollout/logprob_mismatch_*``)."""
-    gaps = [abs(t - s) for tr, sa, ms in zip(trainer, sampler, masks) for t, s, m in zip(tr, sa, ms) if m]
-    if not gaps:
-        return {}
-    return {"rollout/logprob_mismatch_mean": sum(gaps) / len(gaps), "rollout/logprob_mismatch_max": max(gaps)}
-
-
 def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_policy: bool, bf16: bool = False):
     """Loss of one micro-batch, already divided by the mini-batch's global denominator."""
     dev = model.device
@@ -193,11 +185,16 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     old = torch.tensor([o + [0.0] * (T - len(o)) for o in mb.old_logprobs], device=dev)
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
                                        bf16=bf16, entropy_grad=bool(cfg.entropy_coef))
-    if on_policy:
+    metrics_pre = {}
+    if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
+        gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))
+        metrics_pre = {"rollout/logprob_mismatch_sum": float(gap.sum()),
+                       "rollout/logprob_mismatch_max": float(gap.max())}
         old = logprobs.detach()
     eps_low, eps_high, level = clip_range(cfg.loss)
     adv = torch.tensor(mb.advantages, dtype=torch.float32, device=dev)
     per_tok, metrics = clipped_surrogate(logprobs, old, adv, lm, eps_low, eps_high, level=level)
+    metrics.update(metrics_pre)
     if cfg.kl.beta > 0:
         ref = torch.tensor([r + [0.0] * (T - len(r)) for r in mb.ref_logprobs], device=dev)
         kl = kl_penalty(logprobs, ref, kind=cfg.kl.estimator, loss_mask=lm)
@@ -232,6 +229,6 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
             elif k.endswith("min"):
                 agg[k] = min(agg.get(k, v), v)
             else:
-                agg[k] = agg.get(k, 0.0) + (v if k in ("policy/entropy_sum", "policy/tokens") else v * w)
+                agg[k] = agg.get(k, 0.0) + (v if k.endswith(("_sum", "/tokens")) else v * w)
     agg["train/loss"] = total
     return agg

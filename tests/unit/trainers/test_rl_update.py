@@ -1,16 +1,25 @@
 """The GRPO-family update: what skipping zero-advantage rows, the entropy bonus and the KL term do to the
 gradient. Skipping rows is a speed-up only: the gradient must be the one of the whole batch."""
 
+import json
+
 import pytest
 import torch
 
-from rlvr.config.rl import DAPOLoss, DrGRPOLoss, GRPOLoss, KLConfig, RLStage, SamplingConfig
+from rlvr.config.data import BuiltinArithmetic
+from rlvr.config.optim import OptimConfig
+from rlvr.config.rl import DAPOLoss, DrGRPOLoss, GRPOLoss, GSPOLoss, KLConfig, RLStage, SamplingConfig
+from rlvr.data.arithmetic import generate
 from rlvr.losses.aggregate import aggregate
 from rlvr.losses.entropy import entropy_from_logits
 from rlvr.models.load import load_pretrained
-from rlvr.rollout.collector import Rollouts
-from rlvr.trainers.common import pad_batch
+from rlvr.models.logprobs import token_logprobs
+from rlvr.rollout.collector import Rollouts, collect
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.trainers.common import build_optimizer, pad_batch
+from rlvr.trainers.rl import policy_update
 from rlvr.trainers.rl_update import build_train_batch, compute_advantages, reference_logprobs, update_minibatch
+from rlvr.verifiers.base import Verdict
 
 
 def stage(**kw):
@@ -93,3 +102,64 @@ def test_entropy_bonus_has_the_gradient_of_minus_coef_times_mean_entropy(tiny_di
     (-c * aggregate(ent, lm, "seq-mean-token-mean")).backward()
     ref = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
     assert torch.allclose(g, ref, rtol=1e-4, atol=1e-8)
+
+
+def parity_judge(tasks, completions):
+    return [Verdict(float(len(c) % 2 == 0), len(c) % 2 == 0, "pass" if len(c) % 2 == 0 else "wrong")
+            for c in completions]
+
+
+def sampled_batch(model, tok, st, bf16: bool):
+    ro = collect(HFEngine(model, tok, bf16=bf16), tok, generate(["add2"], 4, seed=1), parity_judge, st.sampling,
+                 st.rewards, seed=1)
+    adv = compute_advantages(st.loss, ro.rewards, ro.valid)
+    return build_train_batch(ro, adv, needs_all=True, mask_truncated=False)
+
+
+@pytest.mark.parametrize("loss", [GRPOLoss(), GSPOLoss()], ids=["grpo", "gspo"])
+def test_off_policy_updates_start_from_ratio_one_under_bf16(tiny_dir, loss):
+    """μ = 2 epochs × 2 mini-batches at lr 0 (the weights never move): with old_logprobs from the training
+    forward every ratio is exactly 1 and nothing is clipped, even with GSPO's 3e-4 clip and bf16; the
+    sampler's bf16 logprobs differ from the trainer's, which the mismatch metrics report."""
+    model, tok = load_pretrained(tiny_dir)
+    st = stage(loss=loss, ppo_epochs=2, mini_batches=2, optim=OptimConfig(lr=0.0, warmup_steps=0))
+    batch = sampled_batch(model, tok, st, bf16=True)
+    opt, sched = build_optimizer(model, st.optim, 10)
+    met = policy_update(model, opt, sched, st, batch, tok.pad_token_id, True)
+    assert met["train/updates"] == 4
+    ratios = (met["ratio/min"], met["ratio/max"], met["clip/low_frac"], met["clip/high_frac"])
+    assert ratios == (pytest.approx(1.0, abs=1e-6), pytest.approx(1.0, abs=1e-6), 0.0, 0.0), ratios
+    assert 0 < met["rollout/logprob_mismatch_mean"] <= met["rollout/logprob_mismatch_max"] < 0.5
+
+
+def test_mismatch_metric_is_the_mean_and_max_gap_between_sampler_and_trainer(tiny_dir):
+    """On-policy (μ = 1, one mini-batch) the ratio uses the forward itself; the metric compares it with
+    the sampler's logprobs: here -1 on every token, so the gap is |log π(token) + 1| token by token."""
+    model, _ = load_pretrained(tiny_dir)
+    ro = rollouts(MIXED)
+    st = stage()
+    batch = build_train_batch(ro, compute_advantages(st.loss, ro.rewards, ro.valid), True, False)
+    ids, att, lm = pad_batch(batch.seqs, 0, batch.masks, left=False)
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, att, st.sampling.temperature)
+    gap = (lp + 1).abs()[lm.bool()]
+    opt, sched = build_optimizer(model, st.optim, 10)
+    met = policy_update(model, opt, sched, st, batch, 0, False)
+    assert met["rollout/logprob_mismatch_mean"] == pytest.approx(float(gap.mean()), rel=1e-5)
+    assert met["rollout/logprob_mismatch_max"] == pytest.approx(float(gap.max()), rel=1e-5)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["frozen-copy", "lora-base"])
+def test_kl_to_the_reference_is_zero_at_the_first_step_under_bf16(tiny_dir, tmp_path, lora):
+    """At step 1 the policy is the reference: the KL the loss sees is exactly 0 when both are computed in
+    the same precision (bf16 autocast here)."""
+    from rlvr.config.model import LoraConfig, ModelConfig
+    from rlvr.trainers.rl import train_rl
+
+    cfg = ModelConfig(path=tiny_dir, autocast_bf16=True, lora=LoraConfig(r=4, alpha=8) if lora else None)
+    st = stage(kl=KLConfig(beta=0.1), max_steps=1, tasks_per_step=4, save_every=0,
+               data=BuiltinArithmetic(families=["add2"], n=16))
+    res = train_rl(st, cfg, tmp_path, judge=parity_judge)
+    rec = [json.loads(x) for x in open(res.metrics_path)][-1]
+    assert rec["train/sequences"] > 0
+    assert rec["kl/ref"] == 0.0, rec["kl/ref"]
