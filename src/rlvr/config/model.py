@@ -26,7 +26,7 @@ class LoraConfig(Section):
     alpha: int = 16
     """Scaling numerator (scale = alpha / r)."""
     dropout: float = 0.0
-    """Dropout on the adapter input."""
+    """Dropout on the adapter input (active only with ``model.train_dropout: true``)."""
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     """Module names that get adapters."""
 
@@ -47,6 +47,10 @@ class ModelConfig(Section):
     the usual choice on GPUs)."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights."""
+    train_dropout: bool = False
+    """Keep dropout (the model config's and LoRA's) active in training forwards. Off by default in every
+    stage (policy, reference, sampler, reward model, critic): dropout noise would enter the log-ratios that
+    compare two forwards (DPO's policy vs reference, the PPO/GRPO ratio, KL)."""
     gradient_checkpointing: bool = False
     """Trade compute for memory on large models."""
     device: str = "auto"

@@ -30,7 +30,23 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
         model.gradient_checkpointing_enable()
     if cfg.lora is not None:
         model = add_lora(model, cfg.lora)
+    if not cfg.train_dropout:
+        disable_dropout(model)
     return model, tok
+
+
+def disable_dropout(model):
+    """Turn off every dropout of ``model`` in train mode too: ``nn.Dropout`` modules (LoRA's included)
+    get p = 0, and so do the float ``*dropout`` / ``*_pdrop`` rates modules read at forward time (HF
+    attention's ``attention_dropout``). The model config is left as it is (saved checkpoints keep it)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+            continue
+        for name, value in list(vars(m).items()):
+            if name.endswith(("dropout", "_pdrop")) and isinstance(value, float):
+                setattr(m, name, 0.0)
+    return model
 
 
 def resolve_device(name: str) -> torch.device:

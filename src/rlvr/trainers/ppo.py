@@ -49,7 +49,7 @@ from rlvr.models.checkpoint import (
     seed_everything,
 )
 from rlvr.models.heads import backbone_and_head, load_reward_model, sequence_classifier_from_causal
-from rlvr.models.load import is_peft, load_model_and_tokenizer
+from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
@@ -118,6 +118,8 @@ def setup_models(stage: PPOStage, model_cfg: ModelConfig, run_dir, init_path, se
         _, head = backbone_and_head(critic)
         torch.nn.init.zeros_(head.weight)          # V = 0 at the start: the first advantages are the returns
     critic = critic.float().train()  # trained in full: fp32 master weights even over a bf16 base
+    if not model_cfg.train_dropout:
+        disable_dropout(critic)
     for p in critic.parameters():
         p.requires_grad_(True)
     return policy, tok, ref, critic, rm, rm_tok

@@ -35,7 +35,7 @@ from rlvr.models.checkpoint import (
     seed_everything,
 )
 from rlvr.models.heads import add_lora_to_classifier, sequence_classifier_from_causal, sequence_rewards
-from rlvr.models.load import load_model_and_tokenizer
+from rlvr.models.load import disable_dropout, load_model_and_tokenizer
 from rlvr.monitoring.evaluate import default_judge
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
@@ -116,6 +116,8 @@ def build_reward_model(model_cfg: ModelConfig, init_path: str | None, seed: int,
     rm = sequence_classifier_from_causal(source, tok, seed=seed)
     if model_cfg.lora is not None:
         rm = add_lora_to_classifier(rm, model_cfg.lora)
+    if not model_cfg.train_dropout:
+        disable_dropout(rm)
     return policy, rm, tok
 
 
