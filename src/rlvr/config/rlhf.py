@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import field_validator
+
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.optim import OptimConfig
 from rlvr.config.preference import PairBuilder, PairsFile
+from rlvr.config.rl import positive_temperature
 
 
 class RewardModelStage(Section):
@@ -83,7 +86,7 @@ class PPOStage(Section):
     mini_batches: int = 2
     """Mini-batches per epoch."""
     temperature: float = 1.0
-    """Sampling temperature."""
+    """Sampling temperature (> 0: training divides the logits by it)."""
     max_new_tokens: int = 64
     """Generation budget."""
     micro_batch_size: int = 32
@@ -98,3 +101,8 @@ class PPOStage(Section):
     """Keep this many step checkpoints."""
     eval_every: int = 0
     """Held-out greedy pass@1 every N steps (0: only the pipeline's after-stage eval)."""
+
+    @field_validator("temperature")
+    @classmethod
+    def _positive_temperature(cls, value: float) -> float:
+        return positive_temperature(value)

@@ -4,6 +4,13 @@ Reads top to bottom: setup -> rollout (G samples per task, one batched generate)
 -> advantages -> update (μ epochs × mini-batches, exact accumulation; zero-advantage sequences get no
 backward) -> log -> checkpoint. Every random draw is seeded by (seed, step), so a resumed run
 reproduces the uninterrupted one.
+
+Decisions (each tested in tests/unit/trainers/test_rl_decisions.py): the sampling temperature is > 0
+(config error otherwise: training divides by it); the mini-batch shuffle is seeded by (seed, step, epoch);
+DAPO defaults to soft overlong punishment (buffer max_new_tokens // 5) and to dynamic sampling on
+correctness, as in the paper's final recipe. Off-policy updates (μ > 1 or several mini-batches)
+recompute ``old_logprobs`` with the training forward; ``rollout/logprob_mismatch_{mean,max}`` report
+the sampler-vs-trainer gap.
 """
 
 from __future__ import annotations
@@ -64,14 +71,17 @@ class TaskStream:
 def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list):
     """One rollout batch; with DAPO dynamic sampling, keep drawing until the batch is informative.
 
-    With dynamic sampling the batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11:
+    A group is informative when its verifier outcomes are mixed (``dynamic_sampling_on: correct``, DAPO's
+    0 < #correct < G; the default) or its composed reward varies (``reward``). With dynamic sampling the
+    batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11:
     the token-mean runs over the kept groups only): filtered groups count in no loss denominator, unlike
     the zero-advantage rows of the other algorithms, which are skipped for speed but counted.
     """
     overlong = (0, 0.0)
     dyn = stage.loss.type == "dapo" and stage.loss.dynamic_sampling
     if stage.loss.type == "dapo":
-        overlong = (stage.loss.overlong_buffer, stage.loss.overlong_penalty)
+        buffer = stage.loss.overlong_buffer
+        overlong = (stage.sampling.max_new_tokens // 5 if buffer is None else buffer, stage.loss.overlong_penalty)
     parts, kept, drawn, rnd = [], 0, 0, 0
     while True:
         tasks = stream.take(stage.tasks_per_step)
@@ -80,7 +90,8 @@ def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: i
         drawn += ro.num_groups
         if not dyn:
             return ro, {"rollout/groups_drawn": drawn}
-        zv = zero_variance_groups(ro.rewards, ro.valid)
+        signal = ro.passed.float() if stage.loss.dynamic_sampling_on == "correct" else ro.rewards
+        zv = zero_variance_groups(signal, ro.valid)
         keep = [g for g in range(ro.num_groups) if not zv[g]][: stage.tasks_per_step - kept]
         parts.append(ro.select_groups(keep))
         kept += len(keep)
@@ -113,12 +124,13 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
     return m
 
 
-def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool) -> dict:
+def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool, seed: int = 0,
+                  step: int = 0) -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
 
     Unless the update is on-policy (μ = 1, one mini-batch: the ratio is the forward's own, exactly 1),
     ``old_logprobs`` are first recomputed by the training forward (see ``recompute_old_logprobs``).
-    Mini-batches are cut from all the batch's rows, skipped zero-advantage ones included (they count in
+    Each epoch's shuffle is seeded by (seed, step, epoch). Mini-batches are cut from all the batch's rows, skipped zero-advantage ones included (they count in
     each mini-batch's denominators); a mini-batch with nothing to forward takes no optimizer step (its
     gradient is 0, and AdamW momentum alone must not move the weights).
     """
@@ -132,7 +144,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
     out: dict = {}
     n_updates = 0
     for epoch in range(stage.ppo_epochs):
-        order = np.random.default_rng([len(batch), epoch]).permutation(batch.num_rows).tolist()
+        order = np.random.default_rng([seed, step, epoch]).permutation(batch.num_rows).tolist()
         size = -(-batch.num_rows // stage.mini_batches)
         for s in range(0, batch.num_rows, size):
             mini = batch.subset(order[s:s + size])
@@ -208,7 +220,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                                                         stage.sampling.temperature, stage.micro_batch_size,
                                                         model_cfg.autocast_bf16)
             t1 = time.perf_counter()
-            met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16)
+            met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16,
+                                seed, step)
             step += 1
             t2 = time.perf_counter()
             wall += t2 - t0
