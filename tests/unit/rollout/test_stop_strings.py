@@ -45,7 +45,7 @@ def test_stop_string_rows_are_cut_where_they_stopped(tiny_dir, fast):
         if r == "stop":
             assert first_stop(text) == len(text), text  # cut right after the first stop string
         elif r == "length":
-            assert len(c) == params.max_new_tokens and first_stop(text) == -1, text
+            assert len(c) == params.max_new_tokens and first_stop(text) == -1, f"reason 'length' for {text!r}"
     reasons = set(gen.finish_reason)
     assert "stop" in reasons and len({len(c) for c in gen.completion_ids}) > 2, reasons
 

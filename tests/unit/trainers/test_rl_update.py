@@ -82,7 +82,8 @@ def test_dr_grpo_normaliser_is_constant_whatever_the_zero_variance_fraction(tiny
     lengths = [2 + i % 4 for i in range(12)]
     g8, _ = grad_of(tiny_dir, rollouts(MIXED[:1] + MIXED[2:3], lengths[:8]), st, needs_all=False)
     g12, _ = grad_of(tiny_dir, rollouts(MIXED[:3], lengths[:4] + lengths[8:12] + lengths[4:8]), st, needs_all=False)
-    assert torch.allclose(g12, g8 * 8 / 12, rtol=1e-5, atol=1e-9)
+    ratio = float(g12.norm() / g8.norm())
+    assert torch.allclose(g12, g8 * 8 / 12, rtol=1e-5, atol=1e-9), f"|g12| / |g8| = {ratio:.4f}, not 8/12"
 
 
 def test_entropy_bonus_has_the_gradient_of_minus_coef_times_mean_entropy(tiny_dir):
