@@ -57,7 +57,7 @@ class ModelConfig(Section):
     """Where the model runs: auto (cuda when available), cpu, cuda, cuda:N."""
 
     @model_validator(mode="after")
-    def _fp32_master_weights(self) -> "ModelConfig":
+    def _fp32_master_weights(self) -> ModelConfig:
         if self.dtype != "float32" and self.lora is None:
             raise ValueError(
                 f"model.dtype: {self.dtype} with full fine-tuning trains {self.dtype} weights without fp32 "

@@ -77,7 +77,7 @@ class TrainBatch:
     def subset(self, rows: list[int]) -> TrainBatch:
         n = len(self.seqs)
         fwd = [i for i in rows if i < n]
-        pick = lambda xs: None if xs is None else [xs[i] for i in fwd]  # noqa: E731
+        pick = lambda xs: None if xs is None else [xs[i] for i in fwd]
         return TrainBatch(pick(self.seqs), pick(self.masks), pick(self.old_logprobs), pick(self.ref_logprobs),
                           pick(self.advantages), [self.skipped_masks[i - n] for i in rows if i >= n])
 

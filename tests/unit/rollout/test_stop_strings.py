@@ -55,7 +55,7 @@ def test_stop_string_rows_train_on_their_own_tokens_only(tiny_dir):
     model, tok = load_pretrained(tiny_dir)
 
     tasks = [Task(id=f"t{i}", prompt=p, gold={"answer": "0"}) for i, p in enumerate(["12+7=?", "3*4=?"])]
-    judge = lambda ts, cs: [Verdict(float(len(c) % 2), bool(len(c) % 2), "pass") for c in cs]  # noqa: E731
+    judge = lambda ts, cs: [Verdict(float(len(c) % 2), bool(len(c) % 2), "pass") for c in cs]
     sampling = SamplingConfig(group_size=6, temperature=1.5, max_new_tokens=24, stop=STOPS)
     ro = collect(HFEngine(model, tok), tok, tasks, judge, sampling, [RewardTerm()], seed=3)
     adv = compute_advantages(GRPOLoss(), ro.rewards, ro.valid)

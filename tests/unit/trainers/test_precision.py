@@ -53,8 +53,8 @@ def test_bf16_full_finetuning_is_refused_or_keeps_every_update(tiny_dir):
     assert frac > 0.95, f"only {frac:.1%} of the trained weights moved in 10 AdamW steps at lr {LR}"
 
 
-@pytest.mark.parametrize("kw", [dict(dtype="float32", autocast_bf16=True),
-                                dict(dtype="bfloat16", lora=LoraConfig(r=4, alpha=8))],
+@pytest.mark.parametrize("kw", [{"dtype": "float32", "autocast_bf16": True},
+                                {"dtype": "bfloat16", "lora": LoraConfig(r=4, alpha=8)}],
                          ids=["fp32-weights-bf16-compute", "bf16-base-lora"])
 def test_bf16_compute_keeps_fp32_master_weights_and_every_update(tiny_dir, kw):
     cfg = ModelConfig(path=tiny_dir, **kw)

@@ -94,7 +94,7 @@ def test_dapo_default_punishes_overlong_completions(tiny_dir):
     _, tok = load_pretrained(tiny_dir)
     st = dapo_stage(loss=DAPOLoss(dynamic_sampling=False))
     eng = ScriptedEngine([[[5] * 4, [5] * 9], [[5] * 10, [5] * 3]])
-    passed = lambda tasks, comps: [Verdict(1.0, True, "pass") for _ in comps]  # noqa: E731
+    passed = lambda tasks, comps: [Verdict(1.0, True, "pass") for _ in comps]
     ro, _ = rollout_step(st, eng, tok, TaskStream(rl.load_task_source(st.data), 0), passed, 0, 0, [])
     assert ro.rewards.tolist() == [[1.0, 0.5], [0.0, 1.0]]
 
@@ -106,7 +106,7 @@ def test_dapo_dynamic_sampling_keeps_groups_with_mixed_correctness(tiny_dir):
     st = dapo_stage(loss=DAPOLoss(max_resample_rounds=0, overlong_buffer=0),
                     rewards=[RewardTerm(name="correct"), RewardTerm(name="length", weight=0.1)])
     eng = ScriptedEngine([[[5] * 2, [5] * 4], [[5] * 3, [5] * 3]])
-    judge = lambda tasks, comps: [Verdict(1.0, True, "pass"), Verdict(1.0, True, "pass"),  # noqa: E731
+    judge = lambda tasks, comps: [Verdict(1.0, True, "pass"), Verdict(1.0, True, "pass"),
                                   Verdict(1.0, True, "pass"), Verdict(0.0, False, "wrong")]
     ro, _ = rollout_step(st, eng, tok, TaskStream(rl.load_task_source(st.data), 0), judge, 0, 0, [])
     assert ro.num_groups == 1 and ro.passed.tolist() == [[True, False]]

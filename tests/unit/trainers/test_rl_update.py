@@ -18,7 +18,12 @@ from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.common import build_optimizer, pad_batch
 from rlvr.trainers.rl import policy_update
-from rlvr.trainers.rl_update import build_train_batch, compute_advantages, reference_logprobs, update_minibatch
+from rlvr.trainers.rl_update import (
+    build_train_batch,
+    compute_advantages,
+    reference_logprobs,
+    update_minibatch,
+)
 from rlvr.verifiers.base import Verdict
 
 
@@ -161,6 +166,7 @@ def test_kl_to_the_reference_is_zero_at_the_first_step_under_bf16(tiny_dir, tmp_
     st = stage(kl=KLConfig(beta=0.1), max_steps=1, tasks_per_step=4, save_every=0,
                data=BuiltinArithmetic(families=["add2"], n=16))
     res = train_rl(st, cfg, tmp_path, judge=parity_judge)
-    rec = [json.loads(x) for x in open(res.metrics_path)][-1]
+    with open(res.metrics_path) as f:
+        rec = [json.loads(x) for x in f][-1]
     assert rec["train/sequences"] > 0
     assert rec["kl/ref"] == 0.0, rec["kl/ref"]
