@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import model_validator
+
 from rlvr.config.base import Section
 
 
@@ -24,7 +26,7 @@ class LoraConfig(Section):
     alpha: int = 16
     """Scaling numerator (scale = alpha / r)."""
     dropout: float = 0.0
-    """Dropout on the adapter input."""
+    """Dropout on the adapter input (active only with ``model.train_dropout: true``)."""
     target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     """Module names that get adapters."""
 
@@ -37,12 +39,29 @@ class ModelConfig(Section):
     tiny: TinyModel | None = None
     """Build the tiny from-scratch model when ``path`` is not set."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    """Parameter dtype for loading."""
+    """Dtype of the loaded weights. Trained weights are always float32 (master weights), so bfloat16/float16
+    needs ``lora`` (a frozen low-precision base, fp32 adapters); for full fine-tuning in bf16 use float32
+    with ``autocast_bf16``."""
     autocast_bf16: bool = False
-    """Run forward passes under bf16 autocast (CPU bf16 units; pays from ~20M params)."""
+    """Run forward passes under bf16 autocast: bf16 compute, fp32 weights (CPU bf16 units from ~20M params;
+    the usual choice on GPUs)."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights."""
+    train_dropout: bool = False
+    """Keep dropout (the model config's and LoRA's) active in training forwards. Off by default in every
+    stage (policy, reference, sampler, reward model, critic): dropout noise would enter the log-ratios that
+    compare two forwards (DPO's policy vs reference, the PPO/GRPO ratio, KL)."""
     gradient_checkpointing: bool = False
     """Trade compute for memory on large models."""
     device: str = "auto"
     """Where the model runs: auto (cuda when available), cpu, cuda, cuda:N."""
+
+    @model_validator(mode="after")
+    def _fp32_master_weights(self) -> ModelConfig:
+        if self.dtype != "float32" and self.lora is None:
+            raise ValueError(
+                f"model.dtype: {self.dtype} with full fine-tuning trains {self.dtype} weights without fp32 "
+                "master weights: AdamW updates smaller than the weights' rounding step are lost (at lr 1e-6, "
+                "10 steps move ~2% of a tiny model's weights). Use `dtype: float32` with `autocast_bf16: "
+                "true` (fp32 weights, bf16 compute), or add `lora:` (a frozen bf16 base, fp32 adapters)")
+        return self

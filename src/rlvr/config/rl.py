@@ -4,10 +4,19 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import field_validator
+
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
 from rlvr.config.optim import OptimConfig
+
+
+def positive_temperature(value: float) -> float:
+    """A training temperature: logits are divided by it, so it must be > 0."""
+    if not value > 0:
+        raise ValueError(f"temperature must be > 0 (the trainer divides the logits by it), got {value}")
+    return value
 
 
 class GRPOLoss(Section):
@@ -23,7 +32,13 @@ class GRPOLoss(Section):
 
 
 class DAPOLoss(Section):
-    """DAPO (Yu et al. 2025): decoupled clip-higher, token-mean loss, dynamic sampling, overlong shaping."""
+    """DAPO (Yu et al. 2025): decoupled clip-higher, token-mean loss, dynamic sampling, overlong shaping.
+
+    Defaults follow the paper's final recipe: dynamic sampling on correctness (a group is kept when
+    ``0 < #correct < G``: eq. 11), soft overlong punishment with a buffer of a fifth of the generation
+    budget (the paper's 4096 of 20480 tokens) and penalty 1 (the scale of the correctness reward);
+    overlong *filtering* (``mask_truncated``) stays off, as in the final recipe.
+    """
 
     type: Literal["dapo"] = "dapo"
     eps_low: float = 0.2
@@ -31,15 +46,19 @@ class DAPOLoss(Section):
     eps_high: float = 0.28
     """Upper clip ε_high (clip-higher keeps low-probability tokens exploring)."""
     dynamic_sampling: bool = True
-    """Drop groups whose rewards are all equal and draw more tasks until the batch is full."""
+    """Drop uninformative groups (see ``dynamic_sampling_on``) and draw more tasks until the batch is full."""
+    dynamic_sampling_on: Literal["correct", "reward"] = "correct"
+    """What makes a group informative: ``correct`` — its verifier pass/fail outcomes are mixed (DAPO);
+    ``reward`` — its composed reward varies (format, length and overlong terms included)."""
     max_resample_rounds: int = 4
     """Cap on extra draw rounds per step before training on what there is (with a message)."""
-    overlong_buffer: int = 0
-    """Linear length penalty over the last N tokens before max_new_tokens (0 = off)."""
+    overlong_buffer: int | None = None
+    """Soft overlong punishment: a linear length penalty over the last N tokens before max_new_tokens
+    (None: max_new_tokens // 5, DAPO's 4096 of 20480; 0: off)."""
     overlong_penalty: float = 1.0
     """Penalty at max length."""
     mask_truncated: bool = False
-    """Exclude completions cut at max length from the loss."""
+    """Overlong filtering: exclude completions cut at max length from the loss."""
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     """How per-token losses are averaged."""
 
@@ -115,13 +134,18 @@ class SamplingConfig(Section):
     group_size: int = 8
     """G: samples per task."""
     temperature: float = 1.0
-    """Sampling temperature."""
+    """Sampling temperature (> 0: training divides the logits by it, so T = 0 / greedy cannot be trained on)."""
     top_p: float = 1.0
     """Nucleus sampling threshold."""
     max_new_tokens: int = 64
     """Generation budget per completion."""
     stop: list[str] = []
-    """Extra stop strings."""
+    """Extra stop strings (a completion ends with the token that completes one; finish reason ``stop``)."""
+
+    @field_validator("temperature")
+    @classmethod
+    def _positive_temperature(cls, value: float) -> float:
+        return positive_temperature(value)
 
 
 class RLStage(Section):
@@ -151,9 +175,11 @@ class RLStage(Section):
     tasks_per_step: int = 16
     """Tasks (groups) per rollout batch."""
     ppo_epochs: int = 1
-    """μ: policy iterations over each rollout batch."""
+    """μ: policy iterations over each rollout batch (μ > 1 or mini_batches > 1: old logprobs are recomputed
+    by the training forward before the first update)."""
     mini_batches: int = 1
-    """Optimizer steps per epoch (the batch is split in this many mini-batches)."""
+    """Optimizer steps per epoch (the batch is split in this many mini-batches, shuffled by (seed, step,
+    epoch))."""
     micro_batch_size: int = 64
     """Sequences per forward/backward (gradient accumulation inside a mini-batch)."""
     save_every: int = 50

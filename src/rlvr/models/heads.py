@@ -84,8 +84,14 @@ def token_scores(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, b
     with autocast_ctx(bf16, input_ids.device.type):
         hidden = backbone(input_ids=input_ids, attention_mask=attention_mask,
                           position_ids=position_ids_from_mask(attention_mask), use_cache=False).last_hidden_state
-        out = head(hidden)
+        out = head(hidden.to(_head_dtype(head)))
     return out.squeeze(-1).float()
+
+
+def _head_dtype(head) -> torch.dtype:
+    """The dtype the head computes in: its trained (fp32 master) weights' if any, else its weights'."""
+    params = list(head.parameters())
+    return next((p.dtype for p in params if p.requires_grad), params[0].dtype)
 
 
 def last_token_index(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,23 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
         model.gradient_checkpointing_enable()
     if cfg.lora is not None:
         model = add_lora(model, cfg.lora)
+    if not cfg.train_dropout:
+        disable_dropout(model)
     return model, tok
+
+
+def disable_dropout(model):
+    """Turn off every dropout of ``model`` in train mode too: ``nn.Dropout`` modules (LoRA's included)
+    get p = 0, and so do the float ``*dropout`` / ``*_pdrop`` rates modules read at forward time (HF
+    attention's ``attention_dropout``). The model config is left as it is (saved checkpoints keep it)."""
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+            continue
+        for name, value in list(vars(m).items()):
+            if name.endswith(("dropout", "_pdrop")) and isinstance(value, float):
+                setattr(m, name, 0.0)
+    return model
 
 
 def resolve_device(name: str) -> torch.device:
@@ -74,7 +90,16 @@ def add_lora(model, lora_cfg, task_type: str = "CAUSAL_LM"):
         raise ModelLoadError(f"model.lora.target_modules {lora_cfg.target_modules} match no module of the model")
     pcfg = LoraConfig(r=lora_cfg.r, lora_alpha=lora_cfg.alpha, lora_dropout=lora_cfg.dropout,
                       target_modules=targets, task_type=task_type)
-    return get_peft_model(model, pcfg)
+    return upcast_trainable(get_peft_model(model, pcfg))
+
+
+def upcast_trainable(model):
+    """Cast every trainable parameter to float32 in place (fp32 master weights over a low-precision base:
+    LoRA adapters, a new head trained in full); frozen weights keep their dtype. Returns ``model``."""
+    for p in model.parameters():
+        if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32:
+            p.data = p.data.float()
+    return model
 
 
 def is_peft(model) -> bool:

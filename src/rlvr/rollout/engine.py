@@ -2,7 +2,8 @@
 
 ``generate(prompts, params)`` takes token-id prompts and returns, per sample, the completion ids, the
 per-token logprobs of the sampling policy (``old_logprobs``, under logits / temperature) and why it
-stopped (``eos`` or ``length``). ``sync_weights(model)`` pushes trained weights into the engine (a
+stopped (``eos``: a stop token; ``stop``: a stop string, the completion ends with the token that
+completed it; ``length``: the budget ran out). ``sync_weights(model)`` pushes trained weights into the engine (a
 no-op for the in-process HF engine, which samples from the training model itself).
 """
 

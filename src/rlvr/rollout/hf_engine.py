@@ -1,7 +1,10 @@
 """In-process generation with an HF causal LM: one batched, KV-cached sampling loop for all samples.
 
-Prompts are left-padded; every row advances one token per step; rows that hit a stop token are frozen
-(padded) and the loop ends when all rows are done. Sampled-token logprobs come from
+Prompts are left-padded; every row advances one token per step; rows that hit a stop token or a stop
+string are frozen and the loop ends when all rows are done. Each row is returned cut right after the
+token that ended it (the stop token, or the token that completed a stop string: both are kept and
+trained on), with finish reason ``eos``, ``stop`` or ``length``; the filler a frozen row receives while
+others run is never returned. Sampled-token logprobs come from
 ``log_softmax(logits / temperature)`` — the same quantity the trainer recomputes — so the importance
 ratio is exactly 1 on the first policy iteration.
 
@@ -34,6 +37,10 @@ from rlvr.rollout.engine import Generation, SamplingParams
 from rlvr.rollout.fast_decode import FastDecoder, unsupported_reason
 
 log = logging.getLogger(__name__)
+
+REASONS = ("length", "eos", "stop")
+"""Finish reasons: the budget ran out; a stop token (eos, end of turn) was sampled; a stop string appeared."""
+LENGTH, EOS, STOP = range(3)
 
 COMPACT_FRACTION = 0.25
 """Drop finished rows from the forward batch once they are this fraction of the rows still computed."""
@@ -91,6 +98,8 @@ class HFEngine:
         pos = (att.cumsum(-1) - 1).clamp_min(0)
         stop = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
+        ends = torch.full((B,), N, dtype=torch.long, device=dev)  # tokens kept per row
+        why = torch.full((B,), LENGTH, dtype=torch.long, device=dev)  # index into REASONS
         toks, lps = [], []
         decoder = self._decoder(att, P + N)
         live = torch.arange(B, device=dev)  # the original row of each row of the forward batch
@@ -110,9 +119,14 @@ class HFEngine:
             lp.masked_fill_(done, 0.0)
             toks.append(nxt)
             lps.append(lp)
-            done |= torch.isin(nxt, stop)
+            new = torch.isin(nxt, stop) & ~done  # rows ending at this token: it is their last kept one
+            why.masked_fill_(new, EOS)
             if params.stop_strings:
-                done |= self._hit_stop_string(toks, params.stop_strings)
+                by_string = self._hit_stop_string(toks, params.stop_strings) & ~done & ~new
+                why.masked_fill_(by_string, STOP)
+                new |= by_string
+            ends.masked_fill_(new, len(toks))
+            done |= new
             n_done = int(done.sum())  # the loop's one host sync per token
             if n_done == B:
                 break
@@ -123,7 +137,7 @@ class HFEngine:
                 live, cur_pos = live.index_select(0, keep), cur_pos.index_select(0, keep)
                 decoder.select(keep)
             cur_ids = (nxt.index_select(0, live) if len(live) < B else nxt)[:, None]
-        return _collect(toks, lps, done, stop, pad)
+        return _collect(toks, lps, ends, why)
 
     def _decoder(self, prompt_mask: torch.Tensor, capacity: int):
         """FastDecoder when enabled and supported (no bf16 autocast), else the HF forward."""
@@ -285,19 +299,10 @@ def _draw(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     return torch.searchsorted(cdf, (1 - u) * cdf[:, -1:]).squeeze(-1)
 
 
-def _collect(toks, lps, done, stop, pad):
-    T = torch.stack(toks, 1)
-    L = torch.stack(lps, 1)
-    ids_out, lp_out, reasons = [], [], []
-    stop_set = set(stop.tolist())
-    for i, row in enumerate(T.tolist()):
-        end = len(row)
-        reason = "length"
-        for j, t in enumerate(row):
-            if t in stop_set:
-                end, reason = j + 1, "eos"
-                break
-        ids_out.append(row[:end])
-        lp_out.append(L[i, :end].tolist())
-        reasons.append(reason)
-    return ids_out, lp_out, reasons
+def _collect(toks, lps, ends, why):
+    """Per row: the sampled tokens up to and including the one that ended it, their logprobs, the reason."""
+    T = torch.stack(toks, 1).tolist()
+    L = torch.stack(lps, 1).tolist()
+    ends, why = ends.tolist(), why.tolist()
+    return ([row[:e] for row, e in zip(T, ends)], [row[:e] for row, e in zip(L, ends)],
+            [REASONS[w] for w in why])

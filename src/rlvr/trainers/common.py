@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from rlvr.config.optim import OptimConfig
+from rlvr.errors import ConfigError
 from rlvr.models.checkpoint import (
     latest_checkpoint,
     load_training_state,
@@ -36,7 +37,7 @@ from rlvr.models.checkpoint import (
     save_training_checkpoint,
     seed_everything,
 )
-from rlvr.models.load import is_peft, load_model_and_tokenizer
+from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
 from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
@@ -50,8 +51,18 @@ def setup_threads(threads: int | None) -> None:
 
 
 def build_optimizer(model, cfg: OptimConfig, total_steps: int):
-    """AdamW over trainable parameters, with linear warmup then cosine/linear/constant decay."""
+    """AdamW over trainable parameters, with linear warmup then cosine/linear/constant decay.
+
+    Every trainable parameter must be float32 (the master weights): AdamW on bf16/fp16 weights rounds
+    away the updates smaller than half a weight's ulp, i.e. most of them at RL learning rates.
+    """
     params = [p for p in model.parameters() if p.requires_grad]
+    low = [n for n, p in model.named_parameters() if p.requires_grad and p.dtype != torch.float32]
+    if low:
+        raise ConfigError(
+            f"{len(low)} trainable parameters are not float32 (e.g. {low[0]}): training them without fp32 "
+            "master weights loses most AdamW updates. Use model.dtype: float32 with model.autocast_bf16: true "
+            "(fp32 weights, bf16 compute), or LoRA on a low-precision base (adapters are kept in float32)")
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -146,11 +157,8 @@ def stage_dir(run_dir: str | Path, name: str) -> Path:
 
 
 def load_policy(run_dir: str | Path, name: str, model_cfg, init_path: str | None, seed: int):
-    """Stage start for a policy: its run sub-directory, global seeds, the policy and the tokenizer.
-
-    Dropout is off (``eval()`` mode) unless ``model.dropout`` asks for it: the log-probabilities the
-    losses compare (policy, old, reference) must come from the same deterministic function.
-    """
+    """Stage start for a policy: its run sub-directory, global seeds, the policy (dropout off unless
+    ``model.train_dropout``) and the tokenizer."""
     out = stage_dir(run_dir, name)
     seed_everything(seed)
     model, tok = load_model_and_tokenizer(model_cfg, init_path)
@@ -159,8 +167,11 @@ def load_policy(run_dir: str | Path, name: str, model_cfg, init_path: str | None
 
 
 def set_train_mode(model, model_cfg) -> None:
-    """``train()`` only when the config asks for dropout, else ``eval()`` (dropout off) while training."""
-    model.train(bool(getattr(model_cfg, "dropout", False)))
+    """``train()``, with every dropout switched off (``p = 0``) unless ``model.train_dropout`` asks for it:
+    the log-probabilities the losses compare (policy, old, reference) come from one deterministic function."""
+    model.train()
+    if not model_cfg.train_dropout:
+        disable_dropout(model)
 
 
 def frozen_reference(model, needed: bool):
@@ -320,3 +331,9 @@ def close_stage(run: StageRun, model=None, extra: dict | None = None, final_name
                        extra or {})
 
 
+def logprob_mismatch(trainer: list[list[float]], sampler: list[list[float]], masks: list[list[int]]) -> dict:
+    """Mean and max ``|trainer - sampler|`` logprob over the trained tokens (``rollout/logprob_mismatch_*``)."""
+    gaps = [abs(t - s) for tr, sa, ms in zip(trainer, sampler, masks) for t, s, m in zip(tr, sa, ms) if m]
+    if not gaps:
+        return {}
+    return {"rollout/logprob_mismatch_mean": sum(gaps) / len(gaps), "rollout/logprob_mismatch_max": max(gaps)}

@@ -66,6 +66,7 @@ from rlvr.trainers.common import (
     clip_grads,
     close_stage,
     find_checkpoint,
+    logprob_mismatch,
     frozen_reference,
     log_step,
     open_stage,
@@ -115,6 +116,7 @@ def setup_models(stage: PPOStage, model_cfg: ModelConfig, run_dir, init_path, se
         critic = sequence_classifier_from_causal(policy, tok, seed=seed + 1)
         _, head = backbone_and_head(critic)
         torch.nn.init.zeros_(head.weight)          # V = 0 at the start: the first advantages are the returns
+    critic = critic.float()  # trained in full: fp32 master weights even over a bf16 base
     set_train_mode(critic, model_cfg)
     for p in critic.parameters():
         p.requires_grad_(True)
@@ -182,7 +184,8 @@ def _trim(b: PPOBatch, rows: list[int], *tensors):
 
 @torch.no_grad()
 def evaluate_batch(b: PPOBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool) -> None:
-    """Fill old logprobs (sampling policy), reference logprobs (LoRA: adapters off) and values."""
+    """Fill old logprobs (the training forward under no grad, in the training precision: the ratio starts
+    at exactly 1), reference logprobs (LoRA: adapters off) and values."""
     old, refl, vals = (torch.zeros(b.ids.shape, device=b.ids.device) for _ in range(3))
     for rows in _micro_slices(list(range(len(b))), micro):
         ids, att = _trim(b, rows, b.ids, b.att)
@@ -192,6 +195,18 @@ def evaluate_batch(b: PPOBatch, policy, ref, critic, temperature: float, micro: 
             refl[rows, :T] = token_logprobs(model, ids, att, temperature, bf16=bf16)[0].float()
         vals[rows, :T] = token_values(critic, ids, att, bf16)
     b.old_logprobs, b.ref_logprobs, b.values = old, refl, vals * b.loss_mask
+
+
+def sampler_mismatch(b: PPOBatch, ro, keep: list[int]) -> dict:
+    """``rollout/logprob_mismatch_{mean,max}``: the sampler's logprobs against the training forward's
+    ``old_logprobs`` (which the update uses), over the completion tokens of the batch's rows."""
+    trainer, sampler, masks = [], [], []
+    for r, i in enumerate(keep):
+        P, n = len(ro.prompt_ids[i]), len(ro.completion_ids[i])
+        trainer.append(b.old_logprobs[r, P:P + n].tolist())
+        sampler.append(ro.old_logprobs[i])
+        masks.append([1] * n)
+    return logprob_mismatch(trainer, sampler, masks)
 
 
 def compute_advantages(b: PPOBatch, kl_coef: float, gamma: float, lam: float, whiten_adv: bool) -> dict:
@@ -304,7 +319,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     while not run.done():
         tasks = stream.take(stage.tasks_per_step)
         ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)
-        batch, _ = build_batch(ro, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
+        batch, keep = build_batch(ro, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
         rec = {**rmet, "reward/mean": float(rewards[valid].mean()) if bool(valid.any()) else 0.0,
                "reward/std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
                "rollout/length_mean": float(np.mean([len(c) for c in ro.completion_ids])),
@@ -312,6 +327,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                "kl/coef": kl_coef, "train/sequences": len(batch)}
         if len(batch):
             evaluate_batch(batch, policy, ref, critic, stage.sampling.temperature, stage.micro_batch_size, bf16)
+            rec.update(sampler_mismatch(batch, ro, keep))
             rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
             rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step, bf16))
             if stage.kl.target is not None:

@@ -35,7 +35,7 @@ from rlvr.models.heads import (
     sequence_classifier_from_causal,
     sequence_rewards,
 )
-from rlvr.models.load import load_model_and_tokenizer
+from rlvr.models.load import disable_dropout, load_model_and_tokenizer
 from rlvr.models.logprobs import cached_sequence_logprobs
 from rlvr.rollout.pairs import stage_pairs
 from rlvr.trainers.common import (
@@ -47,7 +47,6 @@ from rlvr.trainers.common import (
     log_step,
     open_stage,
     optimizer_step,
-    set_train_mode,
     stage_dir,
 )
 from rlvr.verifiers.judge import default_judge
@@ -119,6 +118,8 @@ def build_reward_model(model_cfg: ModelConfig, init_path: str | None, seed: int,
     rm = sequence_classifier_from_causal(source, tok, seed=seed)
     if model_cfg.lora is not None:
         rm = add_lora_to_classifier(rm, model_cfg.lora)
+    if not model_cfg.train_dropout:
+        disable_dropout(rm)
     return policy, rm, tok
 
 
@@ -138,7 +139,7 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
     baseline = policy_logp_accuracy(policy, held, pad, micro, bf16) if ckpt is None else {}
     del policy
     n_steps = stage.max_steps or max(1, stage.epochs * math.ceil(len(encs) / stage.batch_size))
-    set_train_mode(rm, model_cfg)  # dropout off unless model.dropout asks for it
+    rm.train()
     opt, sched = build_optimizer(rm, stage.optim, n_steps)
     start = {**{f"pairs/{k}": v for k, v in pair_stats.items() if isinstance(v, (int, float, str))}, **baseline}
     if ckpt is None:

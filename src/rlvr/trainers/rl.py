@@ -6,13 +6,26 @@ estimator, see ``trainers/variants.py``) -> update (μ epochs × mini-batches of
 (+KL, +entropy) with exact accumulation; zero-advantage sequences get no backward) -> log ->
 checkpoint. Every random draw is seeded by (seed, step), so a resumed run reproduces the
 uninterrupted one.
+
+Sequences whose advantage is exactly zero are never forwarded when nothing else (KL, entropy) needs
+them — a speed-up only: they still count in the loss's denominators (token-mean: their tokens;
+seq-mean: their rows; Dr.GRPO: their rows in the constant), so the gradient is exactly the one of the
+whole batch, whatever the fraction of zero-variance groups and whether a KL term forces them in.
+DAPO's dynamic sampling is the exception by definition: its batch *is* the informative groups.
+
+Decisions (each tested in tests/unit/trainers/test_rl_decisions.py): the sampling temperature is > 0
+(config error otherwise: training divides by it); the mini-batch shuffle is seeded by (seed, step, epoch);
+DAPO defaults to soft overlong punishment (buffer max_new_tokens // 5) and to dynamic sampling on
+correctness, as in the paper's final recipe. Off-policy updates (μ > 1 or several mini-batches)
+recompute ``old_logprobs`` with the training forward; ``rollout/logprob_mismatch_{mean,max}`` report
+the sampler-vs-trainer gap.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +54,7 @@ from rlvr.trainers.common import (
     load_policy,
     log_step,
     open_stage,
+    logprob_mismatch,
     optimizer_step,
     reference_model,
 )
@@ -51,11 +65,19 @@ from rlvr.verifiers.judge import default_judge
 
 
 def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list):
-    """One rollout batch; with DAPO dynamic sampling, keep drawing until the batch is informative."""
+    """One rollout batch; with dynamic sampling, keep drawing until the batch is informative.
+
+    A group is informative when its verifier outcomes are mixed (``dynamic_sampling_on: correct``, DAPO's
+    0 < #correct < G; the default) or its composed reward varies (``reward``). With dynamic sampling the
+    batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11: the token-mean runs over
+    the kept groups only): filtered groups count in no loss denominator, unlike the zero-advantage rows of
+    the other algorithms, which are skipped for speed but counted.
+    """
     overlong = (0, 0.0)
     dyn = getattr(stage.loss, "dynamic_sampling", False)
     if hasattr(stage.loss, "overlong_buffer"):
-        overlong = (stage.loss.overlong_buffer, stage.loss.overlong_penalty)
+        buffer = stage.loss.overlong_buffer
+        overlong = (stage.sampling.max_new_tokens // 5 if buffer is None else buffer, stage.loss.overlong_penalty)
     parts, kept, drawn, rnd = [], 0, 0, 0
     while True:
         tasks = stream.take(stage.tasks_per_step)
@@ -64,7 +86,8 @@ def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: i
         drawn += ro.num_groups
         if not dyn:
             return ro, {"rollout/groups_drawn": drawn}
-        zv = zero_variance_groups(ro.rewards, ro.valid)
+        signal = ro.passed.float() if stage.loss.dynamic_sampling_on == "correct" else ro.rewards
+        zv = zero_variance_groups(signal, ro.valid)
         keep = [g for g in range(ro.num_groups) if not zv[g]][: stage.tasks_per_step - kept]
         parts.append(ro.select_groups(keep))
         kept += len(keep)
@@ -102,51 +125,90 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
 
 @dataclass
 class TrainBatch:
-    """Trajectories selected for the backward pass (row-aligned lists; per-token lists include the prompt)."""
+    """Trajectories selected for the backward pass (row-aligned lists; per-token lists include the prompt),
+    plus the ``skipped_masks`` of the valid rows that are not forwarded (zero advantage) but count in the
+    loss's denominators.
+
+    Row indices ``0 .. num_rows - 1`` (for :meth:`subset` and mini-batch shuffling) run over the forwarded
+    rows first, then the skipped ones; ``len()`` is the number of forwarded rows.
+    """
 
     input_ids: list[list[int]]
     loss_mask: list[list[int]]
     old_logprobs: list[list[float]]   # 0 on prompt positions
     ref_logprobs: list[list[float]] | None
     advantages: list[float]
+    skipped_masks: list[list[int]] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.input_ids)
 
+    @property
+    def num_rows(self) -> int:
+        """Rows counted in the denominators: forwarded and skipped."""
+        return len(self.input_ids) + len(self.skipped_masks)
+
     def subset(self, rows: list[int]) -> TrainBatch:
-        pick = lambda xs: None if xs is None else [xs[i] for i in rows]  # noqa: E731
+        n = len(self.input_ids)
+        fwd = [i for i in rows if i < n]
+        pick = lambda xs: None if xs is None else [xs[i] for i in fwd]  # noqa: E731
         return TrainBatch(pick(self.input_ids), pick(self.loss_mask), pick(self.old_logprobs),
-                          pick(self.ref_logprobs), pick(self.advantages))
+                          pick(self.ref_logprobs), pick(self.advantages),
+                          [self.skipped_masks[i - n] for i in rows if i >= n])
 
 
 def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_truncated: bool) -> TrainBatch:
-    """Flatten rollouts into training rows; drop zero-advantage rows unless ``needs_all`` (KL/entropy)."""
+    """Flatten rollouts into training rows. Zero-advantage rows are not forwarded unless ``needs_all``
+    (KL or entropy terms give them a gradient) but still counted; invalid (infrastructure) verdicts,
+    empty completions and, with ``mask_truncated``, truncated ones are not part of the loss at all."""
     adv = advantages.reshape(-1).tolist()
     valid = ro.valid.reshape(-1).tolist()
     rows = TrainBatch([], [], [], None, [])
     for i, (p, c) in enumerate(zip(ro.prompt_ids, ro.completion_ids)):
-        if not valid[i] or not c or (adv[i] == 0.0 and not needs_all):
+        if not valid[i] or not c or (mask_truncated and ro.finish_reason[i] == "length"):
             continue
-        if mask_truncated and ro.finish_reason[i] == "length":
+        mask = [0] * len(p) + [1] * len(c)
+        if adv[i] == 0.0 and not needs_all:
+            rows.skipped_masks.append(mask)
             continue
         rows.input_ids.append(p + c)
-        rows.loss_mask.append([0] * len(p) + [1] * len(c))
+        rows.loss_mask.append(mask)
         rows.old_logprobs.append([0.0] * len(p) + list(ro.old_logprobs[i]))
         rows.advantages.append(adv[i])
     return rows
 
 
 @torch.no_grad()
-def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int):
-    """Frozen-reference logprobs, computed once per rollout batch (LoRA: adapters disabled)."""
+def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool):
+    """Per forwarded row, its logprobs under ``model`` (no grad), computed exactly as the update computes
+    them: same micro-batch planning, temperature and precision."""
     out: list = [None] * len(batch)
-    with reference_model(policy, ref_model) as model:
-        for rows in plan_micro_batches([len(s) for s in batch.input_ids], micro, split_overhead(model)):
-            ids, att, _ = pad_batch([batch.input_ids[i] for i in rows], pad_id, left=False, device=model.device)
-            lp, _ = token_logprobs(model, ids, att, temperature)
-            for k, i in enumerate(rows):
-                out[i] = lp[k, : len(batch.input_ids[i])].tolist()
+    for rows in plan_micro_batches([len(s) for s in batch.input_ids], micro, split_overhead(model)):
+        ids, att, _ = pad_batch([batch.input_ids[i] for i in rows], pad_id, left=False, device=model.device)
+        lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16)
+        for k, i in enumerate(rows):
+            out[i] = lp[k, : len(batch.input_ids[i])].tolist()
     return out
+
+
+def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int,
+                       bf16: bool = False):
+    """Frozen-reference logprobs, computed once per rollout batch in the policy's precision (LoRA: the
+    policy with adapters disabled), so that KL is exactly 0 while the policy is still the reference."""
+    with reference_model(policy, ref_model) as model:
+        return forward_logprobs(model, batch, pad_id, temperature, micro, bf16)
+
+
+def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool) -> dict:
+    """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
+    not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
+    sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range).
+    An asynchronous trainer, whose samples come from older weights, must keep the sampler's logprobs:
+    they are the behaviour policy's. Returns the sampler-vs-trainer mismatch metrics."""
+    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16)
+    met = logprob_mismatch(lps, batch.old_logprobs, batch.loss_mask)
+    batch.old_logprobs = [[lp if m else 0.0 for lp, m in zip(row, mask)] for row, mask in zip(lps, batch.loss_mask)]
+    return met
 
 
 # ----------------------------------------------------------------------------------------- update
@@ -159,12 +221,17 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     T = ids.shape[1]
     old = torch.tensor([o + [0.0] * (T - len(o)) for o in mb.old_logprobs], device=dev)
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
-                                       bf16=bf16)
-    if on_policy:
+                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef))
+    gap_metrics = {}
+    if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
+        gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))
+        gap_metrics = {"rollout/logprob_mismatch_sum": float(gap.sum()),
+                       "rollout/logprob_mismatch_max": float(gap.max())}
         old = logprobs.detach()
     eps_low, eps_high, level = rl_variant(cfg.loss).clip(cfg.loss)
     adv = torch.tensor(mb.advantages, dtype=torch.float32, device=dev)
     per_tok, metrics = clipped_surrogate(logprobs, old, adv, lm, eps_low, eps_high, level=level)
+    metrics.update(gap_metrics)
     if cfg.kl.beta > 0:
         ref = torch.tensor([r + [0.0] * (T - len(r)) for r in mb.ref_logprobs], device=dev)
         kl = kl_penalty(logprobs, ref, kind=cfg.kl.estimator, loss_mask=lm)
@@ -173,47 +240,66 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     if cfg.entropy_coef:
         per_tok = per_tok - cfg.entropy_coef * entropy
     loss = aggregate(per_tok, lm, cfg.loss.aggregation, **counts_kw)
-    metrics["policy/entropy_sum"] = float((entropy * lm).sum())
+    metrics["policy/entropy_sum"] = float((entropy.detach() * lm).sum())
     metrics["policy/tokens_sum"] = float(lm.sum())
     return loss, metrics
 
 
 def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False) -> dict:
-    """Forward/backward a mini-batch in length-sorted micro-batches (see plan_micro_batches); exact grads."""
+    """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
+    plan_micro_batches); every micro-batch divides by the denominators of all the mini-batch's rows,
+    skipped ones included: exact gradients."""
     micros = plan_micro_batches([len(s) for s in batch.input_ids], cfg.micro_batch_size, split_overhead(model))
-    masks = [pad_batch([batch.input_ids[i] for i in m], pad_id, [batch.loss_mask[i] for i in m], left=False)[2]
-             for m in micros]
-    counts = global_counts(masks)
+    counts = global_counts(torch.tensor([m], dtype=torch.float32) for m in batch.loss_mask + batch.skipped_masks)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
     return accumulate(micros, lambda m: micro_loss(model, batch.subset(m), cfg, kw, pad_id, on_policy, bf16),
                       len(batch))
 
 
-def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool) -> dict:
-    """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics."""
+def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool, seed: int = 0,
+                  step: int = 0) -> dict:
+    """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
+
+    Unless the update is on-policy (μ = 1, one mini-batch: the ratio is the forward's own, exactly 1),
+    ``old_logprobs`` are first recomputed by the training forward (see ``recompute_old_logprobs``).
+    Each epoch's shuffle is seeded by (seed, step, epoch). Mini-batches are cut from all the batch's rows,
+    skipped zero-advantage ones included (they count in each mini-batch's denominators); a mini-batch with
+    nothing to forward takes no optimizer step (its gradient is 0, and AdamW momentum alone must not move
+    the weights).
+    """
     if len(batch) == 0:
         with warnings.catch_warnings():  # no optimizer step: AdamW momentum must not move the weights
             warnings.simplefilter("ignore", UserWarning)
             sched.step()
         return {"train/sequences": 0}
     on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1
+    mismatch = {} if on_policy else recompute_old_logprobs(model, batch, stage, pad_id, bf16)
     out: dict = {}
     n_updates = 0
     for epoch in range(stage.ppo_epochs):
-        order = np.random.default_rng([len(batch), epoch]).permutation(len(batch)).tolist()
-        size = -(-len(batch) // stage.mini_batches)
-        for s in range(0, len(batch), size):
-            met = update_minibatch(model, batch.subset(order[s:s + size]), stage, pad_id, on_policy, bf16)
+        order = np.random.default_rng([seed, step, epoch]).permutation(batch.num_rows).tolist()
+        size = -(-batch.num_rows // stage.mini_batches)
+        for s in range(0, batch.num_rows, size):
+            mini = batch.subset(order[s:s + size])
+            if len(mini) == 0:
+                continue
+            met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16)
             met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm)
             n_updates += 1
             for k, v in met.items():
                 out[k] = out.get(k, 0.0) + v
     sched.step()
     ent_sum, toks = out.pop("policy/entropy_sum", 0.0), out.pop("policy/tokens_sum", 0.0)
+    gap_sum = out.pop("rollout/logprob_mismatch_sum", None)  # on-policy: measured by the one update
     res = {k: v / n_updates for k, v in out.items()}
     res["policy/entropy"] = ent_sum / max(toks, 1.0)
+    if gap_sum is not None:
+        mismatch = {"rollout/logprob_mismatch_mean": gap_sum / max(toks, 1.0),
+                    "rollout/logprob_mismatch_max": res.pop("rollout/logprob_mismatch_max")}
+    res.update(mismatch)
     res["train/sequences"] = len(batch)
+    res["train/rows_counted"] = batch.num_rows
     res["train/updates"] = n_updates
     return res
 
@@ -245,10 +331,11 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
         batch = build_train_batch(ro, adv, needs_all, mask_trunc)
         if stage.kl.beta > 0 and len(batch):
-            batch.ref_logprobs = reference_logprobs(ref, model, batch, tok.pad_token_id,
-                                                    stage.sampling.temperature, stage.micro_batch_size)
+            batch.ref_logprobs = reference_logprobs(ref, model, batch, tok.pad_token_id, stage.sampling.temperature,
+                                                    stage.micro_batch_size, model_cfg.autocast_bf16)
         t0 = time.perf_counter()
-        met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16)
+        met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16, seed,
+                            run.step)
         rec = {**rollout_metrics(ro, zv), **extra, **met, "time/generate": ro.seconds.get("generate", 0.0),
                "time/verify": ro.seconds.get("verify", 0.0), "time/train": time.perf_counter() - t0}
         if notes:

@@ -135,3 +135,10 @@ def test_ppo_with_a_reward_model_wider_than_the_policy(tiny_dir, tmp_path):
     res = train_ppo(st, ModelConfig(path=tiny_dir), tmp_path, init_path=str(rm_dir), judge=even_judge)
     last = records(res)[-1]
     assert res.steps == 2 and all(k in last for k in KEYS) and torch.isfinite(torch.tensor(last["value/loss"]))
+
+
+def test_ppo_logs_the_sampler_trainer_logprob_mismatch(tiny_dir, tmp_path):
+    """PPO's old logprobs come from the training forward; the gap to the sampler's is logged (fp32: ~0)."""
+    res = train_ppo(stage(max_steps=1), ModelConfig(path=tiny_dir), tmp_path, judge=even_judge)
+    last = records(res)[-1]
+    assert 0 <= last["rollout/logprob_mismatch_mean"] <= last["rollout/logprob_mismatch_max"] < 1e-4
