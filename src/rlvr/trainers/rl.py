@@ -124,15 +124,23 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
     return m
 
 
+def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int) -> list[list[list[int]]]:
+    """Per epoch, its mini-batches (row ids): a permutation of the ``n`` rows seeded by (seed, step, epoch),
+    cut into ``mini_batches`` consecutive slices."""
+    size = -(-n // mini_batches)
+    orders = [np.random.default_rng([seed, step, epoch]).permutation(n).tolist() for epoch in range(epochs)]
+    return [[order[s:s + size] for s in range(0, n, size)] for order in orders]
+
+
 def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool, seed: int = 0,
                   step: int = 0) -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
 
     Unless the update is on-policy (μ = 1, one mini-batch: the ratio is the forward's own, exactly 1),
     ``old_logprobs`` are first recomputed by the training forward (see ``recompute_old_logprobs``).
-    Each epoch's shuffle is seeded by (seed, step, epoch). Mini-batches are cut from all the batch's rows, skipped zero-advantage ones included (they count in
-    each mini-batch's denominators); a mini-batch with nothing to forward takes no optimizer step (its
-    gradient is 0, and AdamW momentum alone must not move the weights).
+    Mini-batches (see :func:`minibatch_rows`) are cut from all the batch's rows, skipped zero-advantage
+    ones included (they count in each mini-batch's denominators); a mini-batch with nothing to forward
+    takes no optimizer step (its gradient is 0, and AdamW momentum alone must not move the weights).
     """
     if len(batch) == 0:
         with warnings.catch_warnings():  # no optimizer step: AdamW momentum must not move the weights
@@ -140,14 +148,13 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             sched.step()
         return {"train/sequences": 0}
     on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1
-    mismatch = {} if on_policy else recompute_old_logprobs(model, batch, stage, pad_id, bf16)
+    minis = minibatch_rows(batch.num_rows, stage.mini_batches, stage.ppo_epochs, seed, step)
+    mismatch = {} if on_policy else recompute_old_logprobs(model, batch, stage, pad_id, bf16, minis[0])
     out: dict = {}
     n_updates = 0
-    for epoch in range(stage.ppo_epochs):
-        order = np.random.default_rng([seed, step, epoch]).permutation(batch.num_rows).tolist()
-        size = -(-batch.num_rows // stage.mini_batches)
-        for s in range(0, batch.num_rows, size):
-            mini = batch.subset(order[s:s + size])
+    for epoch_minis in minis:
+        for rows in epoch_minis:
+            mini = batch.subset(rows)
             if len(mini) == 0:
                 continue
             met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16)

@@ -142,12 +142,23 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int) -> list[list
     return micros[::-1]
 
 
+def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) -> list[list[int]]:
+    """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
+    mini-batch ``batch.subset(rows)``."""
+    fwd = [i for i in rows if i < len(batch)]
+    plan = plan_micro_batches([len(batch.seqs[i]) for i in fwd], micro, split_overhead(model))
+    return [[fwd[k] for k in m] for m in plan]
+
+
 @torch.no_grad()
-def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool):
-    """Per forwarded row, its logprobs under ``model`` (no grad), computed exactly as the update computes
-    them: same micro-batch planning, temperature and precision."""
+def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool,
+                     micros: list[list[int]] | None = None):
+    """Per forwarded row, its logprobs under ``model`` (no grad), with the update's temperature and
+    precision, over ``micros`` (row ids; default: the length-sorted plan of all rows)."""
     out: list = [None] * len(batch)
-    for rows in plan_micro_batches([len(s) for s in batch.seqs], micro, split_overhead(model)):
+    if micros is None:
+        micros = update_micro_batches(model, batch, list(range(len(batch))), micro)
+    for rows in micros:
         ids, att, _ = pad_batch([batch.seqs[i] for i in rows], pad_id, left=False, device=model.device)
         lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16)
         for k, i in enumerate(rows):
@@ -165,13 +176,17 @@ def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temper
         return forward_logprobs(policy, batch, pad_id, temperature, micro, bf16)
 
 
-def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool) -> dict:
+def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool,
+                           first_minibatches: list[list[int]]) -> dict:
     """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
     not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
     sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range).
+    The rows are forwarded in the micro-batches the first epoch's mini-batches (``first_minibatches``,
+    row ids) will use, so even shape-dependent GPU kernels give the first update's values bit for bit.
     An asynchronous trainer, whose samples come from older weights, must keep the sampler's logprobs:
     they are the behaviour policy's. Returns the sampler-vs-trainer mismatch metrics."""
-    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16)
+    micros = [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, cfg.micro_batch_size)]
+    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16, micros)
     met = logprob_mismatch(lps, batch.old_logprobs, batch.masks)
     batch.old_logprobs = [[lp if m else 0.0 for lp, m in zip(row, mask)] for row, mask in zip(lps, batch.masks)]
     return met
@@ -212,7 +227,7 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
     """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
     plan_micro_batches); every micro-batch divides by the denominators of all the mini-batch's rows,
     skipped ones included: exact gradients."""
-    micros = plan_micro_batches([len(s) for s in batch.seqs], cfg.micro_batch_size, split_overhead(model))
+    micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size)
     counts = global_counts(torch.tensor([m], dtype=torch.float32) for m in batch.masks + batch.skipped_masks)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
