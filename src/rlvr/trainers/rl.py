@@ -45,6 +45,7 @@ from rlvr.trainers.eval_hook import EvalHook
 from rlvr.trainers.rl_update import (
     build_train_batch,
     compute_advantages,
+    first_update_micros,
     recompute_old_logprobs,
     reference_logprobs,
     update_minibatch,
@@ -149,7 +150,11 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
         return {"train/sequences": 0}
     on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1
     minis = minibatch_rows(batch.num_rows, stage.mini_batches, stage.ppo_epochs, seed, step)
-    mismatch = {} if on_policy else recompute_old_logprobs(model, batch, stage, pad_id, bf16, minis[0])
+    if not on_policy:
+        micros = first_update_micros(model, batch, minis[0], stage.micro_batch_size)
+        mismatch = recompute_old_logprobs(model, batch, stage, pad_id, bf16, micros)
+    else:
+        mismatch = {}
     out: dict = {}
     n_updates = 0
     for epoch_minis in minis:
@@ -223,9 +228,10 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             adv = compute_advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
             batch = build_train_batch(ro, adv, needs_all, mask_trunc)
             if ref is not None or (stage.kl.beta > 0 and len(batch)):
-                batch.ref_logprobs = reference_logprobs(ref, model, batch, tok.pad_token_id,
-                                                        stage.sampling.temperature, stage.micro_batch_size,
-                                                        model_cfg.autocast_bf16)
+                first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, step)[0]
+                batch.ref_logprobs = reference_logprobs(
+                    ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
+                    model_cfg.autocast_bf16, first_update_micros(model, batch, first, stage.micro_batch_size))
             t1 = time.perf_counter()
             met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16,
                                 seed, step)

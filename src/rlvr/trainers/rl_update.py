@@ -167,25 +167,30 @@ def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, 
 
 
 def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int,
-                       bf16: bool = False):
+                       bf16: bool = False, micros: list[list[int]] | None = None):
     """Frozen-reference logprobs, computed once per rollout batch in the policy's precision (LoRA: the
-    policy with adapters disabled), so that KL is exactly 0 while the policy is still the reference."""
+    policy with adapters disabled) and, given ``micros``, on the first updates' micro-batches, so that
+    KL is exactly 0 while the policy is still the reference."""
     if ref_model is not None:
-        return forward_logprobs(ref_model, batch, pad_id, temperature, micro, bf16)
+        return forward_logprobs(ref_model, batch, pad_id, temperature, micro, bf16, micros)
     with policy.disable_adapter():
-        return forward_logprobs(policy, batch, pad_id, temperature, micro, bf16)
+        return forward_logprobs(policy, batch, pad_id, temperature, micro, bf16, micros)
+
+
+def first_update_micros(model, batch: TrainBatch, first_minibatches: list[list[int]], micro: int):
+    """The micro-batches (row ids) of the first epoch's updates, mini-batch after mini-batch."""
+    return [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, micro)]
 
 
 def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool,
-                           first_minibatches: list[list[int]]) -> dict:
+                           micros: list[list[int]]) -> dict:
     """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
     not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
     sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range).
-    The rows are forwarded in the micro-batches the first epoch's mini-batches (``first_minibatches``,
-    row ids) will use, so even shape-dependent GPU kernels give the first update's values bit for bit.
+    The rows are forwarded in the micro-batches the first epoch's updates will use (``micros``, see
+    :func:`first_update_micros`), so even shape-dependent GPU kernels give their values bit for bit.
     An asynchronous trainer, whose samples come from older weights, must keep the sampler's logprobs:
     they are the behaviour policy's. Returns the sampler-vs-trainer mismatch metrics."""
-    micros = [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, cfg.micro_batch_size)]
     lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16, micros)
     met = logprob_mismatch(lps, batch.old_logprobs, batch.masks)
     batch.old_logprobs = [[lp if m else 0.0 for lp, m in zip(row, mask)] for row, mask in zip(lps, batch.masks)]
