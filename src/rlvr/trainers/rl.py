@@ -178,12 +178,36 @@ def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_trunca
     return rows
 
 
+def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) -> list[list[int]]:
+    """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
+    mini-batch ``batch.subset(rows)``."""
+    fwd = [i for i in rows if i < len(batch)]
+    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro, split_overhead(model))
+    return [[fwd[k] for k in m] for m in plan]
+
+
+def first_update_micros(model, batch: TrainBatch, first_minibatches: list[list[int]], micro: int):
+    """The micro-batches (row ids) of the first epoch's updates, mini-batch after mini-batch."""
+    return [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, micro)]
+
+
+def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int) -> list[list[list[int]]]:
+    """Per epoch, its mini-batches (row ids): a permutation of the ``n`` rows seeded by (seed, step, epoch),
+    cut into ``mini_batches`` consecutive slices."""
+    size = -(-n // mini_batches)
+    orders = [np.random.default_rng([seed, step, epoch]).permutation(n).tolist() for epoch in range(epochs)]
+    return [[order[s:s + size] for s in range(0, n, size)] for order in orders]
+
+
 @torch.no_grad()
-def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool):
-    """Per forwarded row, its logprobs under ``model`` (no grad), computed exactly as the update computes
-    them: same micro-batch planning, temperature and precision."""
+def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool,
+                     micros: list[list[int]] | None = None):
+    """Per forwarded row, its logprobs under ``model`` (no grad), with the update's temperature and
+    precision, over ``micros`` (row ids; default: the length-sorted plan of all rows)."""
     out: list = [None] * len(batch)
-    for rows in plan_micro_batches([len(s) for s in batch.input_ids], micro, split_overhead(model)):
+    if micros is None:
+        micros = update_micro_batches(model, batch, list(range(len(batch))), micro)
+    for rows in micros:
         ids, att, _ = pad_batch([batch.input_ids[i] for i in rows], pad_id, left=False, device=model.device)
         lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16)
         for k, i in enumerate(rows):
@@ -192,20 +216,24 @@ def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, 
 
 
 def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int,
-                       bf16: bool = False):
+                       bf16: bool = False, micros: list[list[int]] | None = None):
     """Frozen-reference logprobs, computed once per rollout batch in the policy's precision (LoRA: the
-    policy with adapters disabled), so that KL is exactly 0 while the policy is still the reference."""
+    policy with adapters disabled) and, given ``micros``, on the first updates' micro-batches, so that
+    KL is exactly 0 while the policy is still the reference."""
     with reference_model(policy, ref_model) as model:
-        return forward_logprobs(model, batch, pad_id, temperature, micro, bf16)
+        return forward_logprobs(model, batch, pad_id, temperature, micro, bf16, micros)
 
 
-def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool) -> dict:
+def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool,
+                           micros: list[list[int]] | None = None) -> dict:
     """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
     not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
     sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range).
     An asynchronous trainer, whose samples come from older weights, must keep the sampler's logprobs:
-    they are the behaviour policy's. Returns the sampler-vs-trainer mismatch metrics."""
-    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16)
+    they are the behaviour policy's. The rows are forwarded in the micro-batches the first epoch's updates
+    will use (``micros``, see :func:`first_update_micros`), so even shape-dependent GPU kernels give their
+    values bit for bit. Returns the sampler-vs-trainer mismatch metrics."""
+    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16, micros)
     met = logprob_mismatch(lps, batch.old_logprobs, batch.loss_mask)
     batch.old_logprobs = [[lp if m else 0.0 for lp, m in zip(row, mask)] for row, mask in zip(lps, batch.loss_mask)]
     return met
@@ -249,7 +277,7 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
     """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
     plan_micro_batches); every micro-batch divides by the denominators of all the mini-batch's rows,
     skipped ones included: exact gradients."""
-    micros = plan_micro_batches([len(s) for s in batch.input_ids], cfg.micro_batch_size, split_overhead(model))
+    micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size)
     counts = global_counts(torch.tensor([m], dtype=torch.float32) for m in batch.loss_mask + batch.skipped_masks)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
@@ -263,10 +291,9 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
 
     Unless the update is on-policy (μ = 1, one mini-batch: the ratio is the forward's own, exactly 1),
     ``old_logprobs`` are first recomputed by the training forward (see ``recompute_old_logprobs``).
-    Each epoch's shuffle is seeded by (seed, step, epoch). Mini-batches are cut from all the batch's rows,
-    skipped zero-advantage ones included (they count in each mini-batch's denominators); a mini-batch with
-    nothing to forward takes no optimizer step (its gradient is 0, and AdamW momentum alone must not move
-    the weights).
+    Mini-batches (see :func:`minibatch_rows`) are cut from all the batch's rows, skipped zero-advantage
+    ones included (they count in each mini-batch's denominators); a mini-batch with nothing to forward
+    takes no optimizer step (its gradient is 0, and AdamW momentum alone must not move the weights).
     """
     if len(batch) == 0:
         with warnings.catch_warnings():  # no optimizer step: AdamW momentum must not move the weights
@@ -274,14 +301,16 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             sched.step()
         return {"train/sequences": 0}
     on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1
-    mismatch = {} if on_policy else recompute_old_logprobs(model, batch, stage, pad_id, bf16)
+    minis = minibatch_rows(batch.num_rows, stage.mini_batches, stage.ppo_epochs, seed, step)
+    mismatch = {}
+    if not on_policy:
+        micros = first_update_micros(model, batch, minis[0], stage.micro_batch_size)
+        mismatch = recompute_old_logprobs(model, batch, stage, pad_id, bf16, micros)
     out: dict = {}
     n_updates = 0
-    for epoch in range(stage.ppo_epochs):
-        order = np.random.default_rng([seed, step, epoch]).permutation(batch.num_rows).tolist()
-        size = -(-batch.num_rows // stage.mini_batches)
-        for s in range(0, batch.num_rows, size):
-            mini = batch.subset(order[s:s + size])
+    for epoch_minis in minis:
+        for rows in epoch_minis:
+            mini = batch.subset(rows)
             if len(mini) == 0:
                 continue
             met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16)
@@ -331,8 +360,10 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
         batch = build_train_batch(ro, adv, needs_all, mask_trunc)
         if stage.kl.beta > 0 and len(batch):
-            batch.ref_logprobs = reference_logprobs(ref, model, batch, tok.pad_token_id, stage.sampling.temperature,
-                                                    stage.micro_batch_size, model_cfg.autocast_bf16)
+            first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
+            batch.ref_logprobs = reference_logprobs(
+                ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
+                model_cfg.autocast_bf16, first_update_micros(model, batch, first, stage.micro_batch_size))
         t0 = time.perf_counter()
         met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16, seed,
                             run.step)

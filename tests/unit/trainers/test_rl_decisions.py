@@ -52,6 +52,7 @@ def mini_batch_orders(monkeypatch, seed: int, step: int, n: int = 8) -> list[lis
     monkeypatch.setattr(rl, "update_minibatch", spy)
     monkeypatch.setattr(rl, "optimizer_step", lambda *a, **k: 0.0)
     monkeypatch.setattr(rl, "recompute_old_logprobs", lambda *a, **k: {})
+    monkeypatch.setattr(rl, "first_update_micros", lambda *a, **k: [])
     batch = TrainBatch([[1, 2]] * n, [[0, 1]] * n, [[0.0, -1.0]] * n, None, [float(i + 1) for i in range(n)])
     st = RLStage(ppo_epochs=2, mini_batches=2)
     sched = type("S", (), {"step": lambda self: None})()

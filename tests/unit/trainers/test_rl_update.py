@@ -166,3 +166,26 @@ def test_kl_to_the_reference_is_zero_at_the_first_step_under_bf16(tiny_dir, tmp_
         rec = [json.loads(x) for x in f][-1]
     assert rec["train/sequences"] > 0
     assert rec["kl/ref"] == 0.0, rec["kl/ref"]
+
+
+def test_old_logprobs_are_recomputed_in_the_micro_batches_of_the_first_updates(tiny_dir, monkeypatch):
+    """GPU kernels may round differently for different batch shapes. Emulate that with an offset that
+    depends on the micro-batch's shape: the ratio is still exactly 1 on every first-epoch update only if
+    the old logprobs were computed on the very micro-batches the updates use."""
+    from rlvr.trainers import rl as rl_module
+
+    orig = rl_module.token_logprobs
+
+    def shape_dependent(model, ids, att, *a, **k):
+        lp, ent = orig(model, ids, att, *a, **k)
+        return lp + 1e-3 * ((3 * ids.shape[0] + ids.shape[1]) % 7), ent
+
+    monkeypatch.setattr(rl_module, "token_logprobs", shape_dependent)
+    model, _ = load_pretrained(tiny_dir)
+    ro = rollouts(MIXED, lengths=[2 + (5 * i) % 7 for i in range(16)])
+    st = stage(loss=GSPOLoss(), mini_batches=2, micro_batch_size=3, optim=OptimConfig(lr=0.0, warmup_steps=0))
+    batch = build_train_batch(ro, rl_variant(st.loss).advantages(st.loss, ro.rewards, ro.valid), False, False)
+    opt, sched = build_optimizer(model, st.optim, 10)
+    met = policy_update(model, opt, sched, st, batch, 0, False, seed=0, step=0)
+    assert (met["ratio/min"], met["ratio/max"]) == (pytest.approx(1.0, abs=1e-6), pytest.approx(1.0, abs=1e-6))
+    assert met["clip/low_frac"] == met["clip/high_frac"] == 0.0
