@@ -17,7 +17,7 @@ def rlvr_cli(*args):
 
 @pytest.mark.parametrize("args, needle", [
     (["frobnicate"], "No such command 'frobnicate'"),
-    (["run"], "Missing"),
+    (["run"], "RECIPE"),
     (["run", "x.yaml", "--resum"], "--resum"),
     (["eval", "--model", "m", "--tasks", "t", "--n", "abc"], "--n"),
 ])

@@ -34,14 +34,16 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: a recipe must be a mapping at the top level")
     recipe = validate_recipe(raw, str(path or "<defaults>"), text)
-    if not overrides:
-        return recipe
-    # Overrides apply on top of the resolved recipe, so a partial override keeps the other defaults.
-    # Each one is validated in turn, so list items it adds get their defaults before the next.
+    return override_recipe(recipe, overrides, str(path or "<defaults>"))
+
+
+def override_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...], source: str = "<recipe>") -> Recipe:
+    """Apply ``--set`` overrides on top of the resolved recipe, so a partial override keeps the other
+    defaults. Each one is validated in turn, so list items it adds get their defaults before the next."""
     for ov in overrides:
         full = recipe.model_dump(mode="json")
         apply_override(full, ov)
-        recipe = validate_recipe(full, f"{path or '<defaults>'} with --set {ov}")
+        recipe = validate_recipe(full, f"{source} with --set {ov}")
     return recipe
 
 

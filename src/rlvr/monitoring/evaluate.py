@@ -42,6 +42,27 @@ def default_judge(workers: int = 0) -> Judge:
     return judge
 
 
+def reward_judge(rewards, workers: int = 0) -> Judge:
+    """The RL judge for a stage's reward terms: the task's verifier, plus each ``name: python`` term run
+    beside it in the same pool item (see :mod:`rlvr.verifiers.python_reward`)."""
+    from rlvr.verifiers.pool import verify_batch
+    from rlvr.verifiers.python_reward import PythonReward, RewardJudge, resolve_function
+    from rlvr.verifiers.registry import TaskRouter
+
+    py = {t.key: PythonReward(t.function, t.timeout_s) for t in rewards if t.name == "python"}
+    if not py:
+        return default_judge(workers)
+    for t in py.values():
+        resolve_function(t.function)  # a typo is a ConfigError now, not an infra verdict per completion
+    primary = TaskRouter() if any(t.name in ("correct", "format") for t in rewards) else None
+    verifier = RewardJudge(primary, py)
+    timeout = 30.0 + sum(t.timeout_s for t in py.values())
+
+    def judge(tasks, completions):
+        return verify_batch(verifier, list(tasks), list(completions), workers=workers, timeout_s=timeout)
+    return judge
+
+
 def _ks(n: int) -> list[int]:
     ks, k = [], 1
     while k <= n:
@@ -75,8 +96,8 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
         result.update(_sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_tokens,
                                stops, seed))
     result["seconds"] = round(time.time() - t0, 3)
-    result["samples"] = [{"task_id": t.id, "completion": c, "outcome": v.outcome}
-                         for t, c, v in zip(tasks[:5], greedy.texts[:5], verdicts[:5])]
+    result["samples"] = [{"task_id": t.id, "completion": c, "outcome": v.outcome, "reward": v.reward}
+                         for t, c, v in zip(tasks, greedy.texts, verdicts)]  # every greedy completion
     return result
 
 
@@ -88,7 +109,8 @@ def _sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_t
     correct = np.zeros(len(tasks), dtype=int)
     for i, v in zip(gen.prompt_index, verdicts):
         correct[i] += int(v.passed)
-    out = {}
+    out: dict = {"sampled": [{"task_id": tasks[i].id, "sample": j, "completion": c, "outcome": v.outcome}
+                             for j, (i, c, v) in enumerate(zip(gen.prompt_index, gen.texts, verdicts))]}
     for kk in _ks(k):
         out[f"pass_at_{kk}_sampled"] = float(np.mean([pass_at_k(k, int(c), kk) for c in correct]))
     fams = defaultdict(list)

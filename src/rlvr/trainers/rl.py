@@ -27,10 +27,11 @@ from rlvr.models.checkpoint import (
     save_pretrained_atomic,
 )
 from rlvr.models.load import is_peft
-from rlvr.monitoring.evaluate import default_judge
+from rlvr.monitoring.evaluate import reward_judge
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
+from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, start_policy_stage
@@ -151,7 +152,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     """Run a GRPO-family stage; returns where its final checkpoint is."""
     out, model, tok = start_policy_stage(run_dir, stage.name, model_cfg, init_path, seed)
     ref = setup_reference(model, stage)
-    judge = judge or default_judge(stage.verifier_workers)
+    judge = judge or reward_judge(stage.rewards, stage.verifier_workers)  # i15: python reward terms
     engine = HFEngine(model, tok, bf16=model_cfg.autocast_bf16)
     stream = TaskStream(load_task_source(stage.data), seed)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
@@ -202,6 +203,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             if alerts:
                 rec["health/alerts"] = "; ".join(f"{a.rule}: {a.message}" for a in alerts)
             writer.log(step, rec)
+            log_samples(step, ro)  # i15: sample completions with their verdicts (logging.samples_every)
             prog.update(bar, advance=1, info=f"pass {rec['rollout/pass_rate']:.2f} zero-var "
                                               f"{rec['rollout/zero_var_frac']:.2f} {rec['time/step']:.2f}s/step")
             end_of_step(out, stage, step, stage.max_steps, model, tok, opt, sched,
