@@ -90,6 +90,8 @@ def load_adapter_folder(path: str | Path, dtype: str = "float32"):
         model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
     except Exception as e:  # noqa: BLE001 - turned into a one-paragraph error
         raise ModelLoadError(f"could not apply the LoRA adapter {str(path)!r}: {type(e).__name__}: {e}") from None
+    for p in model.parameters():  # peft loads for inference (frozen); a starting point trains
+        p.requires_grad_(True)
     return model, tok
 
 
