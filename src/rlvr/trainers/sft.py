@@ -26,6 +26,7 @@ from rlvr.models.checkpoint import (
     save_pretrained_atomic,
 )
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+from rlvr.monitoring.heldout import SFTHeldout
 from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
 from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, pad_batch, start_policy_stage
@@ -95,16 +96,20 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     step, train_s = 0, 0.0
+    heldout = SFTHeldout(stage, tok, out, model_cfg.autocast_bf16)  # i15: held-out loss, keep-best, early stop
     ckpt = latest_checkpoint(out / "checkpoints") if resume else None
     if ckpt is not None:
         st = load_training_state(ckpt, model, opt, sched)
         step, train_s = st["step"], st.get("train_seconds", 0.0)
+        heldout.load(st)  # i15
     writer = MetricsWriter(out / "metrics.jsonl")
     if ckpt is not None:
         writer.log(step, {"event": "resume", "checkpoint": str(ckpt)})
     evaler = EvalHook(eval_cfg, tok, judge, stage.eval_every) if eval_cfg is not None else None
-    if evaler is not None and step == 0:
-        writer.log(0, {**evaler.run(model, 0), "perf/train_minutes": 0.0})
+    if step == 0 and (evaler is not None or heldout.examples is not None):
+        rec0 = {**(evaler.run(model, 0) if evaler is not None else {}), **heldout.measure(model, 0, stage.max_steps)}
+        heldout.observe(model, tok, 0, rec0)  # i15
+        writer.log(0, {**rec0, "perf/train_minutes": 0.0})
     bf16 = model_cfg.autocast_bf16
     with make_progress() as prog:
         bar = prog.add_task(f"sft:{stage.name}", total=stage.max_steps, completed=step, info="")
@@ -122,11 +127,16 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                    "perf/tokens_per_s": m["tokens"] / dt, "perf/train_minutes": train_s / 60}
             if evaler is not None and evaler.due(step, stage.max_steps):
                 rec.update(evaler.run(model, step))
-            if step % stage.log_every == 0 or step == stage.max_steps or "eval/pass_at_1" in rec:
+            rec.update(heldout.measure(model, step, stage.max_steps))  # i15
+            stop = heldout.observe(model, tok, step, rec)  # i15
+            if step % stage.log_every == 0 or step == stage.max_steps or "eval/pass_at_1" in rec or "heldout/loss" in rec:
                 writer.log(step, rec)
             prog.update(bar, advance=1, info=f"loss {m['loss']:.3f} {rec['perf/tokens_per_s']:.0f} tok/s")
             end_of_step(out, stage, step, stage.max_steps, model, tok, opt, sched,
-                        {"train_seconds": train_s}, crash_at_step)
+                        {"train_seconds": train_s, **heldout.state()}, crash_at_step)
+            if stop:  # i15: patience ran out
+                writer.log(step, {"event": "early_stop", "best_step": heldout.best_step, "best": heldout.best})
+                break
     writer.close()
-    final = save_pretrained_atomic(model, tok, out / "final")
+    final = heldout.final(model, tok)  # i15: the best checkpoint with keep_best
     return StageResult(stage.name, str(final), str(out / "metrics.jsonl"), step, train_s)
