@@ -7,6 +7,8 @@ import stat
 import subprocess
 import sys
 
+import pytest
+
 from rlvr.data.arithmetic import generate
 
 RECIPE = """\
@@ -72,20 +74,23 @@ def test_validate_is_a_dry_run_reporting_every_problem_with_key_and_line(tmp_pat
 
 
 def test_resume_uses_the_saved_config_and_refuses_a_silent_change(tiny_dir, tmp_path):
+    import rlvr
+    from rlvr.errors import ConfigError
+
     p = recipe(tmp_path, tiny_dir)
-    assert cli("run", str(p), "--set", "stages.sft.max_steps=2").returncode == 0
+    rlvr.run(str(p), set=["stages.sft.max_steps=2"])
     saved = (tmp_path / "r" / "config.yaml").read_text()
-    r = cli("run", str(p), "--resume")  # without the --set: the schedule would change silently
-    assert r.returncode == 2
-    err = " ".join(r.stderr.split())
-    assert "stages.0.max_steps" in err and "2 -> 3" in err and "--allow-config-change" in err
+    with pytest.raises(ConfigError) as e:  # resumed without the --set: the schedule would change silently
+        rlvr.run(str(p), resume=True)
+    err = " ".join(str(e.value).split())
+    assert "stages.0.max_steps: 2 -> 3" in err and "--allow-config-change" in err
     assert (tmp_path / "r" / "config.yaml").read_text() == saved
-    ok = cli("run", "--resume", "--run-dir", str(tmp_path / "r"))  # no recipe: the saved one
-    assert ok.returncode == 0, ok.stderr[-2000:]
-    allowed = cli("run", str(p), "--resume", "--allow-config-change")
-    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    summary = rlvr.run(resume=True, run_dir=str(tmp_path / "r"))  # no recipe: the saved one
+    assert summary["stages"][0]["stage"] == "sft"
+    rlvr.run(str(p), resume=True, allow_config_change=True)
     log = [json.loads(x) for x in (tmp_path / "r" / "config_changes.jsonl").read_text().splitlines()]
     assert log[-1]["changes"]["stages.0.max_steps"] == [2, 3]
+    assert "max_steps: 3" in (tmp_path / "r" / "config.yaml").read_text()
 
 
 def test_stage_command_takes_run_dir_writes_report_and_readable_files(tiny_dir, tmp_path):
@@ -103,12 +108,15 @@ def test_stage_command_takes_run_dir_writes_report_and_readable_files(tiny_dir, 
 
 
 def test_no_prev_archive_when_the_new_run_fails_before_training(tiny_dir, tmp_path):
+    import rlvr
+    from rlvr.errors import ConfigError
+
     p = recipe(tmp_path, tiny_dir)
-    assert cli("run", str(p)).returncode == 0
+    rlvr.run(str(p))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "1+1=?", "completion": "2"}\n{"prompt": \n')
-    r = cli("run", str(p), "--set", f"stages.sft.data.path={bad}")
-    assert r.returncode == 2 and f"{bad}:2" in r.stderr
+    with pytest.raises(ConfigError, match=f"{bad}:2"):
+        rlvr.run(str(p), set=[f"stages.sft.data.path={bad}"])
     assert not list((tmp_path / "r").glob("sft.prev-*")) and (tmp_path / "r" / "sft" / "final").exists()
 
 

@@ -74,7 +74,8 @@ def check_batches(i: int, st: Any) -> list[Problem]:
     pre = f"stages.{i}"
     if hasattr(st, "batch_size") and st.micro_batch_size > st.batch_size:
         out.append(Problem(f"{pre}.micro_batch_size", f"micro_batch_size {st.micro_batch_size} > batch_size "
-                           f"{st.batch_size}: a micro-batch is part of a batch; set micro_batch_size <= batch_size"))
+                           f"{st.batch_size}: each step is a single micro-batch of {st.batch_size} (did you mean "
+                           "to swap them?)", warning=True))
     if st.type == "rl":
         g = st.sampling.group_size
         grouped = st.loss.type in GROUP_BASELINE or (st.loss.type == "reinforce_pp" and st.loss.group_baseline)
@@ -202,8 +203,9 @@ def preflight(recipe: Recipe, source: str | None = None, only: str | None = None
     text = Path(source).read_text(encoding="utf-8") if source and Path(source).is_file() else ""
     probs = check_recipe(recipe, only, init_path)
     errors = [format_problem(p, source, text) for p in probs if not p.warning]
+    warnings = [format_problem(p, source, text) for p in probs if p.warning]
     if errors:
         n = len(errors)
         raise ConfigError(f"{n} problem{'s' if n > 1 else ''} found before running anything:\n  - "
-                          + "\n  - ".join(errors))
-    return [format_problem(p, source, text) for p in probs if p.warning]
+                          + "\n  - ".join(errors) + "".join(f"\n  - (warning) {w}" for w in warnings))
+    return warnings
