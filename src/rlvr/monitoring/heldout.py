@@ -16,22 +16,16 @@ from pathlib import Path
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
-from rlvr.data.chat import encode_example
+from rlvr.data.chat import encode_demos
 from rlvr.data.sources import load_task_source
-from rlvr.errors import DataError
 from rlvr.losses.sft import sft_loss
 from rlvr.models.checkpoint import save_pretrained_atomic
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 
 
 def tokenize_heldout(tasks, tokenizer, max_length: int) -> list[tuple[list[int], list[int]]]:
-    """``(input_ids, loss_mask)`` per held-out demonstration; a task without one is an error naming it."""
-    out = []
-    for t in tasks:
-        if not t.solution:
-            raise DataError(f"held-out SFT task {t.id!r} has no demonstration ('completion' / 'solution')")
-        out.append(encode_example(tokenizer, t, t.solution, max_length))
-    return out
+    """``(input_ids, loss_mask)`` per held-out demonstration."""
+    return encode_demos(tasks, tokenizer, max_length, "held-out SFT")
 
 
 @torch.no_grad()

@@ -16,9 +16,8 @@ import numpy as np
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.sft import SFTStage
-from rlvr.data.chat import encode_example
+from rlvr.data.chat import encode_demos
 from rlvr.data.sources import load_task_source
-from rlvr.errors import DataError
 from rlvr.losses.sft import sft_loss
 from rlvr.models.checkpoint import (
     latest_checkpoint,
@@ -46,12 +45,7 @@ class StageResult:
 
 
 def tokenize_demos(tasks, tokenizer, max_length: int):
-    examples = []
-    for t in tasks:
-        if not t.solution:
-            raise DataError(f"SFT task {t.id!r} has no 'solution' (a worked demonstration is required)")
-        examples.append(encode_example(tokenizer, t, t.solution, max_length))
-    return examples
+    return encode_demos(tasks, tokenizer, max_length)  # i15: shared with the held-out loss
 
 
 def data_order(n_examples: int, seed: int, step: int, batch_size: int) -> list[int]:

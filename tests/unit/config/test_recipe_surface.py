@@ -79,3 +79,25 @@ def test_undocumented_field_is_caught():
         bare: int = 2
 
     assert undocumented_fields([Bad]) == ["Bad.bare"]
+
+
+def test_config_name_lists_match_their_definitions():
+    """config imports no torch, so it lists the tiny sizes and arithmetic families by name: keep them equal."""
+    from rlvr.config.data import ARITHMETIC_FAMILIES
+    from rlvr.config.model import TINY_SIZES
+    from rlvr.data.arithmetic import FAMILIES
+    from rlvr.models.tiny import SIZES
+
+    assert TINY_SIZES == tuple(SIZES) and ARITHMETIC_FAMILIES == tuple(FAMILIES)
+
+
+def test_config_layer_imports_nothing_above_it():
+    import ast
+
+    for f in (ROOT / "src" / "rlvr" / "config").glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for m in mods:
+                assert not m.startswith("torch") and (not m.startswith("rlvr.") or
+                                                      m.startswith(("rlvr.config", "rlvr.errors"))), (f.name, m)
