@@ -41,10 +41,11 @@ def test_version():
     assert p.returncode == 0 and p.stdout.strip() == f"rlvr {rlvr.__version__}"
 
 
-def test_flags_show_no_value_placeholder_in_help():
-    p = rlvr_cli("run", "--help")
+@pytest.mark.parametrize("cmd, flag", [("run", "--resume"), ("verify", "--details"), ("probe", "--flaky")])
+def test_flags_show_no_value_placeholder_in_help(cmd, flag):
+    p = rlvr_cli(cmd, "--help")
     assert p.returncode == 0
-    line = next(ln for ln in p.stdout.splitlines() if "--resume" in ln)
+    line = next(ln for ln in p.stdout.splitlines() if flag in ln)
     assert "<bool>" not in line and "BOOLEAN" not in line, line
 
 

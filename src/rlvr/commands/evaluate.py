@@ -102,4 +102,4 @@ def _print(res: dict, k: int) -> None:
         row.append(f"{res[f'pass_at_{k}_sampled']:.1%}")
     t.add_row(*row)
     Console().print(t)
-    Console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "by_family")})[:400])
+    Console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "sampled", "by_family")})[:400])

@@ -53,8 +53,11 @@ def _source_key(key: str, src: Any) -> str:
 def check_model(recipe: Recipe, init_path: str | None) -> list[Problem]:
     path, key = (init_path, "--model") if init_path else (recipe.model.path, "model.path")
     if path is None:
-        return [] if recipe.model.tiny is not None else [Problem("model", "set model.path (a local HF folder) "
-                                                                          "or model.tiny")]
+        return (
+            []
+            if recipe.model.tiny is not None
+            else [Problem("model", "set model.path (a local HF folder) or model.tiny")]
+        )
     p = Path(path)
     if not p.exists():
         return [Problem(key, f"{path!r} does not exist (models load from local folders only)")]
@@ -73,21 +76,43 @@ def check_batches(i: int, st: Any) -> list[Problem]:
     out = []
     pre = f"stages.{i}"
     if hasattr(st, "batch_size") and st.micro_batch_size > st.batch_size:
-        out.append(Problem(f"{pre}.micro_batch_size", f"micro_batch_size {st.micro_batch_size} > batch_size "
-                           f"{st.batch_size}: each step is a single micro-batch of {st.batch_size} (did you mean "
-                           "to swap them?)", warning=True))
+        out.append(
+            Problem(
+                f"{pre}.micro_batch_size",
+                f"micro_batch_size {st.micro_batch_size} > batch_size "
+                f"{st.batch_size}: each step is a single micro-batch of {st.batch_size} (did you mean "
+                "to swap them?)",
+                warning=True,
+            )
+        )
     if st.type == "rl":
         g = st.sampling.group_size
-        grouped = st.loss.type in GROUP_BASELINE or (st.loss.type == "reinforce_pp" and st.loss.group_baseline)
+        grouped = st.loss.type in GROUP_BASELINE or (
+            st.loss.type == "reinforce_pp" and st.loss.group_baseline
+        )
         if g < 2 and grouped:
-            out.append(Problem(f"{pre}.sampling.group_size", f"group_size {g}: {st.loss.type} compares samples "
-                               "within a group, so a group of 1 has zero advantage and trains on nothing; use >= 2"))
+            out.append(
+                Problem(
+                    f"{pre}.sampling.group_size",
+                    f"group_size {g}: {st.loss.type} compares samples "
+                    "within a group, so a group of 1 has zero advantage and trains on nothing; use >= 2",
+                )
+            )
         if st.mini_batches > st.tasks_per_step * g:
-            out.append(Problem(f"{pre}.mini_batches", f"mini_batches {st.mini_batches} > the {st.tasks_per_step * g} "
-                               "sequences of a rollout batch (tasks_per_step x group_size)"))
+            out.append(
+                Problem(
+                    f"{pre}.mini_batches",
+                    f"mini_batches {st.mini_batches} > the {st.tasks_per_step * g} "
+                    "sequences of a rollout batch (tasks_per_step x group_size)",
+                )
+            )
     if st.type == "ppo" and st.mini_batches > st.prompts_per_step:
-        out.append(Problem(f"{pre}.mini_batches", f"mini_batches {st.mini_batches} > prompts_per_step "
-                           f"{st.prompts_per_step}"))
+        out.append(
+            Problem(
+                f"{pre}.mini_batches",
+                f"mini_batches {st.mini_batches} > prompts_per_step {st.prompts_per_step}",
+            )
+        )
     return out
 
 
@@ -97,13 +122,19 @@ def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
     paths = []
     if st.type == "ppo" and st.reward == "reward_model":
         if st.reward_model_path is None and not earlier_rm:
-            out.append(Problem(f"{pre}.reward_model_path", "reward: reward_model needs reward_model_path or an "
-                               "earlier stage of type reward_model"))
+            out.append(
+                Problem(
+                    f"{pre}.reward_model_path",
+                    "reward: reward_model needs reward_model_path or an earlier stage of type reward_model",
+                )
+            )
         paths.append(("reward_model_path", st.reward_model_path))
     pairs = getattr(st, "pairs", None)
     if pairs is not None and getattr(pairs, "scorer", None) == "reward_model":
         if pairs.reward_model_path is None:
-            out.append(Problem(f"{pre}.pairs.reward_model_path", "scorer: reward_model needs reward_model_path"))
+            out.append(
+                Problem(f"{pre}.pairs.reward_model_path", "scorer: reward_model needs reward_model_path")
+            )
         paths.append(("pairs.reward_model_path", pairs.reward_model_path))
     if st.type == "reward_model":
         paths.append(("backbone", st.backbone))
@@ -128,12 +159,19 @@ def check_pairs(i: int, st: Any) -> list[Problem]:
     out: list[Problem] = []
     for field in ("path", "heldout_path"):
         path = getattr(pairs, field)
-        recs = _try(out, f"stages.{i}.pairs.{field}", lambda path=path: load_preferences(path)) if path else None
+        recs = (
+            _try(out, f"stages.{i}.pairs.{field}", lambda path=path: load_preferences(path)) if path else None
+        )
         loss = getattr(getattr(st, "loss", None), "type", None)
         if recs and loss not in (None, "kto") and any(not isinstance(r, PreferencePair) for r in recs):
             bad = next(r for r in recs if not isinstance(r, PreferencePair))
-            out.append(Problem(f"stages.{i}.pairs.{field}", f"{bad.source}: loss {loss} needs pairs "
-                               "{prompt, chosen, rejected}; this line is an unpaired label (use type: kto)"))
+            out.append(
+                Problem(
+                    f"stages.{i}.pairs.{field}",
+                    f"{bad.source}: loss {loss} needs pairs "
+                    "{prompt, chosen, rejected}; this line is an unpaired label (use type: kto)",
+                )
+            )
     return out
 
 
@@ -151,28 +189,48 @@ def check_tasks(recipe: Recipe) -> list[Problem]:
         for field in ("data", "heldout") if st.type == "sft" else ():
             missing = [t.id for t in loaded.get(f"stages.{i}.{field}", []) if not t.solution]
             if missing:
-                out.append(Problem(_source_key(f"stages.{i}.{field}", getattr(st, field)),
-                                   f"SFT needs a demonstration ('completion', 'solution', or a final assistant turn "
-                                   f"in 'messages') on every task; {len(missing)} have none (first: {missing[0]!r})"))
+                out.append(
+                    Problem(
+                        _source_key(f"stages.{i}.{field}", getattr(st, field)),
+                        f"SFT needs a demonstration ('completion', 'solution', or a final assistant turn "
+                        f"in 'messages') on every task; {len(missing)} have none (first: {missing[0]!r})",
+                    )
+                )
     ev = loaded.get("eval.tasks", [])
     marked = [t.id for t in ev if t.split == "train"]
     if marked:
-        out.append(Problem(_source_key("eval.tasks", recipe.eval.tasks), f"{len(marked)} evaluation task(s) are "
-                           f"marked \"split\": \"train\" (first: {marked[0]!r}); held-out evaluation must not use them"))
+        out.append(
+            Problem(
+                _source_key("eval.tasks", recipe.eval.tasks),
+                f"{len(marked)} evaluation task(s) are "
+                f'marked "split": "train" (first: {marked[0]!r}); held-out evaluation must not use them',
+            )
+        )
     ev_hashes = {prompt_hash(t) for t in ev}
     for key, tasks in loaded.items():
         if key == "eval.tasks":
             continue
+        if key.endswith(".heldout"):  # SFT held-out demonstrations: not training data
+            continue
         held = [t.id for t in tasks if t.split == "heldout"]
-        if held and not key.endswith(".heldout"):
-            out.append(Problem(key, f"{len(held)} training task(s) are marked \"split\": \"heldout\" (first: "
-                               f"{held[0]!r}); filter them with split: train on the source"))
+        if held:
+            out.append(
+                Problem(
+                    key,
+                    f'{len(held)} training task(s) are marked "split": "heldout" (first: '
+                    f"{held[0]!r}); filter them with split: train on the source",
+                )
+            )
         n = sum(prompt_hash(t) in ev_hashes for t in {prompt_hash(t): t for t in tasks}.values())
         if n:
-            out.append(Problem(_source_key("eval.tasks", recipe.eval.tasks),
-                               f"{n} evaluation prompt(s) also occur in the training tasks of {key} (same content): "
-                               "held-out results would be measured on training data (eval.overlap: warn to allow)",
-                               warning=recipe.eval.overlap == "warn"))
+            out.append(
+                Problem(
+                    _source_key("eval.tasks", recipe.eval.tasks),
+                    f"{n} evaluation prompt(s) also occur in the training tasks of {key} (same content): "
+                    "held-out results would be measured on training data (eval.overlap: warn to allow)",
+                    warning=recipe.eval.overlap == "warn",
+                )
+            )
     return out
 
 
@@ -197,8 +255,9 @@ def format_problem(p: Problem, source: str | None, text: str) -> str:
     return f"{where + ': ' if where else ''}{p.key}: {p.message}"
 
 
-def preflight(recipe: Recipe, source: str | None = None, only: str | None = None,
-              init_path: str | None = None) -> list[str]:
+def preflight(
+    recipe: Recipe, source: str | None = None, only: str | None = None, init_path: str | None = None
+) -> list[str]:
     """Raise ConfigError listing every problem (key, file:line); return the warnings' text."""
     text = Path(source).read_text(encoding="utf-8") if source and Path(source).is_file() else ""
     probs = check_recipe(recipe, only, init_path)
@@ -206,6 +265,9 @@ def preflight(recipe: Recipe, source: str | None = None, only: str | None = None
     warnings = [format_problem(p, source, text) for p in probs if p.warning]
     if errors:
         n = len(errors)
-        raise ConfigError(f"{n} problem{'s' if n > 1 else ''} found before running anything:\n  - "
-                          + "\n  - ".join(errors) + "".join(f"\n  - (warning) {w}" for w in warnings))
+        raise ConfigError(
+            f"{n} problem{'s' if n > 1 else ''} found before running anything:\n  - "
+            + "\n  - ".join(errors)
+            + "".join(f"\n  - (warning) {w}" for w in warnings)
+        )
     return warnings

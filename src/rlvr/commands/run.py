@@ -30,13 +30,20 @@ def validate_command(recipe: str, overrides: list[str]) -> list[str]:
     console = Console()
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
-    console.print(f"[green]ok[/green] {recipe}: {len(r.stages)} stage(s): "
-                  + ", ".join(f"{s.name} ({s.type})" for s in r.stages))
+    console.print(
+        f"[green]ok[/green] {recipe}: {len(r.stages)} stage(s): "
+        + ", ".join(f"{s.name} ({s.type})" for s in r.stages)
+    )
     return warnings
 
 
-def resolve(recipe: str | Recipe | None, overrides: list[str], resume: bool, run_dir: str | None,
-            allow_config_change: bool) -> tuple[Recipe, str | None, dict]:
+def resolve(
+    recipe: str | Recipe | None,
+    overrides: list[str],
+    resume: bool,
+    run_dir: str | None,
+    allow_config_change: bool,
+) -> tuple[Recipe, str | None, dict]:
     """``(recipe to run, its source file or None, config changes accepted on resume)``."""
     from rlvr.config.saved import resume_recipe
 
@@ -45,8 +52,10 @@ def resolve(recipe: str | Recipe | None, overrides: list[str], resume: bool, run
     source = recipe if isinstance(recipe, (str, os.PathLike)) else None
     if recipe is None:
         if not resume or run_dir is None:
-            raise ConfigError("give a RECIPE, or --resume with --run-dir DIR to resume the run saved there "
-                              "(see 'rlvr run --help')")
+            raise ConfigError(
+                "give a RECIPE, or --resume with --run-dir DIR to resume the run saved there "
+                "(see 'rlvr run --help')"
+            )
         loaded = None
     elif isinstance(recipe, Recipe):
         loaded = override_recipe(recipe, overrides)
@@ -55,13 +64,21 @@ def resolve(recipe: str | Recipe | None, overrides: list[str], resume: bool, run
     if not resume:
         return loaded, source, {}
     target = run_dir if run_dir is not None else loaded.run_dir
-    final, changes = resume_recipe(loaded, target, allow_config_change)
+    final, changes = resume_recipe(loaded, target, allow_config_change, overrides)
     return final, source, changes
 
 
-def execute(recipe: str | Recipe | None, overrides: list[str] = (), resume: bool = False,
-            run_dir: str | None = None, allow_config_change: bool = False, only: str | None = None,
-            init_path: str | None = None, judge=None, console: Console | None = None) -> dict:
+def execute(
+    recipe: str | Recipe | None,
+    overrides: list[str] = (),
+    resume: bool = False,
+    run_dir: str | None = None,
+    allow_config_change: bool = False,
+    only: str | None = None,
+    init_path: str | None = None,
+    judge=None,
+    console: Console | None = None,
+) -> dict:
     """Resolve, dry-run and run a recipe (or its stages of type ``only``); returns the summary, with
     ``summary["report"]`` the path of report.html."""
     from rlvr.commands.preflight import preflight
@@ -86,8 +103,13 @@ def execute(recipe: str | Recipe | None, overrides: list[str] = (), resume: bool
     return summary
 
 
-def run_command(recipe_path: str | None, overrides: list[str], resume: bool, run_dir: str | None,
-                allow_config_change: bool = False) -> dict:
+def run_command(
+    recipe_path: str | None,
+    overrides: list[str],
+    resume: bool,
+    run_dir: str | None,
+    allow_config_change: bool = False,
+) -> dict:
     return execute(recipe_path, overrides, resume, run_dir, allow_config_change)
 
 
@@ -98,8 +120,15 @@ def quickstart_command(out: str, overrides: list[str], resume: bool) -> dict:
     return execute(str(QUICKSTART), overrides, resume, out)
 
 
-def stage_command(kind: str, recipe_path: str, overrides: list[str], resume: bool, init: str | None,
-                  run_dir: str | None = None, allow_config_change: bool = False) -> dict:
+def stage_command(
+    kind: str,
+    recipe_path: str,
+    overrides: list[str],
+    resume: bool,
+    init: str | None,
+    run_dir: str | None = None,
+    allow_config_change: bool = False,
+) -> dict:
     """Run only the recipe's stages of one type (e.g. ``rlvr grpo``), from ``--model`` if given."""
     return execute(recipe_path, overrides, resume, run_dir, allow_config_change, only=kind, init_path=init)
 
@@ -113,11 +142,23 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         pk = [v for k, v in row.items() if k.startswith("pass_at_") and k.endswith("_sampled")]
         if row["pass_at_1"] is None:  # a reward model: its held-out pair accuracy
             acc = row.get("heldout_pair_accuracy")
-            table.add_row(row["stage"], f"RM pair acc {acc:.1%}" if acc is not None else "-", *["-"] * len(fams),
-                          "-", "-", f"{row['wall_s']:.0f}")
+            table.add_row(
+                row["stage"],
+                f"RM pair acc {acc:.1%}" if acc is not None else "-",
+                *["-"] * len(fams),
+                "-",
+                "-",
+                f"{row['wall_s']:.0f}",
+            )
             continue
-        table.add_row(row["stage"], f"{row['pass_at_1']:.1%}", *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
-                      f"{pk[-1]:.1%}" if pk else "-", f"{row['mean_length']:.1f}", f"{row['wall_s']:.0f}")
+        table.add_row(
+            row["stage"],
+            f"{row['pass_at_1']:.1%}",
+            *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
+            f"{pk[-1]:.1%}" if pk else "-",
+            f"{row['mean_length']:.1f}",
+            f"{row['wall_s']:.0f}",
+        )
     (console or Console()).print(table)
 
 

@@ -117,8 +117,10 @@ def recipes_markdown() -> str:
             desc = " ".join((f.description or "").split()).replace("|", "\\|")
             if name == "type":
                 desc = desc or "Selects this alternative."
-            parts.append(f"| `{name}` | {_type_name(f.annotation)} | {_default(f).replace('|', chr(92) + '|')} "
-                         f"| {desc} |")
+            parts.append(
+                f"| `{name}` | {_type_name(f.annotation)} | {_default(f).replace('|', chr(92) + '|')} "
+                f"| {desc} |"
+            )
     return "\n".join(parts) + "\n"
 
 

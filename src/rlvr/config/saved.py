@@ -38,9 +38,12 @@ def flat(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def config_diff(old: Recipe, new: Recipe) -> dict[str, list]:
-    """Dotted key -> [old value, new value] for every key that differs (absent: None)."""
+    """Dotted key -> [old value, new value] for every key that differs (absent: None). ``run_dir`` is not
+    compared: a run directory that was moved or copied resumes where it now is."""
     a, b = flat(old.model_dump(mode="json")), flat(new.model_dump(mode="json"))
-    return {k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    return {
+        k: [a.get(k), b.get(k)] for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k) and k != "run_dir"
+    }
 
 
 def load_saved(run_dir: str | Path) -> Recipe | None:
@@ -52,23 +55,37 @@ def load_saved(run_dir: str | Path) -> Recipe | None:
     return validate_recipe(yaml.safe_load(text) or {}, str(p), text)
 
 
-def resume_recipe(recipe: Recipe | None, run_dir: str | Path, allow_change: bool = False) -> tuple[Recipe, dict]:
-    """The recipe to resume with and the allowed changes (empty when none). See the module docstring."""
+def resume_recipe(
+    recipe: Recipe | None,
+    run_dir: str | Path,
+    allow_change: bool = False,
+    overrides: list[str] | tuple[str, ...] = (),
+) -> tuple[Recipe, dict]:
+    """The recipe to resume with and the allowed changes (empty when none). See the module docstring.
+    ``recipe`` None: the saved one, with ``overrides`` (``--set``) applied (a change like any other)."""
+    from rlvr.config.load import override_recipe
+
     saved = load_saved(run_dir)
+    if saved is not None:  # the run is where its config.yaml is now (it may have been moved)
+        saved = saved.model_copy(update={"run_dir": str(run_dir)})
     if saved is None:
         if recipe is None:
-            raise ConfigError(f"--resume: {Path(run_dir) / CONFIG_FILE} not found, so there is no run to resume "
-                              "there; give the recipe (rlvr run RECIPE --resume) or the right --run-dir")
+            raise ConfigError(
+                f"--resume: {Path(run_dir) / CONFIG_FILE} not found, so there is no run to resume "
+                "there; give the recipe (rlvr run RECIPE --resume) or the right --run-dir"
+            )
         return recipe, {}
     if recipe is None:
-        return saved, {}
+        recipe = override_recipe(saved, overrides, str(Path(run_dir) / CONFIG_FILE))
     changes = config_diff(saved, recipe)
     if not changes:
         return saved, {}
     if not allow_change:
         listed = "; ".join(f"{k}: {json.dumps(a)} -> {json.dumps(b)}" for k, (a, b) in changes.items())
-        raise ConfigError(f"--resume: the recipe differs from the config this run was started with "
-                          f"({Path(run_dir) / CONFIG_FILE}): {listed}. Resume with the saved config (drop the "
-                          "changes, or `rlvr run --resume --run-dir DIR` without a recipe), or accept the change "
-                          "with --allow-config-change (it is logged in the run)")
+        raise ConfigError(
+            f"--resume: the recipe differs from the config this run was started with "
+            f"({Path(run_dir) / CONFIG_FILE}): {listed}. Resume with the saved config (drop the "
+            "changes, or `rlvr run --resume --run-dir DIR` without a recipe), or accept the change "
+            "with --allow-config-change (it is logged in the run)"
+        )
     return recipe, changes

@@ -23,8 +23,9 @@ def load_hf_rows(path: str, split: str = "train", what: str = "HF dataset"):
     try:
         import datasets
     except ImportError:
-        raise DataError(f"{what} {path!r}: reading HF datasets needs the `datasets` package "
-                        "(pip install datasets)") from None
+        raise DataError(
+            f"{what} {path!r}: reading HF datasets needs the `datasets` package (pip install datasets)"
+        ) from None
     if is_saved_dataset(path):
         try:
             ds = datasets.load_from_disk(str(path))
@@ -36,8 +37,10 @@ def load_hf_rows(path: str, split: str = "train", what: str = "HF dataset"):
             ds = ds[split]
         return ds
     if Path(path).exists():
-        raise DataError(f"{what} {path!r} exists but is not a dataset folder written by save_to_disk "
-                        f"(none of {', '.join(DISK_MARKERS)} inside)")
+        raise DataError(
+            f"{what} {path!r} exists but is not a dataset folder written by save_to_disk "
+            f"(none of {', '.join(DISK_MARKERS)} inside)"
+        )
     try:
         return datasets.load_dataset(path, split=split)
     except Exception as e:  # noqa: BLE001 - surfaced as a one-paragraph error

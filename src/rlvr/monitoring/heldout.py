@@ -36,14 +36,18 @@ def heldout_loss(model, examples, pad_id: int, micro: int = 32, bf16: bool = Fal
     total, tokens = 0.0, 0
     try:
         for s in range(0, len(examples), micro):
-            chunk = examples[s:s + micro]
+            chunk = examples[s : s + micro]
             ids = pad_sequence([torch.tensor(e[0]) for e in chunk], batch_first=True, padding_value=pad_id)
             lm = pad_sequence([torch.tensor(e[1], dtype=torch.float32) for e in chunk], batch_first=True)
             att = pad_sequence([torch.ones(len(e[0]), dtype=torch.long) for e in chunk], batch_first=True)
             ids, lm, att = ids.to(model.device), lm.to(model.device), att.to(model.device)
             with autocast_ctx(bf16, ids.device.type):
-                logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
-                               use_cache=False).logits
+                logits = model(
+                    input_ids=ids,
+                    attention_mask=att,
+                    position_ids=position_ids_from_mask(att),
+                    use_cache=False,
+                ).logits
             nll, n, _ = sft_loss(logits, ids, lm, shift=True)
             total, tokens = total + float(nll), tokens + n
     finally:
@@ -57,8 +61,11 @@ class SFTHeldout:
     def __init__(self, stage, tokenizer, out: Path, bf16: bool = False):
         self.stage, self.out, self.bf16 = stage, Path(out), bf16
         self.pad_id = tokenizer.pad_token_id
-        self.examples = (tokenize_heldout(load_task_source(stage.heldout), tokenizer, stage.max_length)
-                         if stage.heldout is not None else None)
+        self.examples = (
+            tokenize_heldout(load_task_source(stage.heldout), tokenizer, stage.max_length)
+            if stage.heldout is not None
+            else None
+        )
         self.every = stage.heldout_every or stage.log_every
         self.lower = stage.best_metric == "heldout/loss"
         self.best: float | None = None
@@ -69,13 +76,21 @@ class SFTHeldout:
         return {"heldout_best": self.best, "heldout_best_step": self.best_step, "heldout_bad": self.bad}
 
     def load(self, st: dict) -> None:
-        self.best, self.best_step, self.bad = st.get("heldout_best"), st.get("heldout_best_step"), st.get("heldout_bad", 0)
+        self.best, self.best_step, self.bad = (
+            st.get("heldout_best"),
+            st.get("heldout_best_step"),
+            st.get("heldout_bad", 0),
+        )
 
     def measure(self, model, step: int, max_steps: int) -> dict:
         """``{"heldout/loss": ...}`` when due at ``step`` (and at step 0 and the last step), else ``{}``."""
         if self.examples is None or not (step % self.every == 0 or step == max_steps):
             return {}
-        return {"heldout/loss": heldout_loss(model, self.examples, self.pad_id, self.stage.micro_batch_size, self.bf16)}
+        return {
+            "heldout/loss": heldout_loss(
+                model, self.examples, self.pad_id, self.stage.micro_batch_size, self.bf16
+            )
+        }
 
     def observe(self, model, tokenizer, step: int, rec: dict) -> bool:
         """Track the best ``best_metric`` in ``rec`` (saving ``best/`` with keep_best); True = stop early."""

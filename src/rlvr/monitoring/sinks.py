@@ -35,7 +35,9 @@ class StageLogging:
     sinks: list[Any] = field(default_factory=list)
 
 
-_ACTIVE: contextvars.ContextVar[StageLogging | None] = contextvars.ContextVar("rlvr_stage_logging", default=None)
+_ACTIVE: contextvars.ContextVar[StageLogging | None] = contextvars.ContextVar(
+    "rlvr_stage_logging", default=None
+)
 
 
 def active() -> StageLogging | None:
@@ -60,7 +62,9 @@ class TensorBoardSink:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            raise ConfigError("logging.tensorboard needs the `tensorboard` package: pip install tensorboard") from None
+            raise ConfigError(
+                "logging.tensorboard needs the `tensorboard` package: pip install tensorboard"
+            ) from None
         self.w = SummaryWriter(str(logdir))
 
     def log(self, step: int, rec: dict[str, Any]) -> None:
@@ -74,8 +78,11 @@ class TensorBoardSink:
         self.w.flush()
 
     def samples(self, step: int, rows: list[dict]) -> None:
-        table = "\n\n".join(f"**{r['task_id']}** ({r['outcome']}, reward {r['reward']:.3g}):\n\n    "
-                            + r["completion"].replace("\n", "\n    ") for r in rows)
+        table = "\n\n".join(
+            f"**{r['task_id']}** ({r['outcome']}, reward {r['reward']:.3g}):\n\n    "
+            + r["completion"].replace("\n", "\n    ")
+            for r in rows
+        )
         self.w.add_text("samples", table, step)
 
     def close(self) -> None:
@@ -91,16 +98,26 @@ class WandbSink:
         c = ctx.cfg.wandb
         os.environ.setdefault("WANDB_SILENT", "true")
         self.wandb = wandb
-        self.run = wandb.init(project=c.project, entity=c.entity, mode=c.mode, tags=c.tags, dir=str(ctx.out),
-                              name=f"{ctx.run}/{ctx.stage}", group=ctx.run, reinit="create_new",
-                              config={"stage": ctx.stage})
+        self.run = wandb.init(
+            project=c.project,
+            entity=c.entity,
+            mode=c.mode,
+            tags=c.tags,
+            dir=str(ctx.out),
+            name=f"{ctx.run}/{ctx.stage}",
+            group=ctx.run,
+            reinit="create_new",
+            config={"stage": ctx.stage},
+        )
 
     def log(self, step: int, rec: dict[str, Any]) -> None:
         self.run.log({k: v for k, v in rec.items() if k not in ("step", "time") and v is not None}, step=step)
 
     def samples(self, step: int, rows: list[dict]) -> None:
         cols = ["task_id", "completion", "reward", "outcome"]
-        self.run.log({"samples": self.wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in rows])}, step=step)
+        self.run.log(
+            {"samples": self.wandb.Table(columns=cols, data=[[r[c] for c in cols] for r in rows])}, step=step
+        )
 
     def close(self) -> None:
         self.run.finish()
@@ -129,9 +146,17 @@ def log_samples(step: int, ro: Any) -> None:
     for g in range(min(ctx.cfg.samples, ro.num_groups)):
         i = g * ro.group_size
         t = ro.tasks[g]
-        rows.append({"step": step, "task_id": t.id, "prompt": t.policy_messages()[-1]["content"],
-                     "completion": ro.texts[i], "reward": float(ro.rewards[g, 0]), "outcome": ro.outcomes[i],
-                     "finish_reason": ro.finish_reason[i]})
+        rows.append(
+            {
+                "step": step,
+                "task_id": t.id,
+                "prompt": t.policy_messages()[-1]["content"],
+                "completion": ro.texts[i],
+                "reward": float(ro.rewards[g, 0]),
+                "outcome": ro.outcomes[i],
+                "finish_reason": ro.finish_reason[i],
+            }
+        )
     ctx.out.mkdir(parents=True, exist_ok=True)
     with open(ctx.out / "samples.jsonl", "a", encoding="utf-8") as f:
         f.write("".join(json.dumps(r) + "\n" for r in rows))

@@ -43,7 +43,9 @@ def resolve_function(spec: str) -> Callable[..., Any]:
     try:
         mod = importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's to fix
-        raise ConfigError(f"reward function {spec!r}: importing {module!r} failed: {type(e).__name__}: {e}") from None
+        raise ConfigError(
+            f"reward function {spec!r}: importing {module!r} failed: {type(e).__name__}: {e}"
+        ) from None
     fn = getattr(mod, name, None)
     if not callable(fn):
         raise ConfigError(f"reward function {spec!r}: {module!r} has no callable {name!r}")
@@ -98,7 +100,9 @@ class PythonReward:
         if isinstance(out, Verdict):
             return out
         if isinstance(out, bool) or not isinstance(out, (int, float)) or not math.isfinite(float(out)):
-            return Verdict.infra(f"{self.function} returned {out!r}: expected a finite number or a Verdict", dt)
+            return Verdict.infra(
+                f"{self.function} returned {out!r}: expected a finite number or a Verdict", dt
+            )
         r = float(out)
         return Verdict(r, r > 0, "pass" if r > 0 else "wrong", {}, dt)
 
@@ -131,7 +135,9 @@ class RewardJudge:
             base = Verdict(total, total > 0, "pass" if total > 0 else "wrong", {})
         details = {**base.details, "rewards": rewards}
         if errors:
-            return Verdict(0.0, False, "infra", {**details, "error": "; ".join(errors)}, time.perf_counter() - t0)
+            return Verdict(
+                0.0, False, "infra", {**details, "error": "; ".join(errors)}, time.perf_counter() - t0
+            )
         return Verdict(base.reward, base.passed, base.outcome, details, time.perf_counter() - t0)
 
     def close(self) -> None:
