@@ -1,5 +1,89 @@
-"""rlvr: SFT -> preference alignment -> RL with verifiable rewards."""
+"""rlvr: SFT -> preference alignment -> RL with verifiable rewards.
+
+The Python API (docs/api.md) does what the CLI does, with the same outputs::
+
+    import rlvr
+    summary = rlvr.run("recipe.yaml", stages__sft__max_steps=100)   # = rlvr run recipe.yaml --set ...
+    result = rlvr.eval("runs/x/grpo/final", "heldout.jsonl", n=4)    # = rlvr eval
+    rlvr.generate("runs/x/grpo/final", "tasks.jsonl", "c.jsonl")     # = rlvr generate
+    verdicts = rlvr.verify("tasks.jsonl", "c.jsonl", "v.jsonl")      # = rlvr verify
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
 
 __version__ = "0.1.0"
+__all__ = ["run", "eval", "generate", "verify", "__version__"]
 
-import rlvr.envs  # noqa: E402,F401  (registers the built-in environments' task generators)
+
+def _env() -> None:
+    for k, v in (("OMP_WAIT_POLICY", "PASSIVE"), ("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_OFFLINE", "1"),
+                 ("TRANSFORMERS_VERBOSITY", "error")):
+        os.environ.setdefault(k, v)
+    from rlvr.commands import quiet_hf
+
+    quiet_hf()
+
+
+def _sets(set_: list[str] | None, overrides: dict[str, Any]) -> list[str]:
+    """``stages__sft__max_steps=3`` -> ``stages.sft.max_steps=3`` (values as YAML, like --set)."""
+    import json
+
+    out = list(set_ or [])
+    for k, v in overrides.items():
+        out.append(f"{k.replace('__', '.')}={json.dumps(v) if not isinstance(v, str) else v}")
+    return out
+
+
+def run(recipe: Any = None, *, resume: bool = False, run_dir: str | None = None, set: list[str] | None = None,  # noqa: A002
+        allow_config_change: bool = False, stage_type: str | None = None, model: str | None = None,
+        **overrides: Any) -> dict:
+    """Run a recipe like ``rlvr run``: dry-run it first, write the run directory and report.html.
+
+    recipe: a YAML path, a :class:`rlvr.config.recipe.Recipe`, or None with ``resume=True`` and
+    ``run_dir`` (the saved config). Overrides: ``set=["stages.sft.max_steps=10"]`` and/or keyword
+    arguments with ``__`` for dots (``stages__sft__max_steps=10``). ``stage_type`` (sft, rl,
+    preference, reward_model, ppo) runs only those stages, like ``rlvr sft`` / ``rlvr grpo``; ``model``
+    is then the starting checkpoint (``--model``). Returns the summary (``summary["stages"]``, one row
+    per stage, and ``summary["report"]``, the report's path).
+    """
+    _env()
+    from rlvr.commands.run import execute
+
+    return execute(recipe, _sets(set, overrides), resume, run_dir, allow_config_change, only=stage_type,
+                   init_path=model)
+
+
+def eval(model: str, tasks: str, *, n: int = 1, temperature: float = 1.0, max_new_tokens: int = 64,  # noqa: A001
+         out: str | None = None, workers: int = 0, quiet: bool = True) -> dict:
+    """Held-out evaluation like ``rlvr eval``: greedy pass@1 (+ sampled pass@k when n > 1) on ``tasks``
+    (a JSONL path, a save_to_disk folder, ``humaneval`` or ``builtin:add2,mul31:200``). Returns the
+    result dict written to ``out`` (every completion in ``samples``)."""
+    _env()
+    from rlvr.commands.evaluate import eval_command
+
+    return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet)
+
+
+def generate(model: str, tasks: str, out: str, *, n: int = 1, temperature: float = 0.0, max_new_tokens: int = 64,
+             seed: int = 0) -> list[dict]:
+    """Completions like ``rlvr generate``: writes ``{task_id, completion, sample}`` lines to ``out``."""
+    _env()
+    from rlvr.commands.evaluate import generate_command
+
+    return generate_command(model, tasks, out, n, temperature, max_new_tokens, seed)
+
+
+def verify(tasks: str, completions: str, out: str, *, workers: int = 2, timeout_s: float = 60.0,
+           details: bool = False) -> dict:
+    """Judge a completions file like ``rlvr verify``; writes one verdict line per completion to ``out``
+    and returns the summary (``n``, ``counts`` per outcome, ``pass_rate``, ``seconds``)."""
+    _env()
+    from rlvr.commands.verify import run_verify
+
+    return run_verify(tasks, completions, out, workers=workers, timeout_s=timeout_s, details=details)
+
+
+import rlvr.envs  # noqa: E402,F401  (registers the built-in environments' task generators with rlvr.data)

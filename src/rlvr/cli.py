@@ -2,6 +2,11 @@
 
 OMP_WAIT_POLICY=PASSIVE is set before torch is imported (idle OpenMP threads otherwise spin and slow
 training 5-8x whenever verifier processes hold a core).
+
+Errors: a user error (:class:`rlvr.errors.RlvrError`) or a usage error (unknown command or option,
+missing argument, bad value) is printed as one paragraph with exit status 2; ``--debug`` shows the
+traceback instead. typer (pinned in pyproject.toml) vendors its own click, whose exceptions derive
+from ``typer.TyperException``: that is the class caught here.
 """
 
 from __future__ import annotations
@@ -24,8 +29,23 @@ STATE = {"debug": False}
 SetOpt = typer.Option(None, "--set", help="Override a recipe key: --set stages.sft.max_steps=100 (repeatable).")
 
 
+def flag(name: str, help: str) -> bool:  # noqa: A002 - typer's keyword
+    """A boolean switch (no value) shown without a type placeholder in --help."""
+    return typer.Option(False, name, help=help, metavar="")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from rlvr import __version__
+
+        typer.echo(f"rlvr {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root(debug: bool = typer.Option(False, "--debug", help="Show full tracebacks.")) -> None:
+def _root(debug: bool = flag("--debug", "Show full tracebacks."),
+          version: bool = typer.Option(False, "--version", help="Print the version and exit.", metavar="",
+                                       callback=_version, is_eager=True)) -> None:
     STATE["debug"] = debug
 
 
@@ -33,82 +53,96 @@ def _overrides(sets: Optional[List[str]]) -> list[str]:
     return list(sets or [])
 
 
+ResumeOpt = flag("--resume", "Skip finished stages, resume the current one from its latest checkpoint.")
+RunDirOpt = typer.Option(None, "--run-dir", help="Override the recipe's run_dir.")
+AllowChangeOpt = flag("--allow-config-change", "With --resume: accept a recipe that differs from the run's "
+                                               "saved config.yaml (the change is logged in the run).")
+InitOpt = typer.Option(None, "--model", help="Start from this checkpoint (overrides model.path).")
+
+
 @app.command()
 def validate(recipe: str = typer.Argument(..., help="Recipe YAML."), set_: Optional[List[str]] = SetOpt) -> None:
-    """Check a recipe without running it."""
+    """Dry run: resolve every file, model, family and batch size a run would touch; list every problem."""
     from rlvr.commands.run import validate_command
 
     validate_command(recipe, _overrides(set_))
 
 
 @app.command()
-def run(recipe: str = typer.Argument(..., help="Recipe YAML."), set_: Optional[List[str]] = SetOpt,
-        resume: bool = typer.Option(False, "--resume", help="Skip finished stages, resume the current one."),
-        run_dir: Optional[str] = typer.Option(None, "--run-dir", help="Override the recipe's run_dir.")) -> None:
+def run(recipe: Optional[str] = typer.Argument(None, help="Recipe YAML (optional with --resume: the run's "
+                                                          "saved config.yaml is used)."),
+        set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt, run_dir: Optional[str] = RunDirOpt,
+        allow_config_change: bool = AllowChangeOpt) -> None:
     """Run every stage of a recipe in order (each starts from the previous stage's checkpoint)."""
     from rlvr.commands.run import run_command
 
-    run_command(recipe, _overrides(set_), resume, run_dir)
+    run_command(recipe, _overrides(set_), resume, run_dir, allow_config_change=allow_config_change)
 
 
 @app.command()
 def quickstart(out: str = typer.Option("runs/quickstart", "--out", help="Run directory."),
                set_: Optional[List[str]] = SetOpt,
-               resume: bool = typer.Option(False, "--resume", help="Resume an interrupted quickstart.")) -> None:
+               resume: bool = flag("--resume", "Resume an interrupted quickstart.")) -> None:
     """The embedded default: tiny model, built-in arithmetic, SFT -> DPO -> GRPO on the CPU."""
     from rlvr.commands.run import quickstart_command
 
     quickstart_command(out, _overrides(set_), resume)
 
 
-def _stage_command(kind: str, recipe: str, sets, resume: bool, init: Optional[str]) -> None:
+def _stage(kind: str, recipe: str, sets, resume: bool, init: Optional[str], run_dir: Optional[str],
+           allow: bool) -> None:
     from rlvr.commands.run import stage_command
 
-    stage_command(kind, recipe, _overrides(sets), resume, init)
-
-
-InitOpt = typer.Option(None, "--model", help="Start from this checkpoint (overrides model.path).")
-ResumeOpt = typer.Option(False, "--resume", help="Resume from the stage's latest checkpoint.")
+    stage_command(kind, recipe, _overrides(sets), resume, init, run_dir=run_dir, allow_config_change=allow)
 
 
 @app.command()
 def sft(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-        model: Optional[str] = InitOpt) -> None:
+        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+        allow_config_change: bool = AllowChangeOpt) -> None:
     """Run the recipe's SFT stage(s)."""
-    _stage_command("sft", recipe, set_, resume, model)
+    _stage("sft", recipe, set_, resume, model, run_dir, allow_config_change)
 
 
 @app.command()
 def grpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-         model: Optional[str] = InitOpt) -> None:
+         model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+         allow_config_change: bool = AllowChangeOpt) -> None:
     """Run the recipe's RL stage(s) (GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++)."""
-    _stage_command("rl", recipe, set_, resume, model)
+    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change)
 
 
 @app.command()
 def dpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-        model: Optional[str] = InitOpt) -> None:
+        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+        allow_config_change: bool = AllowChangeOpt) -> None:
     """Run the recipe's preference stage(s) (dpo, ipo, simpo, kto, orpo, cpo)."""
-    _stage_command("preference", recipe, set_, resume, model)
+    _stage("preference", recipe, set_, resume, model, run_dir, allow_config_change)
 
 
 @app.command()
 def rm(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-       model: Optional[str] = InitOpt) -> None:
+       model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+       allow_config_change: bool = AllowChangeOpt) -> None:
     """Train the recipe's reward model stage."""
-    _stage_command("reward_model", recipe, set_, resume, model)
+    _stage("reward_model", recipe, set_, resume, model, run_dir, allow_config_change)
 
 
 @app.command()
 def ppo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-        model: Optional[str] = InitOpt) -> None:
+        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+        allow_config_change: bool = AllowChangeOpt) -> None:
     """Run the recipe's PPO stage."""
-    _stage_command("ppo", recipe, set_, resume, model)
+    _stage("ppo", recipe, set_, resume, model, run_dir, allow_config_change)
+
+
+TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
+                                             "or builtin:FAMILY[,FAMILY][:N].")
 
 
 @app.command("eval")
-def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF format)."),
-          tasks: str = typer.Option(..., "--tasks", help="Tasks JSONL, or builtin:FAMILY[,FAMILY][:N]."),
+def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF format, or a LoRA adapter folder)."),
+          tasks: str = TasksOpt,
           n: int = typer.Option(1, "--n", help="Samples per task for pass@k."),
           temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
           max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Generation budget."),
@@ -120,13 +154,30 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
     eval_command(model, tasks, n, temperature, max_new_tokens, out, workers)
 
 
+@app.command()
+def generate(model: str = typer.Option(..., "--model", help="Model folder (HF format, or a LoRA adapter folder)."),
+             tasks: str = TasksOpt,
+             out: str = typer.Option(..., "--out", help="Completions JSONL to write: {task_id, completion, sample}."),
+             n: int = typer.Option(1, "--n", help="Completions per task."),
+             temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+             max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Generation budget."),
+             seed: int = typer.Option(0, "--seed", help="Sampling seed.")) -> None:
+    """Write completions for `rlvr verify --completions`."""
+    from rlvr.commands.evaluate import generate_command
+
+    generate_command(model, tasks, out, n, temperature, max_new_tokens, seed)
+
+
 @app.command("build-tiny")
 def build_tiny(out: str = typer.Argument(..., help="Output folder."),
                size: str = typer.Option("1m", "--size", help="test, 0.5m, 1m, 2m, 5m, 20m."),
                seed: int = typer.Option(0, "--seed")) -> None:
     """Write the tiny from-scratch model + tokenizer in HF format."""
-    from rlvr.models.tiny import build_tiny as _build, num_params
+    from rlvr.errors import ConfigError
+    from rlvr.models.tiny import SIZES, build_tiny as _build, num_params
 
+    if size not in SIZES:
+        raise ConfigError(f"--size {size!r}: unknown tiny size; choose one of {', '.join(SIZES)}")
     model, _ = _build(out, size=size, seed=seed)
     typer.echo(f"wrote {out} ({num_params(model):,} parameters)")
 
@@ -140,22 +191,22 @@ def _register_commands() -> None:
     reg_probe(app)
 
 
+def _usage_error(e: typer.TyperException) -> None:
+    """A click/typer usage error as one paragraph: what is wrong, and where the help is."""
+    ctx = getattr(e, "ctx", None)
+    path = ctx.command_path if ctx is not None else "rlvr"
+    typer.secho(f"error: {e.format_message()} (see '{path} --help')", fg="red", err=True)
+
+
 def main() -> None:
+    from rlvr.commands import quiet_hf
     from rlvr.errors import RlvrError
 
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
-    except ImportError:
-        pass
-
+    quiet_hf()
     _register_commands()
+    STATE["debug"] = "--debug" in sys.argv[1:]  # before parsing: a usage error may come first
     try:
-        app(standalone_mode=False)
+        app(standalone_mode=False, prog_name="rlvr")
     except RlvrError as e:
         if STATE["debug"]:
             raise
@@ -164,19 +215,20 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.secho("interrupted", fg="yellow", err=True)
         sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as e:  # click usage errors etc.
-        import click
+    except typer.Exit as e:
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.exit(1)
+    except typer.TyperException as e:  # usage errors (vendored click): one paragraph, exit 2
+        from typer._click.exceptions import NoArgsIsHelpError
 
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Exit):
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
-        raise
+        if STATE["debug"]:
+            raise
+        if isinstance(e, NoArgsIsHelpError):
+            typer.echo(e.ctx.get_help() if e.ctx is not None else str(e))
+            sys.exit(0)
+        _usage_error(e)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

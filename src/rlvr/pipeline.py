@@ -3,14 +3,17 @@
 Run directory layout::
 
     RUN_DIR/
-      config.yaml            the resolved recipe
+      config.yaml            the resolved recipe (kept on --resume; see rlvr.config.saved)
+      config_changes.jsonl   changes accepted with --resume --allow-config-change
       pipeline.json          stage states (done / running), written atomically
       summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "checkpoint"}, ...]}
       report.html            plots of each stage's curves and the summary table
       base/eval.json         the starting model's held-out evaluation (when eval_base)
       <stage>/metrics.jsonl  append-only metrics
+      <stage>/samples.jsonl  sample completions with their verdicts (RL; logging.samples_every)
+      <stage>/tensorboard/, <stage>/wandb/   with logging.tensorboard / logging.wandb
       <stage>/checkpoints/step-NNNNNN/   resumable checkpoints (model + trainer_state.pt)
-      <stage>/final/         the stage's output model (HF format)
+      <stage>/final/         the stage's output model (HF format; LoRA: merged, adapter in final/adapter/)
       <stage>/eval.json      held-out evaluation after the stage
 
 Stage-level resume: a stage marked done in pipeline.json (with its final/ present) is not rerun; the
@@ -19,7 +22,10 @@ stage that was running resumes from its latest checkpoint.
 A fresh run (no ``--resume``) never writes into an earlier run's stage directory: an existing
 ``RUN_DIR/<stage>/`` is first moved aside to ``RUN_DIR/<stage>.prev-YYYYmmdd-HHMMSS/`` (nothing written
 is lost, and the new ``metrics.jsonl`` holds only the new run). A starting model inside the moved
-directory is followed to its new place.
+directory is followed to its new place. Callers validate the recipe first (``rlvr.commands.preflight``:
+files parsed, models found), so a run that fails on its input moves nothing aside.
+
+Files are written with the umask's modes (0644 / 0755 under umask 022), so teammates can read a run.
 """
 
 from __future__ import annotations
@@ -29,8 +35,8 @@ import time
 from pathlib import Path
 
 from rlvr.config.load import dump_recipe
-from rlvr.config.recipe import Recipe
-from rlvr.data.jsonl import write_json_atomic, write_text_atomic
+from rlvr.config.recipe import Recipe, with_system_prompt
+from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
 
 
 def stage_trainer(kind: str):
@@ -88,12 +94,25 @@ def archive_stage_dir(stage_dir: Path, init_path: str | None) -> tuple[Path | No
     return dest, init_path
 
 
+def save_config(run_dir: Path, recipe: Recipe, resume: bool, changes: dict | None) -> None:
+    """Write config.yaml for a fresh run; on resume keep it, unless a change was accepted (then log it)."""
+    if changes:
+        append_jsonl(run_dir / "config_changes.jsonl", {"time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                                                        "changes": changes})
+    if not resume or changes or not (run_dir / "config.yaml").exists():
+        write_text_atomic(run_dir / "config.yaml", dump_recipe(recipe))
+
+
 def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | None = None,
-                 init_path: str | None = None) -> dict:
-    """Run all stages (or only those of type ``only``); returns the summary dict."""
+                 init_path: str | None = None, changes: dict | None = None) -> dict:
+    """Run all stages (or only those of type ``only``); returns the summary dict. ``changes``: config
+    changes accepted on resume (logged in the run)."""
+    from rlvr.monitoring.sinks import stage_logging
+
     run_dir = Path(recipe.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(run_dir / "config.yaml", dump_recipe(recipe))
+    save_config(run_dir, recipe, resume, changes)
+    recipe = with_system_prompt(recipe)
     state_path = run_dir / "pipeline.json"
     state = _read_state(state_path) if resume else {"stages": {}}
     summary = {"stages": []}
@@ -126,8 +145,9 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
         if stage.type == "ppo" and stage.reward_model_path is None and reward_model is not None:
             stage = stage.model_copy(update={"reward_model_path": reward_model})
         t0 = time.time()
-        result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
-                                           resume=resume, eval_cfg=recipe.eval, judge=judge)
+        with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name):
+            result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
+                                               resume=resume, eval_cfg=recipe.eval, judge=judge)
         train_wall = time.time() - t0
         if stage.type == "reward_model":  # not a policy: report its pair accuracy, pass the policy on
             reward_model, res = result.checkpoint, _rm_eval(result)

@@ -1,1 +1,21 @@
 """CLI command implementations; src/rlvr/cli.py only wires them into the typer app."""
+
+
+def quiet_hf() -> None:
+    """No HF download/loading progress bars (rlvr shows its own progress); idempotent."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:
+        pass
+    try:
+        import datasets
+
+        datasets.disable_progress_bars()
+    except ImportError:
+        pass

@@ -11,8 +11,9 @@ from rlvr.errors import DataError
 
 
 def parse_tasks_arg(spec: str):
-    """A JSONL path, ``humaneval``, or ``builtin:FAMILY[,FAMILY...][:N]`` (held-out split)."""
-    from rlvr.config.data import BuiltinArithmetic, HumanEvalTasks, JsonlTasks
+    """A JSONL path, a ``save_to_disk`` folder, ``humaneval``, or ``builtin:FAMILY[,FAMILY...][:N]`` (held-out)."""
+    from rlvr.config.data import BuiltinArithmetic, HFTasks, HumanEvalTasks, JsonlTasks
+    from rlvr.data.hf import is_saved_dataset
 
     if spec.startswith("builtin:"):
         parts = spec.split(":")
@@ -26,11 +27,13 @@ def parse_tasks_arg(spec: str):
         return BuiltinArithmetic(families=fams, n=n, split="heldout", seed=1234)
     if spec == "humaneval":
         return HumanEvalTasks()
+    if is_saved_dataset(spec):
+        return HFTasks(path=spec)
     return JsonlTasks(path=spec)
 
 
 def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tokens: int, out: str | None,
-                 workers: int) -> dict:
+                 workers: int, quiet: bool = False) -> dict:
     from rlvr.data.jsonl import write_json_atomic
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
@@ -47,8 +50,40 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
     res["tasks"] = tasks
     if out:
         write_json_atomic(out, res)
-    _print(res, n)
+    if not quiet:
+        _print(res, n)
     return res
+
+
+def generate_command(model: str, tasks: str, out: str, n: int = 1, temperature: float = 0.0,
+                     max_new_tokens: int = 64, seed: int = 0) -> list[dict]:
+    """Write ``{"task_id", "completion", "sample"}`` lines (n per task; temperature 0 = greedy) for
+    ``rlvr verify --completions``; returns the records."""
+    from rlvr.data.chat import encode_prompt, stop_token_ids
+    from rlvr.data.jsonl import write_jsonl_atomic
+    from rlvr.data.sources import load_task_source
+    from rlvr.models.load import load_pretrained
+    from rlvr.rollout.engine import SamplingParams
+    from rlvr.rollout.hf_engine import HFEngine
+
+    if n < 1 or max_new_tokens < 1 or temperature < 0:
+        raise DataError(f"--n and --max-new-tokens must be >= 1 and --temperature >= 0 (got {n}, "
+                        f"{max_new_tokens}, {temperature})")
+    if n > 1 and temperature == 0:
+        raise DataError(f"--n {n} with --temperature 0 would repeat one greedy completion; set a temperature")
+    task_list = load_task_source(parse_tasks_arg(tasks))
+    mdl, tok = load_pretrained(model)
+    params = SamplingParams(n=n, greedy=temperature == 0, temperature=temperature or 1.0,
+                            max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids(tok), seed=seed)
+    gen = HFEngine(mdl, tok).generate([encode_prompt(tok, t) for t in task_list], params)
+    seen: dict[int, int] = {}
+    recs = []
+    for i, text in zip(gen.prompt_index, gen.texts):
+        seen[i] = seen.get(i, -1) + 1
+        recs.append({"task_id": task_list[i].id, "completion": text, "sample": seen[i]})
+    write_jsonl_atomic(out, recs)
+    Console().print(f"wrote {len(recs)} completions ({len(task_list)} tasks x {n}) -> {out}")
+    return recs
 
 
 def _print(res: dict, k: int) -> None:
@@ -67,4 +102,4 @@ def _print(res: dict, k: int) -> None:
         row.append(f"{res[f'pass_at_{k}_sampled']:.1%}")
     t.add_row(*row)
     Console().print(t)
-    Console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "by_family")})[:400])
+    Console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "sampled", "by_family")})[:400])

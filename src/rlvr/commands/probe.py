@@ -31,7 +31,7 @@ def run_probe(kind: str = "all", flaky: bool = False, console: Any = None) -> in
 
 def probe_command(
     kind: str = typer.Argument("all", help="Which probes: code, math, sql, env or all."),
-    flaky: bool = typer.Option(False, "--flaky", help="Verify every probe twice and report disagreements."),
+    flaky: bool = typer.Option(False, "--flaky", help="Verify every probe twice and report disagreements.", metavar=""),
 ) -> None:
     """Run the built-in reward-hack probes against the verifiers; exit 1 if any hack succeeds."""
     code = run_probe(kind, flaky)

@@ -1,4 +1,9 @@
-"""``rlvr run | validate | quickstart | sft | grpo | dpo | rm | ppo``: recipe-level commands."""
+"""``rlvr run | validate | quickstart | sft | grpo | dpo | rm | ppo``: recipe-level commands.
+
+Each one is :func:`execute`: load the recipe (or, on ``--resume``, the run's saved config), dry-run it
+(:mod:`rlvr.commands.preflight`: every problem at once, before anything is written), run the stages,
+print the summary and write ``report.html``. ``rlvr.run`` (the Python API) is the same function.
+"""
 
 from __future__ import annotations
 
@@ -8,63 +13,127 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlvr.config.load import load_recipe
-from rlvr.errors import ConfigError
+from rlvr.config.load import load_recipe, override_recipe
+from rlvr.config.recipe import Recipe
+from rlvr.errors import ConfigError, ModelLoadError
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "recipes" / "quickstart.yaml"
+STAGE_COMMANDS = {"sft": "sft", "rl": "grpo", "preference": "dpo", "reward_model": "rm", "ppo": "ppo"}
 
 
-def validate_command(recipe: str, overrides: list[str]) -> None:
+def validate_command(recipe: str, overrides: list[str]) -> list[str]:
+    """Load + dry-run a recipe; prints ``ok`` and any warnings, raises ConfigError listing every problem."""
+    from rlvr.commands.preflight import preflight
+
     r = load_recipe(recipe, overrides)
-    Console().print(f"[green]ok[/green] {recipe}: {len(r.stages)} stage(s): "
-                    + ", ".join(f"{s.name} ({s.type})" for s in r.stages))
+    warnings = preflight(r, recipe)
+    console = Console()
+    for w in warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
+    console.print(
+        f"[green]ok[/green] {recipe}: {len(r.stages)} stage(s): "
+        + ", ".join(f"{s.name} ({s.type})" for s in r.stages)
+    )
+    return warnings
 
 
-def _setup(recipe) -> None:
-    from rlvr.trainers.common import setup_threads
+def resolve(
+    recipe: str | Recipe | None,
+    overrides: list[str],
+    resume: bool,
+    run_dir: str | None,
+    allow_config_change: bool,
+) -> tuple[Recipe, str | None, dict]:
+    """``(recipe to run, its source file or None, config changes accepted on resume)``."""
+    from rlvr.config.saved import resume_recipe
 
-    setup_threads(recipe.threads)
-
-
-def run_command(recipe_path: str, overrides: list[str], resume: bool, run_dir: str | None) -> dict:
     if run_dir is not None:
         overrides = [*overrides, f"run_dir={run_dir}"]
-    recipe = load_recipe(recipe_path, overrides)
-    _setup(recipe)
-    from rlvr.pipeline import run_pipeline
+    source = recipe if isinstance(recipe, (str, os.PathLike)) else None
+    if recipe is None:
+        if not resume or run_dir is None:
+            raise ConfigError(
+                "give a RECIPE, or --resume with --run-dir DIR to resume the run saved there "
+                "(see 'rlvr run --help')"
+            )
+        loaded = None
+    elif isinstance(recipe, Recipe):
+        loaded = override_recipe(recipe, overrides)
+    else:
+        loaded = load_recipe(recipe, overrides)
+    if not resume:
+        return loaded, source, {}
+    target = run_dir if run_dir is not None else loaded.run_dir
+    final, changes = resume_recipe(loaded, target, allow_config_change, overrides)
+    return final, source, changes
 
-    summary = run_pipeline(recipe, resume=resume)
-    print_summary(summary)
-    _report(recipe.run_dir, summary)
+
+def execute(
+    recipe: str | Recipe | None,
+    overrides: list[str] = (),
+    resume: bool = False,
+    run_dir: str | None = None,
+    allow_config_change: bool = False,
+    only: str | None = None,
+    init_path: str | None = None,
+    judge=None,
+    console: Console | None = None,
+) -> dict:
+    """Resolve, dry-run and run a recipe (or its stages of type ``only``); returns the summary, with
+    ``summary["report"]`` the path of report.html."""
+    from rlvr.commands.preflight import preflight
+    from rlvr.pipeline import run_pipeline
+    from rlvr.trainers.common import setup_threads
+
+    console = console or Console()
+    r, source, changes = resolve(recipe, list(overrides), resume, run_dir, allow_config_change)
+    if only is not None and not any(s.type == only for s in r.stages):
+        names = [f"{s.name} ({s.type})" for s in r.stages]
+        raise ConfigError(f"{source or 'recipe'}: no stage of type {only!r} in this recipe (stages: {names})")
+    if init_path is not None and not os.path.exists(init_path):
+        raise ModelLoadError(f"--model {init_path!r} does not exist")
+    for w in preflight(r, source, only, init_path):
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    for k, (a, b) in changes.items():
+        console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
+    setup_threads(r.threads)
+    summary = run_pipeline(r, resume=resume, only=only, init_path=init_path, judge=judge, changes=changes)
+    print_summary(summary, console)
+    summary["report"] = str(_report(r.run_dir, summary, console))
     return summary
+
+
+def run_command(
+    recipe_path: str | None,
+    overrides: list[str],
+    resume: bool,
+    run_dir: str | None,
+    allow_config_change: bool = False,
+) -> dict:
+    return execute(recipe_path, overrides, resume, run_dir, allow_config_change)
 
 
 def quickstart_command(out: str, overrides: list[str], resume: bool) -> dict:
     """The embedded default recipe (tiny model, built-in arithmetic), SFT -> DPO -> GRPO."""
     if not QUICKSTART.exists():
         raise ConfigError(f"the packaged quickstart recipe is missing at {QUICKSTART}")
-    return run_command(str(QUICKSTART), overrides, resume, out)
+    return execute(str(QUICKSTART), overrides, resume, out)
 
 
-def stage_command(kind: str, recipe_path: str, overrides: list[str], resume: bool, init: str | None) -> dict:
+def stage_command(
+    kind: str,
+    recipe_path: str,
+    overrides: list[str],
+    resume: bool,
+    init: str | None,
+    run_dir: str | None = None,
+    allow_config_change: bool = False,
+) -> dict:
     """Run only the recipe's stages of one type (e.g. ``rlvr grpo``), from ``--model`` if given."""
-    recipe = load_recipe(recipe_path, overrides)
-    if not any(s.type == kind for s in recipe.stages):
-        names = [f"{s.name} ({s.type})" for s in recipe.stages]
-        raise ConfigError(f"{recipe_path}: no stage of type {kind!r} in this recipe (stages: {names})")
-    if init is not None and not os.path.exists(init):
-        from rlvr.errors import ModelLoadError
-
-        raise ModelLoadError(f"--model {init!r} does not exist")
-    _setup(recipe)
-    from rlvr.pipeline import run_pipeline
-
-    summary = run_pipeline(recipe, resume=resume, only=kind, init_path=init)
-    print_summary(summary)
-    return summary
+    return execute(recipe_path, overrides, resume, run_dir, allow_config_change, only=kind, init_path=init)
 
 
-def print_summary(summary: dict) -> None:
+def print_summary(summary: dict, console: Console | None = None) -> None:
     table = Table(title="held-out evaluation by stage")
     fams = sorted({f for row in summary["stages"] for f in row["by_family"]})
     for col in ["stage", "pass@1", *[f"pass@1 {f}" for f in fams], "pass@k", "mean len", "wall s"]:
@@ -73,16 +142,29 @@ def print_summary(summary: dict) -> None:
         pk = [v for k, v in row.items() if k.startswith("pass_at_") and k.endswith("_sampled")]
         if row["pass_at_1"] is None:  # a reward model: its held-out pair accuracy
             acc = row.get("heldout_pair_accuracy")
-            table.add_row(row["stage"], f"RM pair acc {acc:.1%}" if acc is not None else "-", *["-"] * len(fams),
-                          "-", "-", f"{row['wall_s']:.0f}")
+            table.add_row(
+                row["stage"],
+                f"RM pair acc {acc:.1%}" if acc is not None else "-",
+                *["-"] * len(fams),
+                "-",
+                "-",
+                f"{row['wall_s']:.0f}",
+            )
             continue
-        table.add_row(row["stage"], f"{row['pass_at_1']:.1%}", *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
-                      f"{pk[-1]:.1%}" if pk else "-", f"{row['mean_length']:.1f}", f"{row['wall_s']:.0f}")
-    Console().print(table)
+        table.add_row(
+            row["stage"],
+            f"{row['pass_at_1']:.1%}",
+            *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
+            f"{pk[-1]:.1%}" if pk else "-",
+            f"{row['mean_length']:.1f}",
+            f"{row['wall_s']:.0f}",
+        )
+    (console or Console()).print(table)
 
 
-def _report(run_dir: str, summary: dict) -> None:
+def _report(run_dir: str, summary: dict, console: Console) -> Path:
     from rlvr.monitoring.report import write_report
 
     path = write_report(run_dir, summary)
-    Console().print(f"report: {path}")
+    console.print(f"report: {path}")
+    return path

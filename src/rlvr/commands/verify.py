@@ -95,10 +95,14 @@ def verify_command(
     out: str = typer.Option(..., "--out", help="Verdicts JSONL to write (atomically)."),
     workers: int = typer.Option(2, "--workers", help="Worker processes (0 = inline)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Hard time limit per completion, seconds."),
-    details: bool = typer.Option(False, "--details", help="Also write each verdict's details."),
+    details: bool = typer.Option(False, "--details", help="Also write each verdict's details.", metavar=""),
 ) -> None:
     """Judge completions against tasks with the verifiers; write one verdict line per completion."""
-    run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details)
+    summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details)
+    if summary["n"] and summary["counts"].get("infra", 0) == summary["n"]:
+        typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier itself failed on every "
+                    "completion, so nothing was judged; run with --details to see why", fg="red", err=True)
+        raise SystemExit(3)
 
 
 def register(app: typer.Typer) -> None:

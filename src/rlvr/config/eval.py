@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import field_validator
+from typing import Literal
+
+from pydantic import Field, field_validator
 
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
@@ -13,16 +15,18 @@ class EvalConfig(Section):
 
     tasks: TaskSource = BuiltinArithmetic(families=["add2"], n=200, split="heldout", seed=1234)
     """Held-out tasks (must not overlap the training split)."""
-    k: int = 1
+    k: int = Field(1, ge=1)
     """Samples per task for pass@k (1 = greedy only)."""
-    temperature: float = 1.0
+    temperature: float = Field(1.0, ge=0)
     """Sampling temperature for the k samples (greedy pass@1 is always computed)."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = Field(64, ge=1)
     """Generation budget per completion."""
-    batch_size: int = 256
+    batch_size: int = Field(256, ge=1)
     """Prompts per generation batch."""
-    workers: int = 0
+    workers: int = Field(0, ge=0)
     """Verifier worker processes (0 = inline; arithmetic needs none)."""
+    overlap: Literal["error", "warn"] = "error"
+    """Evaluation tasks whose prompt also appears in a stage's training tasks (by content hash): refuse the run, or warn with the count."""
 
     @field_validator("tasks")
     @classmethod

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from rlvr.config.base import Section
 
 
 class HealthConfig(Section):
     """Health monitor of an RL stage."""
 
-    window: int = 10
+    window: int = Field(10, ge=0)
     """Steps averaged by the rules."""
     entropy_floor_frac: float = 0.1
     """entropy_collapse: entropy below this fraction of its starting value."""

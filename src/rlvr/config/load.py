@@ -34,14 +34,16 @@ def load_recipe(path: str | Path | None, overrides: list[str] | tuple[str, ...] 
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: a recipe must be a mapping at the top level")
     recipe = validate_recipe(raw, str(path or "<defaults>"), text)
-    if not overrides:
-        return recipe
-    # Overrides apply on top of the resolved recipe, so a partial override keeps the other defaults.
-    # Each one is validated in turn, so list items it adds get their defaults before the next.
+    return override_recipe(recipe, overrides, str(path or "<defaults>"))
+
+
+def override_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...], source: str = "<recipe>") -> Recipe:
+    """Apply ``--set`` overrides on top of the resolved recipe, so a partial override keeps the other
+    defaults. Each one is validated in turn, so list items it adds get their defaults before the next."""
     for ov in overrides:
         full = recipe.model_dump(mode="json")
         apply_override(full, ov)
-        recipe = validate_recipe(full, f"{path or '<defaults>'} with --set {ov}")
+        recipe = validate_recipe(full, f"{source} with --set {ov}")
     return recipe
 
 
@@ -76,7 +78,9 @@ def apply_override(raw: dict[str, Any], override: str) -> None:
                 node.clear()  # switching a variant: drop the old variant's fields
             node[part] = new
         else:
-            node = node.setdefault(part, {})
+            if node.get(part) is None:  # an unset optional section (model.lora: null): create it
+                node[part] = {}
+            node = node[part]
 
 
 def _list_index(node: list, part: str, key: str) -> int:
@@ -102,11 +106,79 @@ def explain(err: ValidationError, source: str, text: str = "") -> str:
         if e["type"] == "extra_forbidden":
             valid = _valid_keys(loc[:-1])
             near = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.5)
-            hint = f"; did you mean {near[0]!r}?" if near else ""
+            moved = _moved_hint(loc)
+            hint = moved or (f"; did you mean {near[0]!r}?" if near else "")
             msgs.append(f"{where}: unknown key {dotted!r}{hint} (valid keys here: {', '.join(valid)})")
+        elif e["type"] == "union_tag_invalid":
+            ctx = e.get("ctx", {})
+            what = "stage type" if len(loc) == 2 and loc[0] == "stages" else f"{loc[-1]} type"
+            extra = ""
+            if what == "stage type":
+                from rlvr.config.recipe import STAGE_ALIASES
+
+                extra = f", or an alias: {', '.join(STAGE_ALIASES)}"
+            msgs.append(f"{where}: {dotted}: unknown {what} {ctx.get('tag')!r}; expected one of "
+                        f"{ctx.get('expected_tags')}{extra}")
         else:
             msgs.append(f"{where}: {dotted}: {e['msg']} (got {e.get('input')!r})")
     return "Invalid recipe. " + " ".join(msgs)
+
+
+def _model_at(loc: list) -> Any:
+    model: Any = Recipe
+    for part in loc:
+        model = _step(model, part)
+        if model is None:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _find_field(model: Any, name: str, depth: int = 3) -> list[str]:
+    """Dotted paths below ``model`` (a config class) that end in a field called ``name``."""
+    out: list[str] = []
+    if depth <= 0 or not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return out
+    for fname, f in model.model_fields.items():
+        if fname == name:
+            out.append(fname)
+        for sub in _members(f.annotation):
+            out += [f"{fname}.{p}" for p in _find_field(sub, name, depth - 1)]
+    return sorted(set(out))
+
+
+def _members(tp: Any) -> list[Any]:
+    tp = _strip(tp)
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return [m for m in map(_strip, typing.get_args(tp)) if isinstance(m, type) and issubclass(m, BaseModel)]
+    return [tp] if isinstance(tp, type) and issubclass(tp, BaseModel) else []
+
+
+RENAMED = {
+    "prompts_per_step": "tasks_per_step", "clip_eps": "eps", "init_kl_coef": "kl.beta", "target_kl": "kl.target",
+    "kl_horizon": "kl.horizon",
+}
+"""Keys renamed in the trainer-layer redesign (PPO's fields now follow the RL stage's), old -> new."""
+
+
+def _moved_hint(loc: list) -> str:
+    """``loss.beta`` under an rl stage -> "; 'beta' lives in kl.beta" (searching the enclosing sections);
+    a renamed key names its new name."""
+    key = str(loc[-1])
+    if key in RENAMED:
+        return f"; {key!r} was renamed: use {RENAMED[key]!r}"
+    for cut in range(len(loc) - 2, -1, -1):
+        anc = _model_at(loc[:cut])
+        if anc is None:
+            continue
+        here = ".".join(str(x) for x in loc[:-1][cut:] if not _is_tag(x))
+        paths = [p for p in _find_field(anc, key) if p.rsplit(".", 1)[0] != here]
+        if paths:
+            return f"; {key!r} is not a key of {here or 'the recipe'}: it lives in {' or '.join(paths)}"
+    return ""
+
+
+def _is_tag(x: Any) -> bool:
+    return isinstance(x, str) and x in _TAGS
 
 
 def _valid_keys(loc: list) -> list[str]:
@@ -171,6 +243,16 @@ def _line_of(text: str, loc: list) -> int | None:
             node = node.value[part]
             line = node.start_mark.line + 1
     return line
+
+
+def _tags() -> set[str]:
+    """Every discriminator value (``type`` literal) of the config classes: they appear in error locations."""
+    from rlvr.config.docs import section_classes
+
+    return {c.model_fields["type"].default for c in section_classes() if "type" in c.model_fields}
+
+
+_TAGS = _tags()
 
 
 def dump_recipe(recipe: Recipe) -> str:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.base import Section
+
+# rlvr.models.tiny.SIZES defines them (a test keeps both equal); config imports no torch.
+TINY_SIZES: tuple[str, ...] = ("test", "0.5m", "1m", "2m", "5m", "20m")
 
 
 class TinyModel(Section):
@@ -17,11 +20,18 @@ class TinyModel(Section):
     seed: int = 0
     """Initialisation seed."""
 
+    @field_validator("size")
+    @classmethod
+    def _known_size(cls, v: str) -> str:
+        if v not in TINY_SIZES:
+            raise ValueError(f"unknown tiny model size {v!r}; choose one of {list(TINY_SIZES)}")
+        return v
+
 
 class LoraConfig(Section):
     """LoRA adapters (peft). With LoRA the reference policy is the base with adapters disabled."""
 
-    r: int = 8
+    r: int = Field(8, ge=1)
     """Adapter rank."""
     alpha: int = 16
     """Scaling numerator (scale = alpha / r)."""
@@ -35,7 +45,7 @@ class ModelConfig(Section):
     """The starting model of a stage: a local HF path, or the tiny model built from scratch."""
 
     path: str | None = None
-    """Local path to an HF causal LM + tokenizer (offline). Overrides ``tiny`` when set."""
+    """Local folder: an HF causal LM + tokenizer, or a LoRA adapter folder (its base from adapter_config.json). Overrides ``tiny``."""
     tiny: TinyModel | None = None
     """Build the tiny from-scratch model when ``path`` is not set."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

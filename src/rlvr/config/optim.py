@@ -4,19 +4,21 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from rlvr.config.base import Section
 
 
 class OptimConfig(Section):
     """AdamW with warmup and a decay schedule, gradient clipping and accumulation."""
 
-    lr: float = 1e-3
+    lr: float = Field(1e-3, gt=0)
     """Peak learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.95)
     """AdamW betas."""
-    warmup_steps: int = 20
+    warmup_steps: int = Field(20, ge=0)
     """Linear warmup steps."""
     schedule: Literal["cosine", "linear", "constant"] = "cosine"
     """Decay after warmup (to ``min_lr_ratio`` × lr at the last step)."""

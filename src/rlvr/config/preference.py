@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
@@ -76,13 +78,13 @@ class PairBuilder(Section):
 
     tasks: TaskSource = BuiltinArithmetic(families=["add3"], n=512)
     """Tasks to sample on."""
-    samples_per_task: int = 8
+    samples_per_task: int = Field(8, ge=1)
     """Samples drawn per task."""
-    pairs_per_task: int = 2
+    pairs_per_task: int = Field(2, ge=1)
     """Max (correct, incorrect) pairs kept per task."""
-    temperature: float = 1.0
+    temperature: float = Field(1.0, ge=0)
     """Sampling temperature."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = Field(64, ge=1)
     """Generation budget."""
     heldout_frac: float = 0.1
     """Fraction of pairs held out for preference accuracy."""
@@ -95,12 +97,14 @@ class PairBuilder(Section):
 
 
 class PairsFile(Section):
-    """Pairs from JSONL: ``{"prompt", "chosen", "rejected"}`` or ``{"prompt", "completion", "desirable"}``."""
+    """Pairs from a file: TRL's ``{"prompt", "chosen", "rejected"}`` or ``{"prompt", "completion", "label"}`` (docs/data.md)."""
 
     path: str
-    """Path to the JSONL file."""
+    """A JSONL file, or a folder written by ``save_to_disk`` (an HF dataset)."""
     heldout_path: str | None = None
-    """Optional held-out pairs for accuracy."""
+    """Optional held-out pairs for accuracy (same formats)."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these pairs (default: the recipe's system_prompt)."""
 
 
 class NoWeighting(Section):
@@ -149,25 +153,25 @@ class PreferenceStage(Section):
     """Per-pair weights."""
     optim: OptimConfig = OptimConfig(lr=5e-5, warmup_steps=5)
     """Optimiser and schedule."""
-    epochs: int = 1
+    epochs: int = Field(1, ge=1)
     """Passes over the pairs."""
-    max_steps: int | None = None
+    max_steps: int | None = Field(None, ge=1)
     """Stop after N optimizer steps (None: epochs decide)."""
-    batch_size: int = 32
+    batch_size: int = Field(32, ge=1)
     """Pairs per optimizer step."""
-    micro_batch_size: int = 32
+    micro_batch_size: int = Field(32, ge=1)
     """Pairs per forward (chosen+rejected concatenated)."""
-    max_length: int = 256
+    max_length: int = Field(256, ge=2)
     """Truncate prompt+response to this many tokens."""
-    save_every: int = 0
+    save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0: end only)."""
-    keep_last: int = 2
+    keep_last: int = Field(2, ge=0)
     """Keep this many step checkpoints."""
-    eval_every: int = 0
+    eval_every: int = Field(0, ge=0)
     """Held-out greedy pass@1 every N steps (0: only the pipeline's after-stage eval)."""
-    monitor_every: int = 10
+    monitor_every: int = Field(10, ge=0)
     """Held-out pair accuracy and the length-bias probe every N steps (0: start and end only)."""
-    probe_prompts: int = 16
+    probe_prompts: int = Field(16, ge=0)
     """Prompts sampled by the length-bias probe."""
     displacement_tol: float = 0.5
     """Flag likelihood displacement when chosen and rejected logprobs both fell by more than this (nats)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
@@ -50,9 +50,9 @@ class DAPOLoss(Section):
     dynamic_sampling_on: Literal["correct", "reward"] = "correct"
     """What makes a group informative: ``correct`` — its verifier pass/fail outcomes are mixed (DAPO);
     ``reward`` — its composed reward varies (format, length and overlong terms included)."""
-    max_resample_rounds: int = 4
+    max_resample_rounds: int = Field(4, ge=1)
     """Cap on extra draw rounds per step before training on what there is (with a message)."""
-    overlong_buffer: int | None = None
+    overlong_buffer: int | None = Field(None, ge=0)
     """Soft overlong punishment: a linear length penalty over the last N tokens before max_new_tokens
     (None: max_new_tokens // 5, DAPO's 4096 of 20480; 0: off)."""
     overlong_penalty: float = 1.0
@@ -120,24 +120,43 @@ class KLConfig(Section):
 
 
 class RewardTerm(Section):
-    """One reward in the composition: a verifier (by kind) or a built-in shaping function, weighted."""
+    """One reward in the composition: the task's verifier, a built-in shaping term, or your own Python function."""
 
-    name: Literal["correct", "format", "length"] = "correct"
-    """correct: the task's verifier; format: 1 if an answer is extractable; length: -len/max_new_tokens."""
+    name: Literal["correct", "format", "length", "python"] = "correct"
+    """correct: the task's verifier; format: 1 if an answer is extractable; length: -len/max_new_tokens; python: ``function``."""
     weight: float = 1.0
     """Weight in the summed reward (0 = logged only)."""
+    function: str | None = None
+    """name: python only: ``module:function`` (importable from the working directory) called as ``f(task, completion)`` -> float or Verdict."""
+    timeout_s: float = Field(10.0, gt=0)
+    """name: python only: seconds one call may take; a call that raises or runs past this is an ``infra`` verdict."""
+
+    @model_validator(mode="after")
+    def _function_iff_python(self) -> "RewardTerm":
+        if self.name == "python" and not self.function:
+            raise ValueError("a reward with name: python needs function: 'module:function'")
+        if self.name == "python" and ":" not in self.function:
+            raise ValueError(f"function {self.function!r} must be 'module:function' (e.g. my_rewards:score)")
+        if self.name != "python" and self.function is not None:
+            raise ValueError(f"function is only for name: python (this term is {self.name!r})")
+        return self
+
+    @property
+    def key(self) -> str:
+        """The term's metric name: ``reward/<key>`` (a python term is named by its function)."""
+        return self.function.rsplit(":", 1)[1] if self.name == "python" else self.name
 
 
 class SamplingConfig(Section):
     """Rollout generation."""
 
-    group_size: int = 8
+    group_size: int = Field(8, ge=1)
     """G: samples per task."""
     temperature: float = 1.0
     """Sampling temperature (> 0: training divides the logits by it, so T = 0 / greedy cannot be trained on)."""
     top_p: float = 1.0
     """Nucleus sampling threshold."""
-    max_new_tokens: int = 64
+    max_new_tokens: int = Field(64, ge=1)
     """Generation budget per completion."""
     stop: list[str] = []
     """Extra stop strings (a completion ends with the token that completes one; finish reason ``stop``)."""
@@ -162,33 +181,44 @@ class RLStage(Section):
     """KL regularisation to the reference."""
     sampling: SamplingConfig = SamplingConfig()
     """Rollout generation."""
-    rewards: list[RewardTerm] = [RewardTerm()]
+    rewards: list[RewardTerm] = Field([RewardTerm()], min_length=1)
     """Reward composition (weighted sum)."""
     optim: OptimConfig = OptimConfig(lr=2e-4, warmup_steps=5, schedule="constant")
     """Optimiser and schedule."""
     entropy_coef: float = 0.0
     """Entropy bonus coefficient."""
-    max_steps: int = 200
+    max_steps: int = Field(200, ge=1)
     """RL steps (one rollout batch each)."""
     max_minutes: float | None = None
     """Stop early after this much wall time."""
-    tasks_per_step: int = 16
+    tasks_per_step: int = Field(16, ge=1)
     """Tasks (groups) per rollout batch."""
-    ppo_epochs: int = 1
+    ppo_epochs: int = Field(1, ge=1)
     """μ: policy iterations over each rollout batch (μ > 1 or mini_batches > 1: old logprobs are recomputed
     by the training forward before the first update)."""
-    mini_batches: int = 1
+    mini_batches: int = Field(1, ge=1)
     """Optimizer steps per epoch (the batch is split in this many mini-batches, shuffled by (seed, step,
     epoch))."""
-    micro_batch_size: int = 64
+    micro_batch_size: int = Field(64, ge=1)
     """Sequences per forward/backward (gradient accumulation inside a mini-batch)."""
-    save_every: int = 50
+    save_every: int = Field(50, ge=0)
     """Write a checkpoint every N steps (0: only at the end)."""
-    keep_last: int = 2
+    keep_last: int = Field(2, ge=0)
     """Keep this many step checkpoints."""
-    eval_every: int = 0
+    eval_every: int = Field(0, ge=0)
     """Held-out eval every N steps for the learning curve (0: only at the end)."""
-    verifier_workers: int = 0
+    verifier_workers: int = Field(0, ge=0)
     """Verifier worker processes (0 = inline)."""
     health: HealthConfig = HealthConfig()
     """Training-health rules (entropy collapse, KL drift, dead groups, verifier overfitting)."""
+
+    @field_validator("rewards")
+    @classmethod
+    def _unique_reward_keys(cls, v: list[RewardTerm]) -> list[RewardTerm]:
+        keys = [t.key for t in v]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ValueError(f"reward terms must have distinct names (a python term is named by its function): {dup}")
+        if not any(t.weight != 0 for t in v):
+            raise ValueError("at least one reward term needs a non-zero weight")
+        return v

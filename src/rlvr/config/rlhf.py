@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
@@ -26,23 +26,23 @@ class RewardModelStage(Section):
     """Start the reward model from this checkpoint (local HF folder, same tokenizer) instead of the policy; pairs are still sampled from the policy."""
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=5)
     """Optimiser and schedule."""
-    epochs: int = 2
+    epochs: int = Field(2, ge=1)
     """Passes over the pairs."""
-    batch_size: int = 32
+    batch_size: int = Field(32, ge=1)
     """Pairs per optimizer step."""
     margin: float = 0.0
     """Margin in the BT loss."""
     center_coef: float = 0.0
     """Penalty on mean squared reward (keeps rewards centred)."""
-    max_steps: int | None = None
+    max_steps: int | None = Field(None, ge=1)
     """Stop after N optimizer steps (None: epochs decide)."""
-    micro_batch_size: int = 32
+    micro_batch_size: int = Field(32, ge=1)
     """Pairs per forward (chosen+rejected concatenated)."""
-    max_length: int = 256
+    max_length: int = Field(256, ge=2)
     """Truncate prompt+response to this many tokens."""
-    save_every: int = 0
+    save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0: end only)."""
-    keep_last: int = 2
+    keep_last: int = Field(2, ge=0)
     """Keep this many step checkpoints."""
 
 
@@ -88,27 +88,27 @@ class PPOStage(Section):
     """Whiten advantages per batch."""
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=5, schedule="constant")
     """Optimiser."""
-    max_steps: int = 30
+    max_steps: int = Field(30, ge=1)
     """PPO steps (rollout batches)."""
-    tasks_per_step: int = 32
+    tasks_per_step: int = Field(32, ge=1)
     """Tasks (prompts) per rollout batch."""
-    ppo_epochs: int = 2
+    ppo_epochs: int = Field(2, ge=1)
     """Epochs over each rollout batch."""
-    mini_batches: int = 2
+    mini_batches: int = Field(2, ge=1)
     """Mini-batches per epoch."""
     sampling: SamplingConfig = SamplingConfig(group_size=1)
     """Rollout generation (one sample per task: ``group_size`` must be 1)."""
-    micro_batch_size: int = 32
+    micro_batch_size: int = Field(32, ge=1)
     """Sequences per forward pass inside a mini-batch (exact token-mean accumulation)."""
     critic_optim: OptimConfig | None = None
     """Critic optimiser (None: same as ``optim``)."""
-    verifier_workers: int = 0
+    verifier_workers: int = Field(0, ge=0)
     """Verifier worker processes (0 = inline)."""
-    save_every: int = 0
+    save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0: end only)."""
-    keep_last: int = 2
+    keep_last: int = Field(2, ge=0)
     """Keep this many step checkpoints."""
-    eval_every: int = 0
+    eval_every: int = Field(0, ge=0)
     """Held-out greedy pass@1 every N steps (0: only the pipeline's after-stage eval)."""
     health: HealthConfig = HealthConfig()
     """Training-health rules (NaN, KL drift, entropy collapse), the same monitor as every policy stage."""

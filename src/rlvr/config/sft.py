@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.optim import OptimConfig
@@ -19,23 +21,33 @@ class SFTStage(Section):
     """Demonstrations: tasks with a ``solution``."""
     optim: OptimConfig = OptimConfig()
     """Optimiser and schedule."""
-    max_steps: int = 1000
+    max_steps: int = Field(1000, ge=1)
     """Optimizer steps."""
     max_minutes: float | None = None
     """Stop early after this much training wall time."""
-    batch_size: int = 64
+    batch_size: int = Field(64, ge=1)
     """Sequences per optimizer step."""
-    micro_batch_size: int = 64
+    micro_batch_size: int = Field(64, ge=1)
     """Sequences per forward pass (accumulation = batch_size / micro_batch_size)."""
-    max_length: int = 256
+    max_length: int = Field(256, ge=2)
     """Truncate prompt+completion to this many tokens."""
     bucketing: bool = True
     """Group sequences of similar length in a micro-batch to cut padding."""
-    save_every: int = 200
+    save_every: int = Field(200, ge=0)
     """Write a checkpoint every N steps (0: only at the end)."""
-    keep_last: int = 2
+    keep_last: int = Field(2, ge=0)
     """Keep this many step checkpoints."""
-    eval_every: int = 0
+    eval_every: int = Field(0, ge=0)
     """Held-out eval every N steps for the learning curve (0: only at the end)."""
-    log_every: int = 10
+    log_every: int = Field(10, ge=1)
     """Write metrics every N steps."""
+    heldout: TaskSource | None = None
+    """Held-out demonstrations (tasks with a solution) whose loss is logged as ``heldout/loss`` (None: no held-out loss)."""
+    heldout_every: int = Field(0, ge=0)
+    """Held-out loss every N steps (0: every ``log_every`` steps)."""
+    keep_best: bool = False
+    """Ship the checkpoint with the best ``best_metric`` as ``final/`` instead of the last one."""
+    best_metric: Literal["heldout/loss", "eval/pass_at_1"] = "heldout/loss"
+    """What "best" means for keep_best and patience (loss: lower is better; pass@1: higher)."""
+    patience: int = Field(0, ge=0)
+    """Stop after this many held-out measurements without improvement of ``best_metric`` (0: never stop early)."""

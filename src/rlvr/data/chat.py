@@ -50,3 +50,16 @@ def encode_example(tokenizer, task: Task, completion: str, max_length: int | Non
     if max_length is not None:
         ids, mask = ids[:max_length], mask[:max_length]
     return ids, mask
+
+
+def encode_demos(tasks, tokenizer, max_length: int, what: str = "SFT") -> list[tuple[list[int], list[int]]]:
+    """``(input_ids, loss_mask)`` of each task's demonstration; a task without one is an error naming it."""
+    from rlvr.errors import DataError
+
+    out = []
+    for t in tasks:
+        if not t.solution:
+            raise DataError(f"{what} task {t.id!r} has no demonstration ('completion', 'solution', or a final "
+                            "assistant turn in 'messages')")
+        out.append(encode_example(tokenizer, t, t.solution, max_length))
+    return out

@@ -15,7 +15,7 @@ from rlvr.errors import DataError
 GOLD_FIELDS = ("answer", "entry_point", "tests", "io_tests", "database", "databases", "schema_sql",
                "gold_sql", "goal", "hidden_tests")
 TASK_FIELDS = ("id", "prompt", "messages", "kind", "family", "difficulty", "split", "answer_format",
-               "solution", "meta", "gold")
+               "solution", "completion", "meta", "gold")
 PATH_FIELDS = ("database", "databases")
 
 
@@ -48,18 +48,73 @@ def require(obj: dict[str, Any], key: str, where: str, types: type | tuple[type,
     return val
 
 
-def task_from_record(obj: dict[str, Any], where: str, base_dir: Path | None = None) -> Task:
-    """Build a Task from one flat JSONL record (see docs: task line format)."""
-    tid = require(obj, "id", where, (str, int))
-    if "prompt" not in obj and "messages" not in obj:
-        raise DataError(f"{where}: missing required field 'prompt' (or 'messages')")
+def parse_messages(val: Any, where: str, key: str) -> list[dict[str, str]]:
+    """A chat: a non-empty list of ``{"role", "content"}`` objects with string values (extra keys dropped)."""
+    if not isinstance(val, list) or not val:
+        raise DataError(f"{where}: field {key!r} must be a non-empty list of {{role, content}} messages")
+    for i, m in enumerate(val):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: field {key!r} message {i} must be an object with string 'role' and 'content'")
+    return [{"role": m["role"], "content": m["content"]} for m in val]
+
+
+def _prompt_and_solution(obj: dict[str, Any], where: str) -> tuple[str, list | None, str | None]:
+    """``(prompt text, messages or None, demonstration or None)`` from rlvr's or TRL's columns.
+
+    ``prompt``: a string or a chat; ``messages``: a chat whose final assistant turn (if any) is the
+    demonstration; ``completion`` (TRL) or ``solution`` (rlvr): a string or a chat ending in an assistant turn.
+    """
+    if "completion" in obj and "solution" in obj:
+        raise DataError(f"{where}: give the demonstration as 'completion' or as 'solution', not both")
+    sol = obj.get("completion", obj.get("solution"))
+    sol_key = "completion" if "completion" in obj else "solution"
+    if isinstance(sol, list):
+        turns = parse_messages(sol, where, sol_key)
+        if turns[-1]["role"] != "assistant":
+            raise DataError(f"{where}: field {sol_key!r} is a chat whose last turn is {turns[-1]['role']!r}, "
+                            "not 'assistant'")
+        sol = turns[-1]["content"]
+    elif sol is not None and not isinstance(sol, str):
+        raise DataError(f"{where}: field {sol_key!r} must be a string or a chat, got {type(sol).__name__}")
+    if "messages" in obj:
+        if "prompt" in obj:
+            raise DataError(f"{where}: give the prompt as 'prompt' or as 'messages', not both")
+        msgs = parse_messages(obj["messages"], where, "messages")
+        if msgs[-1]["role"] == "assistant" and sol is None:
+            sol, msgs = msgs[-1]["content"], msgs[:-1]
+        if not msgs:
+            raise DataError(f"{where}: field 'messages' holds only an assistant turn: no prompt")
+        return msgs[-1]["content"], msgs, sol
+    if "prompt" not in obj:
+        raise DataError(f"{where}: missing required field 'prompt' (or 'messages'); fields present: {sorted(obj)}")
+    p = obj["prompt"]
+    if isinstance(p, list):
+        msgs = parse_messages(p, where, "prompt")
+        return msgs[-1]["content"], msgs, sol
+    if not isinstance(p, str):
+        raise DataError(f"{where}: field 'prompt' must be a string or a chat, got {type(p).__name__}")
+    return p, None, sol
+
+
+def task_from_record(obj: dict[str, Any], where: str, base_dir: Path | None = None,
+                     extra: str = "error") -> Task:
+    """Build a Task from one flat record (docs/data.md); ``where`` ("file:line") names it in errors and is
+    the id when the record has none. ``extra``: ``error`` (JSONL: a typo is caught) or ``meta`` (dataset
+    rows: other columns go to ``task.meta``, where custom rewards find them)."""
+    tid = obj.get("id", where)
+    if not isinstance(tid, (str, int)) or isinstance(tid, bool):
+        raise DataError(f"{where}: field 'id' must be a string or integer, got {type(tid).__name__}")
     kind = obj.get("kind", "math")
     if kind not in TASK_KINDS:
         raise DataError(f"{where}: field 'kind' is {kind!r}; expected one of {list(TASK_KINDS)}")
-    unknown = set(obj) - set(TASK_FIELDS) - set(GOLD_FIELDS)
-    if unknown:
-        raise DataError(f"{where}: unknown field(s) {sorted(unknown)}; known: "
-                        f"{sorted(set(TASK_FIELDS) | set(GOLD_FIELDS))}")
+    unknown = sorted(set(obj) - set(TASK_FIELDS) - set(GOLD_FIELDS))
+    meta = dict(obj.get("meta") or {})
+    if unknown and extra == "meta":
+        meta.update({k: obj[k] for k in unknown})
+    elif unknown:
+        raise DataError(f"{where}: unknown field(s) {unknown}; known: {sorted(set(TASK_FIELDS) | set(GOLD_FIELDS))} "
+                        "(put columns of your own under \"meta\": {...}; custom rewards read task.meta)")
+    prompt, messages, solution = _prompt_and_solution(obj, where)
     gold = dict(obj.get("gold") or {})
     for k in GOLD_FIELDS:
         if k in obj:
@@ -69,10 +124,10 @@ def task_from_record(obj: dict[str, Any], where: str, base_dir: Path | None = No
             if k in gold:
                 gold[k] = _resolve(gold[k], base_dir)
     return Task(
-        id=str(tid), prompt=obj.get("prompt", ""), kind=kind, gold=gold, messages=obj.get("messages"),
+        id=str(tid), prompt=prompt, kind=kind, gold=gold, messages=messages,
         family=obj.get("family", kind), difficulty=int(obj.get("difficulty", 1)),
-        split=obj.get("split", "train"), answer_format=obj.get("answer_format", _default_format(kind)),
-        solution=obj.get("solution"), meta=obj.get("meta") or {},
+        split=obj.get("split", ""), answer_format=obj.get("answer_format", _default_format(kind)),
+        solution=solution, meta=meta,
     )
 
 
@@ -100,9 +155,28 @@ def load_tasks(path: str | os.PathLike) -> list[Task]:
     return tasks
 
 
+def append_jsonl(path: str | os.PathLike, record: dict[str, Any]) -> None:
+    """Append one record and flush it to disk (append-only logs such as ``config_changes.jsonl``)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, default=_json_default) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> None:
     """Write all records to a temp file in the same folder, then rename over ``path``."""
     write_text_atomic(path, "".join(json.dumps(r, default=_json_default) + "\n" for r in records))
+
+
+def umask_mode(directory: bool = False) -> int:
+    """The mode a plain ``open`` / ``mkdir`` would give under the current umask (0644 / 0755 with 022).
+
+    Temp files and dirs (``mkstemp`` / ``mkdtemp``) are created 0600 / 0700; whatever is renamed into
+    place gets this mode first, so teammates can read a run.
+    """
+    mask = os.umask(0)
+    os.umask(mask)
+    return (0o777 if directory else 0o666) & ~mask
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -114,6 +188,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, umask_mode())
         os.replace(tmp, p)
     except BaseException:
         if os.path.exists(tmp):

@@ -24,13 +24,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rlvr.data.chat import encode_completion, encode_prompt
-from rlvr.data.jsonl import read_jsonl
+from rlvr.data.jsonl import parse_messages, read_jsonl
 from rlvr.data.types import Task
 from rlvr.errors import DataError
 
 PAIR_FIELDS = {"prompt", "messages", "chosen", "rejected", "id", "margin", "chosen_score", "rejected_score",
                "votes", "meta"}
-UNPAIRED_FIELDS = {"prompt", "messages", "completion", "desirable", "id", "score", "meta"}
+UNPAIRED_FIELDS = {"prompt", "messages", "completion", "desirable", "label", "id", "score", "meta"}
 
 
 @dataclass
@@ -91,12 +91,7 @@ class EncodedPair:
 # --------------------------------------------------------------------------------------------- parsing
 
 def _messages(val: Any, where: str, key: str) -> list[dict[str, str]]:
-    if not isinstance(val, list) or not val:
-        raise DataError(f"{where}: field {key!r} must be a non-empty list of {{role, content}} messages")
-    for i, m in enumerate(val):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise DataError(f"{where}: field {key!r} message {i} must be an object with string 'role' and 'content'")
-    return [{"role": m["role"], "content": m["content"]} for m in val]
+    return parse_messages(val, where, key)
 
 
 def _completion(obj: dict, key: str, where: str) -> tuple[str, list[dict[str, str]] | None]:
@@ -150,7 +145,7 @@ def record_from_dict(obj: dict[str, Any], where: str) -> Record:
     paired = "chosen" in obj or "rejected" in obj
     if not paired and "completion" not in obj:
         raise DataError(f"{where}: a line needs 'chosen' and 'rejected' (a pair) or 'completion' and "
-                        f"'desirable' (an unpaired label); fields present: {sorted(obj)}")
+                        f"'label' (an unpaired KTO example); fields present: {sorted(obj)}")
     allowed = PAIR_FIELDS if paired else UNPAIRED_FIELDS
     unknown = sorted(set(obj) - allowed)
     if unknown:
@@ -169,12 +164,15 @@ def record_from_dict(obj: dict[str, Any], where: str) -> Record:
                               _number(obj, "chosen_score", where), _number(obj, "rejected_score", where),
                               _votes(obj, where), meta, where)
     completion, ctx = _completion(obj, "completion", where)
-    if "desirable" not in obj:
-        raise DataError(f"{where}: missing required field 'desirable' (true/false)")
-    if not isinstance(obj["desirable"], bool):
-        raise DataError(f"{where}: field 'desirable' must be true or false, got {obj['desirable']!r}")
+    if "desirable" in obj and "label" in obj:
+        raise DataError(f"{where}: give the label as 'label' (TRL) or as 'desirable', not both")
+    key = "label" if "label" in obj else "desirable"
+    if key not in obj:
+        raise DataError(f"{where}: missing required field 'label' (TRL's KTO format; or 'desirable'): true/false")
+    if not isinstance(obj[key], bool):
+        raise DataError(f"{where}: field {key!r} must be true or false, got {obj[key]!r}")
     prompt, msgs = _prompt(obj, where, ctx)
-    return UnpairedExample(prompt, completion, obj["desirable"], msgs, str(rid), meta, where)
+    return UnpairedExample(prompt, completion, obj[key], msgs, str(rid), meta, where)
 
 
 def load_preference_jsonl(path: str | os.PathLike) -> list[Record]:
@@ -186,16 +184,10 @@ def load_preference_jsonl(path: str | os.PathLike) -> list[Record]:
 
 
 def load_preference_hf(path: str, split: str = "train", limit: int | None = None) -> list[Record]:
-    """Records from a local or cached HF dataset whose rows use the JSONL line format's columns."""
-    try:
-        import datasets
-    except ImportError:
-        raise DataError(f"preference data {path!r}: not a .jsonl file, and reading it as an HF dataset needs "
-                        "the `datasets` package (pip install datasets)") from None
-    try:
-        ds = datasets.load_dataset(path, split=split)
-    except Exception as e:  # noqa: BLE001 - surfaced as a one-paragraph error
-        raise DataError(f"could not load HF preference dataset {path!r} (split {split!r}) offline: {e}") from None
+    """Records from a ``save_to_disk`` folder or a cached HF dataset whose rows use the line format's columns."""
+    from rlvr.data.hf import load_hf_rows
+
+    ds = load_hf_rows(path, split, "HF preference dataset")
     rows = ds if limit is None else ds.select(range(min(limit, len(ds))))
     return records_from_rows(rows, f"{path}[{split}]")
 
@@ -209,8 +201,19 @@ def records_from_rows(rows, name: str) -> list[Record]:
     return out
 
 
-def load_preferences(path: str) -> list[Record]:
-    """JSONL when the path ends in .jsonl (or is a file), an HF dataset otherwise."""
+def load_preferences(path: str, system_prompt: str | None = None) -> list[Record]:
+    """JSONL when the path ends in .jsonl (or is a file), an HF dataset otherwise; ``system_prompt`` is put
+    before each record's prompt (unless it starts with a system turn)."""
+    recs = _load_preferences(path)
+    if system_prompt:
+        for r in recs:
+            msgs = r.task().policy_messages()
+            if msgs[0]["role"] != "system":
+                r.messages = [{"role": "system", "content": system_prompt}, *msgs]
+    return recs
+
+
+def _load_preferences(path: str) -> list[Record]:
     if path.endswith(".jsonl") or os.path.isfile(path):
         return load_preference_jsonl(path)
     return load_preference_hf(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
 from rlvr.config.data import BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks
@@ -19,7 +21,11 @@ def register_env_tasks(env: str, generate: Callable[..., list[Task]]) -> None:
 
 
 def load_task_source(src) -> list[Task]:
-    """Materialise the tasks a source config names."""
+    """Materialise the tasks a source config names (with its system prompt, if any)."""
+    return with_system(_load(src), getattr(src, "system_prompt", None))
+
+
+def _load(src) -> list[Task]:
     if isinstance(src, BuiltinArithmetic):
         from rlvr.data.arithmetic import generate
 
@@ -30,7 +36,7 @@ def load_task_source(src) -> list[Task]:
     if isinstance(src, JsonlTasks):
         from rlvr.data.jsonl import load_tasks
 
-        return load_tasks(src.path)[: src.limit]
+        return _filter_split(load_tasks(src.path), src.split, src.path)[: src.limit]
     if isinstance(src, HumanEvalTasks):
         from rlvr.data.humaneval import load_humaneval
 
@@ -47,22 +53,50 @@ def load_task_source(src) -> list[Task]:
 
 
 def _load_hf(src: HFTasks) -> list[Task]:
-    try:
-        import datasets
-    except ImportError:
-        raise DataError("task source type 'hf' needs the `datasets` package: pip install datasets") from None
-    try:
-        ds = datasets.load_dataset(src.path, split=src.split)
-    except Exception as e:  # noqa: BLE001 - surfaced as a one-paragraph error
-        raise DataError(f"could not load HF dataset {src.path!r} (split {src.split!r}) offline: {e}") from None
+    """Rows -> tasks through the JSONL rules (TRL columns accepted); other columns go to ``task.meta``."""
+    from rlvr.data.hf import load_hf_rows
+    from rlvr.data.jsonl import task_from_record
+
+    ds = load_hf_rows(src.path, src.split, "HF task dataset")
     tasks = []
     for i, row in enumerate(ds):
         if src.limit is not None and i >= src.limit:
             break
-        for f in (src.prompt_field, src.answer_field):
-            if f not in row:
-                raise DataError(f"HF dataset {src.path}: row {i} has no field {f!r} (fields: {sorted(row)})")
-        answer = str(row[src.answer_field]).split("####")[-1].strip()
-        tasks.append(Task(id=f"{src.path}-{i}", prompt=row[src.prompt_field], kind="math",
-                          gold={"answer": answer}, family=src.path, split=src.split))
+        rec = {k: v for k, v in dict(row).items() if v is not None}
+        if src.prompt_field != "prompt" and src.prompt_field in rec:
+            rec["prompt"] = rec.pop(src.prompt_field)
+        elif "prompt" not in rec and "messages" not in rec and "question" in rec:
+            rec["prompt"] = rec.pop("question")
+        if src.answer_field != "answer" and src.answer_field in rec:
+            rec["answer"] = rec.pop(src.answer_field)
+        if isinstance(rec.get("answer"), (str, int, float)):
+            rec["answer"] = str(rec["answer"]).split("####")[-1].strip()  # GSM8K: "... #### 42"
+        where = f"{src.path}[{src.split}]#{i}"
+        rec.setdefault("id", f"{Path(src.path).name}-{i}")
+        rec.setdefault("family", Path(src.path).name)
+        tasks.append(task_from_record(rec, where, extra="meta"))
+    if not tasks:
+        raise DataError(f"HF task dataset {src.path!r} (split {src.split!r}) has no rows")
     return tasks
+
+
+def with_system(tasks: list[Task], system_prompt: str | None) -> list[Task]:
+    """Put a system message before each task's prompt (a task that already starts with one keeps its own)."""
+    if not system_prompt:
+        return tasks
+    out = []
+    for t in tasks:
+        msgs = t.policy_messages()
+        if msgs[0]["role"] != "system":
+            msgs = [{"role": "system", "content": system_prompt}, *msgs]
+        out.append(replace(t, messages=msgs))
+    return out
+
+
+def _filter_split(tasks: list[Task], split: str | None, path: str) -> list[Task]:
+    if split is None:
+        return tasks
+    kept = [t for t in tasks if t.split == split]
+    if not kept:
+        raise DataError(f"{path}: no line has \"split\": {split!r} (splits present: {sorted({t.split for t in tasks})})")
+    return kept

@@ -23,7 +23,7 @@ class Task:
     id: unique id; prompt: the user text (or ``messages`` for a full chat);
     kind: which verifier family judges it; gold: hidden payload for the verifier only
     (``{"answer": ...}``, ``{"tests": ..., "entry_point": ...}``, ``{"gold_sql": ..., "database": ...}``);
-    family/difficulty: for curricula and per-family breakdowns; split: train or heldout;
+    family/difficulty: for curricula and per-family breakdowns; split: train or heldout ("" when a file does not say);
     answer_format: how the final answer is extracted from a completion;
     solution: a worked demonstration for SFT (optional).
     """

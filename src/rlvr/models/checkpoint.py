@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlvr.data.jsonl import umask_mode
+
 STEP_PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"
 
@@ -24,6 +26,7 @@ def _atomic_dir(out_dir: Path, write) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
     try:
         write(tmp)
+        _readable(tmp)
         old = None
         if out_dir.exists():
             old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
@@ -37,13 +40,30 @@ def _atomic_dir(out_dir: Path, write) -> Path:
     return out_dir
 
 
+ADAPTER_DIR = "adapter"
+
+
+def _readable(root: Path) -> None:
+    """Give ``root`` and everything in it the umask's modes (mkdtemp makes 0700 and safetensors 0600:
+    teammates could not read the checkpoint)."""
+    os.chmod(root, umask_mode(directory=True))
+    for dirpath, dirs, files in os.walk(root):
+        for d in dirs:
+            os.chmod(os.path.join(dirpath, d), umask_mode(directory=True))
+        for f in files:
+            os.chmod(os.path.join(dirpath, f), umask_mode())
+
+
 def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
-    """Save an HF-format model + tokenizer (a peft model is merged first) atomically."""
+    """Save an HF-format model + tokenizer atomically. A peft model is saved merged (loads with
+    ``AutoModelForCausalLM``) and its LoRA adapter beside it in ``adapter/`` (loads with peft, or as a
+    starting point ``model.path: .../adapter``)."""
     def write(tmp: Path) -> None:
         m = model
         if hasattr(m, "merge_and_unload") and hasattr(m, "peft_config"):
             import copy
 
+            m.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
             m = copy.deepcopy(m).merge_and_unload()
         m.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:

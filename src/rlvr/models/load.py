@@ -66,8 +66,11 @@ def load_pretrained(path: str | os.PathLike, dtype: str = "float32"):
     if not p.exists():
         raise ModelLoadError(f"model path {str(p)!r} does not exist (rlvr loads checkpoints from local "
                              "folders only; build the embedded default with `model.tiny` instead)")
+    if not (p / "config.json").exists() and (p / "adapter_config.json").exists():
+        return load_adapter_folder(p, dtype)
     if not (p / "config.json").exists():
-        raise ModelLoadError(f"model path {str(p)!r} has no config.json: not an HF model folder")
+        raise ModelLoadError(f"model path {str(p)!r} has no config.json (nor adapter_config.json): not an HF "
+                             "model or LoRA adapter folder")
     try:
         tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
         model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=DTYPES[dtype])
@@ -76,6 +79,35 @@ def load_pretrained(path: str | os.PathLike, dtype: str = "float32"):
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
+    return model, tok
+
+
+def adapter_base(adapter_dir: str | Path) -> Path:
+    """The base model folder a LoRA adapter folder names (``base_model_name_or_path``, absolute or relative
+    to the adapter folder); ModelLoadError naming both when it is not a local folder."""
+    import json
+
+    p = Path(adapter_dir)
+    cfg = json.loads((p / "adapter_config.json").read_text())
+    base = cfg.get("base_model_name_or_path") or ""
+    for cand in ([Path(base)] if os.path.isabs(base) else [p / base, Path(base)]) if base else []:
+        if (cand / "config.json").exists() or (cand / "adapter_config.json").exists():
+            return cand
+    raise ModelLoadError(f"LoRA adapter {str(p)!r}: its base model {base!r} (adapter_config.json: "
+                         "base_model_name_or_path) is not a local model folder; edit that field to point at the base")
+
+
+def load_adapter_folder(path: str | Path, dtype: str = "float32"):
+    """A LoRA adapter folder as a starting point: its base model with the adapter merged in."""
+    from peft import PeftModel
+
+    base, tok = load_pretrained(adapter_base(path), dtype)
+    try:
+        model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+    except Exception as e:  # noqa: BLE001 - turned into a one-paragraph error
+        raise ModelLoadError(f"could not apply the LoRA adapter {str(path)!r}: {type(e).__name__}: {e}") from None
+    for p in model.parameters():  # peft loads for inference (frozen); a starting point trains
+        p.requires_grad_(True)
     return model, tok
 
 

@@ -13,9 +13,9 @@ from rlvr.data.sources import load_task_source
 from rlvr.data.types import Task
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
-from rlvr.verifiers.judge import Judge, default_judge
+from rlvr.verifiers.judge import Judge, default_judge, reward_judge
 
-__all__ = ["EvalHook", "Judge", "default_judge", "evaluate", "pass_at_k"]
+__all__ = ["EvalHook", "Judge", "default_judge", "evaluate", "pass_at_k", "reward_judge"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -28,8 +28,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
-
-
 
 
 def _ks(n: int) -> list[int]:
@@ -65,8 +63,8 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
         result.update(_sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_tokens,
                                stops, seed))
     result["seconds"] = round(time.time() - t0, 3)
-    result["samples"] = [{"task_id": t.id, "completion": c, "outcome": v.outcome}
-                         for t, c, v in zip(tasks[:5], greedy.texts[:5], verdicts[:5])]
+    result["samples"] = [{"task_id": t.id, "completion": c, "outcome": v.outcome, "reward": v.reward}
+                         for t, c, v in zip(tasks, greedy.texts, verdicts)]  # every greedy completion
     return result
 
 
@@ -78,7 +76,8 @@ def _sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_t
     correct = np.zeros(len(tasks), dtype=int)
     for i, v in zip(gen.prompt_index, verdicts):
         correct[i] += int(v.passed)
-    out = {}
+    out: dict = {"sampled": [{"task_id": tasks[i].id, "sample": j, "completion": c, "outcome": v.outcome}
+                             for j, (i, c, v) in enumerate(zip(gen.prompt_index, gen.texts, verdicts))]}
     for kk in _ks(k):
         out[f"pass_at_{kk}_sampled"] = float(np.mean([pass_at_k(k, int(c), kk) for c in correct]))
     fams = defaultdict(list)

@@ -1,4 +1,5 @@
-"""Metrics sinks: append-only ``metrics.jsonl`` (flushed each write), optional TensorBoard."""
+"""Metrics: append-only ``metrics.jsonl`` (flushed each write), plus the sinks the stage's ``logging``
+section turns on (TensorBoard, W&B: :mod:`rlvr.monitoring.sinks`)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,13 @@ class MetricsWriter:
     """Appends one JSON object per call to ``path``; never rewrites what is already there."""
 
     def __init__(self, path: str | Path, tensorboard_dir: str | Path | None = None):
+        from rlvr.monitoring.sinks import TensorBoardSink, open_sinks
+
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a", encoding="utf-8")
-        self._tb = None
-        if tensorboard_dir is not None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(tensorboard_dir))
-            except Exception:  # noqa: BLE001 - tensorboard is optional
-                self._tb = None
+        self._own = [TensorBoardSink(Path(tensorboard_dir))] if tensorboard_dir is not None else []
+        self._sinks = self._own + open_sinks()  # the running stage's logging section (closed with the stage)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         rec = {"step": step, "time": round(time.time(), 3)}
@@ -32,15 +29,13 @@ class MetricsWriter:
         self._f.write(json.dumps(rec) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
-        if self._tb is not None:
-            for k, v in rec.items():
-                if isinstance(v, (int, float)) and k not in ("step", "time"):
-                    self._tb.add_scalar(k, v, step)
+        for s in self._sinks:
+            s.log(step, rec)
 
     def close(self) -> None:
         self._f.close()
-        if self._tb is not None:
-            self._tb.close()
+        for s in self._own:
+            s.close()
 
 
 def _clean(v: Any) -> Any:

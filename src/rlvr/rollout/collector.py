@@ -78,16 +78,19 @@ def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, pe
 
 
 def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int) -> dict[str, torch.Tensor]:
-    """Per-term reward vectors: correct (verifier), format (answer extractable), length (-len/max)."""
+    """Per-term reward vectors (keyed by ``term.key``): correct (verifier), format (answer extractable),
+    length (-len/max), python (the user function's reward, judged beside the verifier; 0 when infra)."""
     out = {}
     for term in terms:
         if term.name == "correct":
             v = [vd.reward for vd in verdicts]
         elif term.name == "format":
             v = [0.0 if vd.outcome == "format" else 1.0 for vd in verdicts]
+        elif term.name == "python":
+            v = [float(vd.details.get("rewards", {}).get(term.key, 0.0)) for vd in verdicts]
         else:
             v = [-n / max_new_tokens for n in completion_lens]
-        out[term.name] = torch.tensor(v, dtype=torch.float32)
+        out[term.key] = torch.tensor(v, dtype=torch.float32)
     return out
 
 
@@ -107,7 +110,7 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
     t2 = time.perf_counter()
     lens = [len(c) for c in gen.completion_ids]
     terms = compose_rewards(verdicts, lens, reward_terms, sampling.max_new_tokens)
-    total = sum(t.weight * terms[t.name] for t in reward_terms)
+    total = sum(t.weight * terms[t.key] for t in reward_terms)
     if overlong[0] > 0:
         total = total + overlong_penalty(torch.tensor(lens), sampling.max_new_tokens, *overlong)
     shape = (len(tasks), G)

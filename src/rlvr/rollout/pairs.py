@@ -203,8 +203,8 @@ def stage_pairs(pairs_cfg, model, tokenizer, judge, out_dir, seed: int = 0, reus
     from rlvr.errors import ConfigError, DataError
 
     if isinstance(pairs_cfg, PairsFile):
-        train = load_preferences(pairs_cfg.path)
-        held = load_preferences(pairs_cfg.heldout_path) if pairs_cfg.heldout_path else []
+        train = load_preferences(pairs_cfg.path, pairs_cfg.system_prompt)
+        held = load_preferences(pairs_cfg.heldout_path, pairs_cfg.system_prompt) if pairs_cfg.heldout_path else []
         return train, held, {"source": pairs_cfg.path, "pairs_train": len(train), "pairs_heldout": len(held)}
     d = Path(out_dir) / "pairs"
     if reuse and (d / "stats.json").exists():

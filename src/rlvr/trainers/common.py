@@ -299,7 +299,7 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
             rec["health/alerts"] = "; ".join(f"{a.rule}: {a.message}" for a in alerts)
         stop = run.health.should_stop(alerts)
     every = getattr(run.cfg, "log_every", 1) or 1
-    if run.step % every == 0 or run.step == run.n_steps or any(k.startswith("eval/") for k in rec) or stop:
+    if run.step % every == 0 or run.step == run.n_steps or any(k.startswith(("eval/", "heldout/")) for k in rec) or stop:
         run.writer.log(run.step, rec)
     run.last.update(rec)
     run.progress.update(run.bar, advance=1, info=info)
@@ -322,12 +322,16 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
     return stop
 
 
-def close_stage(run: StageRun, model=None, extra: dict | None = None, final_name: str = "final") -> StageResult:
-    """Close the writer and the bar, save ``final/`` (``model``, default the stage's) and return the result."""
+def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None) -> StageResult:
+    """Close the writer and the bar, save ``final/`` (``model``, default the stage's; or ``final()``, a
+    callable that writes it and returns its path, e.g. SFT's keep-best) and return the result."""
     run.writer.close()
     run.progress.stop()
-    final = save_pretrained_atomic(model if model is not None else run.model, run.tok, run.out / final_name)
-    return StageResult(run.cfg.name, str(final), str(run.out / "metrics.jsonl"), run.step, run.seconds,
+    if final is not None:
+        path = final()
+    else:
+        path = save_pretrained_atomic(model if model is not None else run.model, run.tok, run.out / "final")
+    return StageResult(run.cfg.name, str(path), str(run.out / "metrics.jsonl"), run.step, run.seconds,
                        extra or {})
 
 

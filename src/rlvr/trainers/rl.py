@@ -42,6 +42,7 @@ from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.policy import clipped_surrogate
 from rlvr.models.logprobs import token_logprobs
+from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.common import (
@@ -59,7 +60,7 @@ from rlvr.trainers.common import (
     reference_model,
 )
 from rlvr.trainers.variants import rl_variant
-from rlvr.verifiers.judge import default_judge
+from rlvr.verifiers.judge import reward_judge
 
 # --------------------------------------------------------------------------------------- rollout
 
@@ -342,7 +343,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     """Run a GRPO-family stage; returns where its final checkpoint is."""
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     ref = frozen_reference(model, stage.kl.beta > 0)
-    judge = judge or default_judge(stage.verifier_workers)
+    judge = judge or reward_judge(stage.rewards, stage.verifier_workers)
     engine = HFEngine(model, tok, bf16=model_cfg.autocast_bf16)
     stream = TaskStream(load_task_source(stage.data), seed)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
@@ -373,6 +374,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             rec["notes"] = notes.pop()
         stop = log_step(run, rec, {"cursor": stream.cursor},
                         info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
+        log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)
         if stop:
             break
     return close_stage(run)

@@ -12,13 +12,13 @@ from pathlib import Path
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.sft import SFTStage
-from rlvr.data.chat import encode_example
+from rlvr.data.chat import encode_demos
 from rlvr.data.collate import pad_batch
 from rlvr.data.order import data_order
 from rlvr.data.sources import load_task_source
-from rlvr.errors import DataError
 from rlvr.losses.sft import sft_loss
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+from rlvr.monitoring.heldout import SFTHeldout
 from rlvr.trainers.common import (
     StageResult,
     accumulate,
@@ -33,12 +33,7 @@ from rlvr.trainers.common import (
 
 
 def tokenize_demos(tasks, tokenizer, max_length: int):
-    examples = []
-    for t in tasks:
-        if not t.solution:
-            raise DataError(f"SFT task {t.id!r} has no 'solution' (a worked demonstration is required)")
-        examples.append(encode_example(tokenizer, t, t.solution, max_length))
-    return examples
+    return encode_demos(tasks, tokenizer, max_length)  # shared with the held-out loss
 
 
 def micro_batches(examples, idx: list[int], micro: int, bucketing: bool):
@@ -71,12 +66,23 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
+    heldout = SFTHeldout(stage, tok, out, model_cfg.autocast_bf16)  # held-out loss, keep-best, early stop
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=judge, crash_at_step=crash_at_step,
                      start={"train_examples": len(examples)})
+    heldout.load(run.state)
+    if run.step == 0 and heldout.examples is not None:
+        rec0 = heldout.measure(model, 0, stage.max_steps)
+        heldout.observe(model, tok, 0, rec0)
+        run.writer.log(0, rec0)
     while not run.done():
         idx = data_order(len(examples), seed, run.step, stage.batch_size)
         rec = sft_step(model, examples, idx, stage, tok.pad_token_id, model_cfg.autocast_bf16)
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm)
-        log_step(run, rec, info=f"loss {rec['train/loss']:.3f}")
-    return close_stage(run)
+        rec.update(heldout.measure(model, run.step + 1, stage.max_steps))
+        stop = heldout.observe(model, tok, run.step + 1, rec)
+        log_step(run, rec, heldout.state(), info=f"loss {rec['train/loss']:.3f}")
+        if stop:  # patience ran out
+            run.writer.log(run.step, {"event": "early_stop", "best_step": heldout.best_step, "best": heldout.best})
+            break
+    return close_stage(run, final=lambda: heldout.final(model, tok))

@@ -24,3 +24,24 @@ def default_judge(workers: int = 0) -> Judge:
     def judge(tasks, completions):
         return verify_batch(router, list(tasks), list(completions), workers=workers)
     return judge
+
+
+def reward_judge(rewards, workers: int = 0) -> Judge:
+    """The RL judge for a stage's reward terms: the task's verifier, plus each ``name: python`` term run
+    beside it in the same pool item (see :mod:`rlvr.verifiers.python_reward`)."""
+    from rlvr.verifiers.pool import verify_batch
+    from rlvr.verifiers.python_reward import PythonReward, RewardJudge, resolve_function
+    from rlvr.verifiers.registry import TaskRouter
+
+    py = {t.key: PythonReward(t.function, t.timeout_s) for t in rewards if t.name == "python"}
+    if not py:
+        return default_judge(workers)
+    for t in py.values():
+        resolve_function(t.function)  # a typo is a ConfigError now, not an infra verdict per completion
+    primary = TaskRouter() if any(t.name in ("correct", "format") for t in rewards) else None
+    verifier = RewardJudge(primary, py)
+    timeout = 30.0 + sum(t.timeout_s for t in py.values())
+
+    def judge(tasks, completions):
+        return verify_batch(verifier, list(tasks), list(completions), workers=workers, timeout_s=timeout)
+    return judge

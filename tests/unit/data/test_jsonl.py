@@ -15,9 +15,15 @@ def test_malformed_line_is_named(tmp_path):
 
 def test_missing_field_is_named(tmp_path):
     p = tmp_path / "t.jsonl"
-    p.write_text('{"prompt": "1+1", "answer": "2"}\n')
-    with pytest.raises(DataError, match=rf"{p}:1: missing required field 'id'"):
+    p.write_text('{"id": "a", "answer": "2"}\n')
+    with pytest.raises(DataError, match=rf"{p}:1: missing required field 'prompt'"):
         load_tasks(p)
+
+
+def test_id_defaults_to_file_and_line(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"prompt": "1+1", "answer": "2"}\n')
+    assert load_tasks(p)[0].id == f"{p}:1"
 
 
 def test_unknown_field_and_kind(tmp_path):

@@ -43,7 +43,7 @@ def test_chat_style_chosen_takes_last_assistant_turn_and_context_as_prompt(tmp_p
 @pytest.mark.parametrize("line, needle", [
     ({"prompt": "x", "chosen": "a", "rejected": "b", "extra": 1}, "unknown field(s) ['extra']"),
     ({"prompt": "x", "chosen": "a"}, "missing required field 'rejected'"),
-    ({"prompt": "x", "completion": "a"}, "missing required field 'desirable'"),
+    ({"prompt": "x", "completion": "a"}, "missing required field 'label'"),
     ({"prompt": "x", "completion": "a", "desirable": "yes"}, "'desirable' must be true or false"),
     ({"prompt": "x", "chosen": "a", "rejected": "b", "votes": [2]}, "'votes' must be"),
     ({"prompt": "x", "chosen": "a", "rejected": "b", "margin": "big"}, "'margin' must be a number"),

@@ -74,5 +74,5 @@ def test_demos_without_solution_are_rejected(tiny_dir, tmp_path):
 
     p = tmp_path / "t.jsonl"
     p.write_text('{"id": "a", "prompt": "1+1=?", "answer": "2"}\n')
-    with pytest.raises(DataError, match="no 'solution'"):
+    with pytest.raises(DataError, match="no demonstration"):
         train_sft(stage(data=JsonlTasks(path=str(p))), ModelConfig(path=tiny_dir), tmp_path / "r")

@@ -1,0 +1,273 @@
+"""``rlvr validate``: a dry run. Resolve everything a run will touch and report every problem at once.
+
+Checked without training anything: the starting model (a local HF folder, an adapter folder, or a tiny
+size), every task source and pairs file (read and parsed in full, so a bad line is caught before any
+stage starts), SFT demonstrations present, stage inputs (a PPO reward model, a pair-builder scorer, an
+RM backbone), batch arithmetic (micro-batch larger than the batch, RL groups of one), custom reward
+functions importable, and held-out safety: evaluation tasks marked ``split: train``, training tasks
+marked ``split: heldout``, and evaluation prompts that also occur in a stage's training tasks (by a
+hash of the prompt's content). Each problem names its key, the recipe file and the key's line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from rlvr.config.recipe import Recipe, task_sources, with_system_prompt
+from rlvr.errors import ConfigError, RlvrError
+
+GROUP_BASELINE = {"grpo", "dapo", "gspo", "dr_grpo", "rloo"}
+
+
+@dataclass
+class Problem:
+    key: str
+    message: str
+    warning: bool = False
+
+
+def prompt_hash(task) -> str:
+    """A hash of what the policy is asked (user/assistant turns; a system prompt does not make it new)."""
+    turns = [m for m in task.policy_messages() if m["role"] != "system"]
+    return hashlib.blake2b(json.dumps(turns, sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
+def _try(problems: list[Problem], key: str, fn: Callable[[], Any]) -> Any:
+    try:
+        return fn()
+    except RlvrError as e:
+        problems.append(Problem(key, str(e)))
+    except (OSError, ValueError) as e:
+        problems.append(Problem(key, f"{type(e).__name__}: {e}"))
+    return None
+
+
+def _source_key(key: str, src: Any) -> str:
+    return f"{key}.path" if getattr(src, "path", None) is not None else key
+
+
+def check_model(recipe: Recipe, init_path: str | None) -> list[Problem]:
+    path, key = (init_path, "--model") if init_path else (recipe.model.path, "model.path")
+    if path is None:
+        return (
+            []
+            if recipe.model.tiny is not None
+            else [Problem("model", "set model.path (a local HF folder) or model.tiny")]
+        )
+    p = Path(path)
+    if not p.exists():
+        return [Problem(key, f"{path!r} does not exist (models load from local folders only)")]
+    if (p / "config.json").exists():
+        return []
+    if (p / "adapter_config.json").exists():
+        from rlvr.models.load import adapter_base
+
+        probs: list[Problem] = []
+        _try(probs, key, lambda: adapter_base(p))
+        return probs
+    return [Problem(key, f"{path!r} has no config.json nor adapter_config.json: not a model folder")]
+
+
+def check_batches(i: int, st: Any) -> list[Problem]:
+    out = []
+    pre = f"stages.{i}"
+    if hasattr(st, "batch_size") and st.micro_batch_size > st.batch_size:
+        out.append(
+            Problem(
+                f"{pre}.micro_batch_size",
+                f"micro_batch_size {st.micro_batch_size} > batch_size "
+                f"{st.batch_size}: each step is a single micro-batch of {st.batch_size} (did you mean "
+                "to swap them?)",
+                warning=True,
+            )
+        )
+    if st.type == "rl":
+        g = st.sampling.group_size
+        grouped = st.loss.type in GROUP_BASELINE or (
+            st.loss.type == "reinforce_pp" and st.loss.group_baseline
+        )
+        if g < 2 and grouped:
+            out.append(
+                Problem(
+                    f"{pre}.sampling.group_size",
+                    f"group_size {g}: {st.loss.type} compares samples "
+                    "within a group, so a group of 1 has zero advantage and trains on nothing; use >= 2",
+                )
+            )
+        if st.mini_batches > st.tasks_per_step * g:
+            out.append(
+                Problem(
+                    f"{pre}.mini_batches",
+                    f"mini_batches {st.mini_batches} > the {st.tasks_per_step * g} "
+                    "sequences of a rollout batch (tasks_per_step x group_size)",
+                )
+            )
+    if st.type == "ppo" and st.mini_batches > st.tasks_per_step:
+        out.append(
+            Problem(
+                f"{pre}.mini_batches",
+                f"mini_batches {st.mini_batches} > tasks_per_step {st.tasks_per_step}",
+            )
+        )
+    return out
+
+
+def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
+    out: list[Problem] = []
+    pre = f"stages.{i}"
+    paths = []
+    if st.type == "ppo" and st.reward == "reward_model":
+        if st.reward_model_path is None and not earlier_rm:
+            out.append(
+                Problem(
+                    f"{pre}.reward_model_path",
+                    "reward: reward_model needs reward_model_path or an earlier stage of type reward_model",
+                )
+            )
+        paths.append(("reward_model_path", st.reward_model_path))
+    pairs = getattr(st, "pairs", None)
+    if pairs is not None and getattr(pairs, "scorer", None) == "reward_model":
+        if pairs.reward_model_path is None:
+            out.append(
+                Problem(f"{pre}.pairs.reward_model_path", "scorer: reward_model needs reward_model_path")
+            )
+        paths.append(("pairs.reward_model_path", pairs.reward_model_path))
+    if st.type == "reward_model":
+        paths.append(("backbone", st.backbone))
+    for k, p in paths:
+        if p is not None and not (Path(p) / "config.json").exists():
+            out.append(Problem(f"{pre}.{k}", f"{p!r} is not a local model folder (no config.json)"))
+    if st.type == "rl":
+        from rlvr.verifiers.python_reward import resolve_function
+
+        for j, t in enumerate(st.rewards):
+            if t.name == "python":
+                _try(out, f"{pre}.rewards.{j}.function", lambda t=t: resolve_function(t.function))
+    return out
+
+
+def check_pairs(i: int, st: Any) -> list[Problem]:
+    pairs = getattr(st, "pairs", None)
+    if pairs is None or not hasattr(pairs, "path"):
+        return []
+    from rlvr.data.preference import PreferencePair, load_preferences
+
+    out: list[Problem] = []
+    for field in ("path", "heldout_path"):
+        path = getattr(pairs, field)
+        recs = (
+            _try(out, f"stages.{i}.pairs.{field}", lambda path=path: load_preferences(path)) if path else None
+        )
+        loss = getattr(getattr(st, "loss", None), "type", None)
+        if recs and loss not in (None, "kto") and any(not isinstance(r, PreferencePair) for r in recs):
+            bad = next(r for r in recs if not isinstance(r, PreferencePair))
+            out.append(
+                Problem(
+                    f"stages.{i}.pairs.{field}",
+                    f"{bad.source}: loss {loss} needs pairs "
+                    "{prompt, chosen, rejected}; this line is an unpaired label (use type: kto)",
+                )
+            )
+    return out
+
+
+def check_tasks(recipe: Recipe) -> list[Problem]:
+    """Load every task source; demonstrations for SFT; split fields; eval/train overlap by content hash."""
+    from rlvr.data.sources import load_task_source
+
+    out: list[Problem] = []
+    loaded: dict[str, list] = {}
+    for key, src in task_sources(recipe):
+        tasks = _try(out, _source_key(key, src), lambda src=src: load_task_source(src))
+        if tasks is not None:
+            loaded[key] = tasks
+    for i, st in enumerate(recipe.stages):
+        for field in ("data", "heldout") if st.type == "sft" else ():
+            missing = [t.id for t in loaded.get(f"stages.{i}.{field}", []) if not t.solution]
+            if missing:
+                out.append(
+                    Problem(
+                        _source_key(f"stages.{i}.{field}", getattr(st, field)),
+                        f"SFT needs a demonstration ('completion', 'solution', or a final assistant turn "
+                        f"in 'messages') on every task; {len(missing)} have none (first: {missing[0]!r})",
+                    )
+                )
+    ev = loaded.get("eval.tasks", [])
+    marked = [t.id for t in ev if t.split == "train"]
+    if marked:
+        out.append(
+            Problem(
+                _source_key("eval.tasks", recipe.eval.tasks),
+                f"{len(marked)} evaluation task(s) are "
+                f'marked "split": "train" (first: {marked[0]!r}); held-out evaluation must not use them',
+            )
+        )
+    ev_hashes = {prompt_hash(t) for t in ev}
+    for key, tasks in loaded.items():
+        if key == "eval.tasks":
+            continue
+        if key.endswith(".heldout"):  # SFT held-out demonstrations: not training data
+            continue
+        held = [t.id for t in tasks if t.split == "heldout"]
+        if held:
+            out.append(
+                Problem(
+                    key,
+                    f'{len(held)} training task(s) are marked "split": "heldout" (first: '
+                    f"{held[0]!r}); filter them with split: train on the source",
+                )
+            )
+        n = sum(prompt_hash(t) in ev_hashes for t in {prompt_hash(t): t for t in tasks}.values())
+        if n:
+            out.append(
+                Problem(
+                    _source_key("eval.tasks", recipe.eval.tasks),
+                    f"{n} evaluation prompt(s) also occur in the training tasks of {key} (same content): "
+                    "held-out results would be measured on training data (eval.overlap: warn to allow)",
+                    warning=recipe.eval.overlap == "warn",
+                )
+            )
+    return out
+
+
+def check_recipe(recipe: Recipe, only: str | None = None, init_path: str | None = None) -> list[Problem]:
+    """Every problem of a recipe (resolved with its system prompt); ``only``: the stage type a stage command runs."""
+    r = with_system_prompt(recipe)
+    probs = check_model(r, init_path)
+    earlier_rm = False
+    for i, st in enumerate(r.stages):
+        if only is None or st.type == only:
+            probs += check_batches(i, st) + check_stage_inputs(i, st, earlier_rm) + check_pairs(i, st)
+        earlier_rm = earlier_rm or st.type == "reward_model"
+    return probs + check_tasks(r)
+
+
+def format_problem(p: Problem, source: str | None, text: str) -> str:
+    from rlvr.config.load import _line_of
+
+    loc = [int(x) if x.isdigit() else x for x in p.key.split(".")]
+    line = _line_of(text, loc) if text else None
+    where = f"{source}:{line}" if source and line else (source or "")
+    return f"{where + ': ' if where else ''}{p.key}: {p.message}"
+
+
+def preflight(
+    recipe: Recipe, source: str | None = None, only: str | None = None, init_path: str | None = None
+) -> list[str]:
+    """Raise ConfigError listing every problem (key, file:line); return the warnings' text."""
+    text = Path(source).read_text(encoding="utf-8") if source and Path(source).is_file() else ""
+    probs = check_recipe(recipe, only, init_path)
+    errors = [format_problem(p, source, text) for p in probs if not p.warning]
+    warnings = [format_problem(p, source, text) for p in probs if p.warning]
+    if errors:
+        n = len(errors)
+        raise ConfigError(
+            f"{n} problem{'s' if n > 1 else ''} found before running anything:\n  - "
+            + "\n  - ".join(errors)
+            + "".join(f"\n  - (warning) {w}" for w in warnings)
+        )
+    return warnings
