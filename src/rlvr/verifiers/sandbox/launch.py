@@ -8,11 +8,10 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import threading
 from pathlib import Path
 
-from rlvr.verifiers.sandbox.isolation import CANDIDATE_PATH, Isolation, bwrap_args
+from rlvr.verifiers.sandbox.isolation import CANDIDATE_PATH, Isolation, bwrap_args, hidden_dirs, site_dirs
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.uids import UidLease, kill_uid
 
@@ -22,27 +21,19 @@ PY_FLAGS = ["-S", "-s", "-B"]
 
 
 @functools.cache
-def site_dirs(python: str) -> tuple[str, ...]:
-    """site-packages dirs for sys.path (no .pth processing): ours, when ``python`` is our interpreter."""
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
-        return ()
-    paths = sysconfig.get_paths()
-    return tuple(dict.fromkeys(p for p in (paths["purelib"], paths["platlib"]) if os.path.isdir(p)))
-
-
-@functools.cache
 def _source(name: str) -> str:
     return (_HERE / name).read_text()
 
 
 def runner_source(with_main: bool = True) -> str:
-    """The candidate-side script: wire format + runner (+ a call to main)."""
-    return _source("wire.py") + "\n" + _source("runner.py") + ("\nmain()\n" if with_main else "")
+    """The candidate-side script: wire format + values + runner (+ a call to main)."""
+    body = _source("wire.py") + "\n" + _source("values.py") + "\n" + _source("runner.py")
+    return body + ("\nmain()\n" if with_main else "")
 
 
 def harness_source() -> str:
-    """The trusted harness script: wire format + harness + a call to main."""
-    return _source("wire.py") + "\n" + _source("harness.py") + "\nmain()\n"
+    """The trusted harness script: wire format + values + harness + a call to main."""
+    return _source("wire.py") + "\n" + _source("values.py") + "\n" + _source("harness.py") + "\nmain()\n"
 
 
 def candidate_env() -> dict[str, str]:
@@ -56,6 +47,9 @@ def candidate_env() -> dict[str, str]:
         "PYTHONIOENCODING": "utf-8",
         "TMPDIR": "/tmp",
         "HOME": "/tmp",
+        "OPENBLAS_NUM_THREADS": "1",  # numpy & co.: one thread, not one per core (the process cap)
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
     }
 
 
@@ -80,6 +74,7 @@ def spawn_candidate(
         "rlimits": limits.candidate_rlimits(lease is not None),
         "uid": lease.uid if lease else None,
         "unshare": bool(iso.unshare) and not iso.uses_bwrap,
+        "keep": hidden_dirs(iso.python) if iso.unshare and not iso.uses_bwrap else [],
         "tmpfs_mb": limits.tmpfs_mb,
         "message_limit": limits.message_limit_bytes,
         "sys_path": list(site_dirs(iso.python)),
