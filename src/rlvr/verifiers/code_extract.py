@@ -2,9 +2,11 @@
 
 Rules (each has a test in tests/unit/verifiers/test_code_extract.py and fidelity cases):
 
-1. Blocks: ```` ``` ```` and ``~~~`` fences (:func:`rlvr.verifiers.extract.fenced_blocks`). Python-tagged
-   ones (``python``, ``py``, ``python3``) and untagged ones that parse count; other languages,
-   console sessions (``>>>``) and output blocks do not. No such block: the whole completion.
+1. Blocks: ```` ``` ```` and ``~~~`` fences (:func:`rlvr.verifiers.extract.fenced_blocks`) and
+   ``[PYTHON]...[/PYTHON]`` / ``<code>...</code>``. Python-tagged ones (``python``, ``py``,
+   ``python3``) and untagged ones that parse count; other languages, console sessions (``>>>``) and
+   output blocks do not. Code before a first, untagged fence is a block too (a HumanEval-style body
+   closed by a stray ```` ``` ````). No such block: the whole completion.
 2. The base block is the last one that defines the entry point (else the last Python block, else the
    last untagged one). Other blocks join it only when they define a name the base (or a block already
    joined) uses but does not bind -- a helper, an import, a constant in its own fence -- in their
@@ -32,7 +34,9 @@ from rlvr.verifiers.extract import Fence, fenced_blocks
 
 PY_LANGS = ("python", "python2", "sage", "ipython")  # "py", "python3", "py3" are aliased to python
 _FUTURE_RE = re.compile(r"^from[ \t]+__future__[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)[ \t]*$\n?", re.M)
-_MAX_FIXES = 60
+_MAX_FIXES = 60  # prose lines dropped at most
+_MAX_FIX_CHARS = 100_000  # longer code is taken as written (each fix compiles it once)
+MAX_BLOCKS = 64  # only the last fenced blocks are considered
 
 
 def _compile(src: str) -> None:
@@ -100,7 +104,7 @@ def _is_code_block(block: Fence) -> bool:
 
 def select_blocks(blocks: list[Fence], entry_point: str | None) -> str | None:
     """The program the fenced blocks hold (rule 2), or None when none of them is Python."""
-    code = [b for b in blocks if _is_code_block(b)]
+    code = [b for b in blocks[-MAX_BLOCKS:] if _is_code_block(b)]
     if not code:
         others = [b for b in blocks if entry_point and b.body.strip() and defines_text(b.body, entry_point)]
         return others[-1].body if others else None
@@ -128,6 +132,8 @@ def select_blocks(blocks: list[Fence], entry_point: str | None) -> str | None:
 
 def _fix_prose(code: str, prefix: str, entry_point: str | None) -> str | None:
     """``code`` with prose lines dropped (rule 3) so that ``prefix + code`` parses, or None."""
+    if len(code) > _MAX_FIX_CHARS:
+        return code if _parses(prefix + code) else None
     lines = code.split("\n")
     offset = prefix.count("\n")
     must_define = bool(entry_point) and defines_text(code, entry_point or "")
@@ -172,9 +178,26 @@ def _body_variants(code: str, indent: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+_ALT_FENCES = (("[PYTHON]", "[/PYTHON]"), ("<code>", "</code>"))
+
+
+def code_blocks(completion: str) -> list[Fence]:
+    """The fenced blocks (``[PYTHON]``/``<code>`` tags count as fences), plus the code *before* the
+    first fence when that fence is a stray closer: a body ending in ```` ``` ```` then prose."""
+    for a, b in _ALT_FENCES:
+        if a in completion and b in completion:
+            completion = completion.replace(a, "\n```python\n").replace(b, "\n```\n")
+    blocks = fenced_blocks(completion)
+    if blocks and not blocks[0].lang:
+        head = completion[: blocks[0].start]
+        if head.strip() and (re.search(r"^\s*(return|def|import|from|for|if|while|class)\b", head, re.M)):
+            blocks.insert(0, Fence("python", head))
+    return blocks
+
+
 def program_source(completion: str, prelude: str | None, entry_point: str | None) -> str:
     """The whole program to load for a completion: prelude + the code it holds (rules 1-5)."""
-    blocks = fenced_blocks(completion)
+    blocks = code_blocks(completion)
     code = select_blocks(blocks, entry_point) if blocks else None
     if code is None:
         code = completion

@@ -17,6 +17,7 @@ its cost is linear in the completion (every scan is bounded by ``max_answer_char
 
 from __future__ import annotations
 
+import functools
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -176,6 +177,12 @@ class Fence:
     lang: str
     body: str
     closed: bool = True
+    start: int = 0  # where the opening fence starts in the text
+
+
+@functools.lru_cache(maxsize=64)
+def _closer(fence: str) -> re.Pattern:
+    return re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.M)
 
 
 def fenced_blocks(text: str) -> list[Fence]:
@@ -192,15 +199,15 @@ def fenced_blocks(text: str) -> list[Fence]:
         if m is None:
             return out
         fence, start = m.group("fence"), m.end()
-        closer = re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.M)
-        c = closer.search(text, start)
+        c = _closer(fence).search(text, start)
         if c is None:
             i = text.find(fence, start)
             c_start, c_end = (i, i + len(fence)) if i >= 0 else (-1, len(text))
         else:
             c_start, c_end = c.start(), c.end()
         body = text[start:] if c_start < 0 else text[start:c_start]
-        out.append(Fence(_canon_lang(m.group("lang")), textwrap.dedent(body), c_start >= 0))
+        body = textwrap.dedent(body) if body[:1] in (" ", "\t") else body  # dedent is slow: only when indented
+        out.append(Fence(_canon_lang(m.group("lang")), body, c_start >= 0, m.start()))
         pos = max(c_end, start)
         if c_start < 0:
             return out

@@ -36,7 +36,7 @@ _WRAPPERS_RE = re.compile(r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Big
 _TEXT_CONNECTIVE_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{((?:\s|,|;|\bor\b|\band\b)*(?:or|and|,|;)(?:\s|,|;|\bor\b|\band\b)*)\}", re.I)
 _EMPTY_RE = re.compile(r"\\varnothing\b|\\emptyset\b|∅|\\O\b|\\\{\s*\\\}|\{\s*\}")
 _THOUSANDS_BRACE_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
-_SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?![\d.])")
+_SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?:\.\d+)?(?![\d.])")
 _COMMA_GROUPS_RE = re.compile(r"(?<![\d.,])[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]|\.\d)")
 _SCI_RE = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
 _REPEAT_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{?\s*(\d+)\s*\}?")
@@ -72,7 +72,7 @@ class Item:
     percent: bool = False
     radians: str = ""  # with a degree sign: the text with each N° as (N*pi/180)
     var: str = ""
-
+    equation: str = ""  # "y = 2x + 1" as written, when ``var`` was split off
     def wire(self) -> dict:
         """What the math worker needs (texts only: it parses them itself)."""
         return {"text": self.text, "pct": self.percent, "rad": self.radians}
@@ -97,9 +97,16 @@ class Answer:
 # --- normalisation -----------------------------------------------------------------------------------
 
 
+_UNICODE = {"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u22c5": "\\cdot ", "\u00b7": "\\cdot ",
+            "\u03c0": "\\pi ", "\u221e": "\\infty ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne ",
+            "\u221a": "\\sqrt ", "\u00bd": "\\frac{1}{2}", "\u00bc": "\\frac{1}{4}", "\u00be": "\\frac{3}{4}",
+            "\u2009": " ", "\u202f": " ", "\u00a0": " "}
+_UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
+
+
 def clean(s: str) -> str:
     """Surface normalisation of a whole answer (see the module docstring); no splitting."""
-    s = s.strip()
+    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group()], s.strip())
     for a, b in (("\\(", "\\)"), ("\\[", "\\]"), ("$", "$")):
         while s.startswith(a) and s.endswith(b) and len(s) >= len(a) + len(b):
             s = s[len(a):len(s) - len(b)].strip()
@@ -226,6 +233,10 @@ def _strip_units(t: str) -> str:
 def make_item(text: str) -> Item:
     """One item: flags, assignment, units and number forms normalised (see the module docstring)."""
     t = text.strip()
+    if "\\approx" in t:  # "\sqrt{2} \approx 1.414": the value before it (or after, when alone)
+        left, _, right = t.partition("\\approx")
+        t = left.strip() or right.strip()
+    raw = t
     var = ""
     m = _ASSIGN_RE.match(t)
     if m and "=" not in t[m.end():]:
@@ -243,7 +254,7 @@ def make_item(text: str) -> Item:
     t = _SCI_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{int(g.group(2))}}}", t)
     t = _REPEATING_SUB(t)
     value, inexact = plain_value(t)
-    return Item(t, value, inexact, percent, radians, var)
+    return Item(t, value, inexact, percent, radians, var, raw if var else "")
 
 
 def _REPEATING_SUB(t: str) -> str:  # noqa: N802 - a named substitution
@@ -433,6 +444,9 @@ def plan(gold: Answer, answers: list[Answer]) -> Plan:
                 return Plan(verdict=(False, side))
             if isinstance(side, Item) and g.var and side.var and g.var != side.var:
                 return Plan(verdict=(False, f"answer names {side.var}, the gold {g.var}"))
+            if isinstance(side, Item) and g.equation and "=" in side.text:  # 2x + y = 1 vs y = -2x + 1
+                pairs.append((replace(g, text=g.equation, value=None), side))
+                continue
             pairs.append((g, side))
         return Plan(pairs, "all")
     items: list[Item] = []

@@ -23,7 +23,13 @@ import sys
 try:  # inside the harness process the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
-    from rlvr.verifiers.sandbox.values import Context, ValueUnavailable, decode_value, encode_value
+    from rlvr.verifiers.sandbox.values import (
+        Context,
+        ValueUnavailable,
+        decode_value,
+        encode_value,
+        rebuild_exception,
+    )
     from rlvr.verifiers.sandbox.wire import WireError, recv_msg, send_msg
 
 
@@ -61,14 +67,7 @@ def limit_hit(type_name, message):
 
 def _rebuild(desc):
     """A fresh builtin exception named like the candidate's one (name and message only)."""
-    name, message = str(desc.get("type"))[:100], str(desc.get("message"))[:500]
-    cls = getattr(builtins, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            return cls(message)
-        except Exception:  # noqa: BLE001, S110 - e.g. UnicodeDecodeError needs five arguments
-            pass
-    return CandidateError(f"{name}: {message}")
+    return rebuild_exception(desc, CandidateError)
 
 
 class Candidate:

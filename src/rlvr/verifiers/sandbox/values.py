@@ -50,8 +50,9 @@ def describe(e):
     return {"type": type(e).__name__, "message": message}
 
 
-def rebuild_exception(desc):
-    """A fresh builtin exception named like the described one (name and message only)."""
+def rebuild_exception(desc, fallback=RuntimeError):
+    """A fresh builtin exception named like the described one (name and message only); a type that is
+    not a builtin exception becomes ``fallback("Name: message")``."""
     import builtins
 
     name, message = str(desc.get("type"))[:100], str(desc.get("message"))[:500]
@@ -61,7 +62,7 @@ def rebuild_exception(desc):
             return cls(message)
         except Exception:  # noqa: BLE001, S110 - e.g. UnicodeDecodeError needs five arguments
             pass
-    return RuntimeError(f"{name}: {message}")
+    return fallback(f"{name}: {message}")
 
 
 # --- encoding (runs where the value lives: the candidate's own code may run, e.g. a generator) ------
