@@ -34,7 +34,6 @@ from rlvr.verifiers.code_extract import extract_code, program_source
 from rlvr.verifiers.sandbox import LEVELS, SandboxLimits, detect_isolation, run_function, run_program
 
 
-
 class TaskFormatError(ValueError):
     """The task's gold payload cannot be turned into tests."""
 

@@ -33,7 +33,7 @@ import textwrap
 from rlvr.verifiers.extract import Fence, fenced_blocks
 
 PY_LANGS = ("python", "python2", "sage", "ipython")  # "py", "python3", "py3" are aliased to python
-_FUTURE_RE = re.compile(r"^from[ \t]+__future__[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)[ \t]*$\n?", re.M)
+_FUTURE_RE = re.compile(r"^from[ \t]+__future__[ \t]+import[ \t]+(?:\([^)]*\)|[^\n]*)[ \t]*$\n?", re.MULTILINE)
 _MAX_FIXES = 60  # prose lines dropped at most
 _MAX_FIX_CHARS = 100_000  # longer code is taken as written (each fix compiles it once)
 MAX_BLOCKS = 64  # only the last fenced blocks are considered
@@ -55,7 +55,7 @@ def _parses(src: str) -> bool:
 def defines_text(code: str, name: str) -> bool:
     """Does ``code`` hold a column-0 ``def name(`` / ``class name`` / ``name =`` (parseable or not)?"""
     pat = rf"^(?:async[ \t]+def|def|class)[ \t]+{re.escape(name)}\b|^{re.escape(name)}[ \t]*(?::[^=\n]*)?="
-    return re.search(pat, code, re.M) is not None
+    return re.search(pat, code, re.MULTILINE) is not None
 
 
 def split_future(code: str) -> tuple[str, str]:
@@ -190,7 +190,7 @@ def code_blocks(completion: str) -> list[Fence]:
     blocks = fenced_blocks(completion)
     if blocks and not blocks[0].lang:
         head = completion[: blocks[0].start]
-        if head.strip() and (re.search(r"^\s*(return|def|import|from|for|if|while|class)\b", head, re.M)):
+        if head.strip() and (re.search(r"^\s*(return|def|import|from|for|if|while|class)\b", head, re.MULTILINE)):
             blocks.insert(0, Fence("python", head))
     return blocks
 

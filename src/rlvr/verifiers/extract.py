@@ -182,7 +182,7 @@ class Fence:
 
 @functools.lru_cache(maxsize=64)
 def _closer(fence: str) -> re.Pattern:
-    return re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.M)
+    return re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.MULTILINE)
 
 
 def fenced_blocks(text: str) -> list[Fence]:

@@ -33,14 +33,14 @@ from fractions import Fraction
 _SPACING_RE = re.compile(r"(\\\\)|\\(?:[,;:> ]|enspace|thinspace|medspace|thickspace|hfill)|\\h?space\s*\{[^{}]*\}|~")
 _QUAD_RE = re.compile(r"\\q?quad\b")
 _WRAPPERS_RE = re.compile(r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|big|Big|!)(?![A-Za-z])")
-_TEXT_CONNECTIVE_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{((?:\s|,|;|\bor\b|\band\b)*(?:or|and|,|;)(?:\s|,|;|\bor\b|\band\b)*)\}", re.I)
+_TEXT_CONNECTIVE_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{((?:\s|,|;|\bor\b|\band\b)*(?:or|and|,|;)(?:\s|,|;|\bor\b|\band\b)*)\}", re.IGNORECASE)
 _EMPTY_RE = re.compile(r"\\varnothing\b|\\emptyset\b|∅|\\O\b|\\\{\s*\\\}|\{\s*\}")
 _THOUSANDS_BRACE_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?:\.\d+)?(?![\d.])")
 _COMMA_GROUPS_RE = re.compile(r"(?<![\d.,])[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]|\.\d)")
 _SCI_RE = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
 _REPEAT_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{?\s*(\d+)\s*\}?")
-_PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|\\(?:text|mbox)\s*\{\s*percent\s*\}|\bpercent)\s*$", re.I)
+_PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|\\(?:text|mbox)\s*\{\s*percent\s*\}|\bpercent)\s*$", re.IGNORECASE)
 _DEGREE_RE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\\(?:text|mbox)\s*\{\s*degrees?\s*\}|\bdegrees?\b)\s*")
 _CURRENCY_RE = re.compile(r"^(?:\\\$|\$|\\text\s*\{\s*\\?\$\s*\}|USD\b|€|£|\\euro\b|\\pounds\b)\s*")
 _UNIT_TEXT_RE = re.compile(r"\s*\\(?:text|mathrm|mbox|textrm|textit)\s*\{\s*[A-Za-z][A-Za-z .\-/]*\s*\}"
@@ -209,7 +209,7 @@ def _unit_words(m: re.Match) -> str:
 
 
 def _unit_text(m: re.Match) -> str:
-    content = re.sub(r"^\\[A-Za-z]+\s*\{|\}.*$", "", m.group().strip(), flags=re.S).strip()
+    content = re.sub(r"^\\[A-Za-z]+\s*\{|\}.*$", "", m.group().strip(), flags=re.DOTALL).strip()
     letters = re.sub(r"[^A-Za-z]", "", content)
     if content.lower() in _MATH_WORDS or (len(letters) == 1 and letters not in _UNIT_LETTERS):
         return m.group()  # \mathrm{i}, \text{e}: a constant, not a unit
@@ -257,7 +257,7 @@ def make_item(text: str) -> Item:
     return Item(t, value, inexact, percent, radians, var, raw if var else "")
 
 
-def _REPEATING_SUB(t: str) -> str:  # noqa: N802 - a named substitution
+def _REPEATING_SUB(t: str) -> str:
     return _REPEAT_RE.sub(_repeating, t)
 
 

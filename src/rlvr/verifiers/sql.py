@@ -166,9 +166,9 @@ class SqlVerifier:
             if ncols != gold_cols:
                 return "wrong", {**details, "variant": i, "reason": f"{ncols} columns, expected {gold_cols}"}
             if ties is not None:
-                tol = self.float_tol
-                same = len(rows) == len(gold_rows) and ordered_match(
-                    ties[0], ties[1], ties[2], rows, lambda a, b: _row_eq(a, b, tol), lambda a, b: _value_eq(a, b, tol))
+                row_eq = functools.partial(_row_eq, tol=self.float_tol)
+                value_eq = functools.partial(_value_eq, tol=self.float_tol)
+                same = len(rows) == len(gold_rows) and ordered_match(ties[0], ties[1], ties[2], rows, row_eq, value_eq)
             else:
                 same = rows_match(gold_rows, rows, ordered, self.float_tol)
             if not same:

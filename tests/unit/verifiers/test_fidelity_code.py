@@ -19,7 +19,7 @@ from rlvr.verifiers.code import CodeVerifier
 from rlvr.verifiers.pool import verify_batch
 
 sys.path.insert(0, str(Path(__file__).parent / "fidelity"))
-from code_cases import CASES, PROBLEMS  # noqa: E402
+from code_cases import CASES, PROBLEMS
 
 pytest.importorskip("numpy")
 

@@ -13,7 +13,7 @@ from rlvr.data.types import Task
 from rlvr.verifiers.sql import SqlVerifier
 
 sys.path.insert(0, str(Path(__file__).parent / "fidelity"))
-from sql_cases import CASES, ROWS, SCHEMA  # noqa: E402
+from sql_cases import CASES, ROWS, SCHEMA
 
 
 @pytest.fixture(scope="module")

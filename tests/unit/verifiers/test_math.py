@@ -4,9 +4,9 @@ import os
 import pickle
 import textwrap
 import time
+from fractions import Fraction
 
 import pytest
-from fractions import Fraction
 
 from rlvr.data.types import Task
 from rlvr.verifiers.math import MathVerifier

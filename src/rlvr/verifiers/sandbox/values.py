@@ -65,6 +65,18 @@ def rebuild_exception(desc, fallback=RuntimeError):
     return fallback(f"{name}: {message}")
 
 
+def module_namespace(name):
+    """A fresh module registered in ``sys.modules`` under ``name``; its dict is where code is exec'd, so
+    classes defined there have a real module (dataclasses with string annotations look it up)."""
+    import builtins
+    import types
+
+    module = types.ModuleType(name)
+    module.__dict__["__builtins__"] = builtins
+    sys.modules[name] = module
+    return module.__dict__
+
+
 # --- encoding (runs where the value lives: the candidate's own code may run, e.g. a generator) ------
 
 
@@ -213,7 +225,7 @@ def _object_state(x, t, depth):
         slots = c.__dict__.get("__slots__", ())
         names += [slots] if isinstance(slots, str) else [s for s in slots if isinstance(s, str)]
     for name in dict.fromkeys(names):
-        if not (isinstance(name, str) and name.isidentifier()) or name.startswith("__") or name.startswith("_rlvr"):
+        if not (isinstance(name, str) and name.isidentifier()) or name.startswith(("__", "_rlvr")):
             continue
         try:
             pairs.append([name, _enc(getattr(x, name), depth)])
@@ -241,7 +253,7 @@ def _probe_object(x, t):
     except Exception:  # noqa: BLE001
         out.append(True)
     try:
-        out.append(int(len(x)) if hasattr(t, "__len__") else None)
+        out.append(len(x) if hasattr(t, "__len__") else None)
     except Exception:  # noqa: BLE001
         out.append(None)
     return out
@@ -348,12 +360,12 @@ class _Decoder:
             raise WireError("malformed complex")
         return complex(re_, im)
 
-    def tag_Counter(self, items, aux, depth):  # noqa: N802 - tags are type names
+    def tag_Counter(self, items, aux, depth):
         import collections
 
         return collections.Counter(dict(self.pairs(items, depth)))
 
-    def tag_OrderedDict(self, items, aux, depth):  # noqa: N802
+    def tag_OrderedDict(self, items, aux, depth):
         import collections
 
         return collections.OrderedDict(self.pairs(items, depth))
@@ -397,12 +409,12 @@ class _Decoder:
             cls = self.namedtuples[key]
         return tuple.__new__(cls, values)
 
-    def tag_Fraction(self, items, aux, depth):  # noqa: N802
+    def tag_Fraction(self, items, aux, depth):
         import fractions
 
         return fractions.Fraction(_int(items[0]), _int(items[1]))
 
-    def tag_Decimal(self, items, aux, depth):  # noqa: N802
+    def tag_Decimal(self, items, aux, depth):
         import decimal
 
         try:
@@ -506,7 +518,7 @@ class _Decoder:
     def tag_object(self, items, aux, depth):
         pairs_w, items_w = items
         attrs = [(_ident(k), v) for k, v in self.pairs(pairs_w, depth)]
-        if any(k.startswith("__") or k.startswith("_rlvr") for k, _ in attrs):
+        if any(k.startswith(("__", "_rlvr")) for k, _ in attrs):
             raise WireError("malformed object attribute")
         values = None if items_w is None else self.items(items_w, depth)
         name = _ident(aux[0])
@@ -537,7 +549,7 @@ class OpaqueObject:
     """Stand-in for an instance of a class the tests cannot see: its attributes, str, repr, truth, len
     and items as the candidate's object had them; equal only to itself (a class without ``__eq__``)."""
 
-    __slots__ = ("_rlvr_meta", "__dict__", "__weakref__")
+    __slots__ = ("__dict__", "__weakref__", "_rlvr_meta")
 
     def __str__(self):
         return self._rlvr_meta[0]

@@ -12,14 +12,14 @@ PROBLEMS = {
     "add": (
         "add",
         'def add(a: int, b: int) -> int:\n    """Return the sum of a and b.\n    >>> add(2, 3)\n    5\n    """\n',
-        "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
-        "    assert candidate(10, 5) == 15\n",
+        ("def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"
+        "    assert candidate(10, 5) == 15\n"),
     ),
     "evens": (
         "evens",
         'from typing import List\n\n\ndef evens(xs: List[int]) -> List[int]:\n    """Keep the even numbers, in order."""\n',
-        "def check(candidate):\n    assert candidate([1, 2, 3, 4]) == [2, 4]\n    assert candidate([]) == []\n"
-        "    assert candidate([5, 7]) == []\n",
+        ("def check(candidate):\n    assert candidate([1, 2, 3, 4]) == [2, 4]\n    assert candidate([]) == []\n"
+        "    assert candidate([5, 7]) == []\n"),
     ),
     "counts": (
         "counts",
@@ -64,15 +64,15 @@ PROBLEMS = {
     "sort_in_place": (
         "sort_in_place",
         'def sort_in_place(xs: list) -> None:\n    """Sort xs in place."""\n',
-        "def check(candidate):\n    xs = [3, 1, 2]\n    candidate(xs)\n    assert xs == [1, 2, 3]\n"
+        ("def check(candidate):\n    xs = [3, 1, 2]\n    candidate(xs)\n    assert xs == [1, 2, 3]\n"
         "    nested = [[2, 1], [4, 3]]\n    inner = nested[0]\n    candidate(nested)\n"
-        "    assert nested == [[2, 1], [4, 3]] and nested[0] is inner\n",
+        "    assert nested == [[2, 1], [4, 3]] and nested[0] is inner\n"),
     ),
     "fib": (
         "fib",
         'def fib(n: int) -> int:\n    """The n-th Fibonacci number (fib(0) = 0)."""\n',
-        "def check(candidate):\n    assert candidate(10) == 55\n    a, b = 0, 1\n    for _ in range(1500):\n"
-        "        a, b = b, a + b\n    assert candidate(1500) == a\n",
+        ("def check(candidate):\n    assert candidate(10) == 55\n    a, b = 0, 1\n    for _ in range(1500):\n"
+        "        a, b = b, a + b\n    assert candidate(1500) == a\n"),
     ),
     "shout": (
         "shout",
@@ -81,8 +81,8 @@ PROBLEMS = {
     ),
     "midpoint": (
         "midpoint",
-        "from dataclasses import dataclass\n\n\n@dataclass\nclass Point:\n    x: float\n    y: float\n\n\n"
-        'def midpoint(p: Point, q: Point) -> Point:\n    """The midpoint of p and q."""\n',
+        ("from dataclasses import dataclass\n\n\n@dataclass\nclass Point:\n    x: float\n    y: float\n\n\n"
+        'def midpoint(p: Point, q: Point) -> Point:\n    """The midpoint of p and q."""\n'),
         "def check(candidate):\n    assert candidate(Point(0, 0), Point(2, 4)) == Point(1, 2)\n",
     ),
     "pair_obj": (
@@ -191,6 +191,7 @@ CASES: list[tuple[str, str, str, str]] = [
     ("object with attributes", "pair_obj", fence("class Pair:\n    def __init__(self, a, b):\n        self.first, self.second = a, b\n\ndef make_pair(a, b):\n    return Pair(a, b)\n"), "pass"),
     ("SimpleNamespace", "pair_obj", fence("from types import SimpleNamespace\n\ndef make_pair(a, b):\n    return SimpleNamespace(first=a, second=b)\n"), "pass"),
     ("dataclass instance", "pair_obj", fence("from dataclasses import dataclass\n\n@dataclass\nclass P:\n    first: object\n    second: object\n\ndef make_pair(a, b):\n    return P(a, b)\n"), "pass"),
+    ("dataclass under from __future__ annotations", "pair_obj", fence("from __future__ import annotations\nfrom dataclasses import dataclass\nfrom typing import ClassVar\n\n@dataclass\nclass P:\n    first: object\n    second: object\n    kind: ClassVar[str] = 'pair'\n\ndef make_pair(a, b):\n    return P(a, b)\n"), "pass"),
     # --- wrong answers stay wrong -----------------------------------------------------------------
     ("off by one", "add", fence("def add(a, b):\n    return a + b + 1\n"), "wrong"),
     ("returns None", "add", fence("def add(a, b):\n    pass\n"), "wrong"),

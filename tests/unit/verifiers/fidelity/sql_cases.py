@@ -10,10 +10,10 @@ INSERT INTO dept VALUES ('eng', 'Engineering', 3), ('ops', 'Operations', 1), ('h
 INSERT INTO emp VALUES {rows};
 """
 ROWS = [
-    "(1,'ada','eng',120.5,NULL,40),(2,'bob','eng',99.25,1,31),(3,'cyd','ops',80.0,1,31),(4,'dee','ops',80.0,3,NULL),"
-    "(5,'eli','hr',70.1,1,25),(6,'fay','eng',99.25,2,31),(7,'gus',NULL,55.0,NULL,52)",
-    "(1,'ada','ops',110.0,NULL,45),(2,'bob','eng',99.25,1,33),(3,'cyd','eng',99.25,1,33),(4,'dee','hr',60.0,3,28),"
-    "(5,'eli','hr',60.0,1,NULL),(6,'fay','ops',75.5,2,33),(7,'gus','eng',42.0,NULL,61),(8,'hal',NULL,30.0,7,22)",
+    ("(1,'ada','eng',120.5,NULL,40),(2,'bob','eng',99.25,1,31),(3,'cyd','ops',80.0,1,31),(4,'dee','ops',80.0,3,NULL),"
+    "(5,'eli','hr',70.1,1,25),(6,'fay','eng',99.25,2,31),(7,'gus',NULL,55.0,NULL,52)"),
+    ("(1,'ada','ops',110.0,NULL,45),(2,'bob','eng',99.25,1,33),(3,'cyd','eng',99.25,1,33),(4,'dee','hr',60.0,3,28),"
+    "(5,'eli','hr',60.0,1,NULL),(6,'fay','ops',75.5,2,33),(7,'gus','eng',42.0,NULL,61),(8,'hal',NULL,30.0,7,22)"),
 ]
 
 
