@@ -229,9 +229,35 @@ def _equal(g_side: dict, c_side: dict, max_digits: float) -> tuple[bool, str]:
         return False, f"hedge: a {c_shape} where one value is expected"
     for g in gold:
         for c in cand:
-            if verify([g], [c], timeout_seconds=None, allow_set_relation_comp=True):
+            if verify([g], [c], timeout_seconds=None, allow_set_relation_comp=True) or _vector_equal(g, c):
                 return True, ""
     return False, "not equivalent"
+
+
+def _entries(e):
+    """A column/row vector's or a tuple's entries (an open interval ``(a, b)`` is a pair too), else None."""
+    from sympy import Interval, MatrixBase, Tuple
+
+    if isinstance(e, MatrixBase) and 1 in e.shape:
+        return list(e)
+    if isinstance(e, Tuple):
+        return list(e.args)
+    if isinstance(e, Interval) and e.left_open and e.right_open and e.start.is_finite and e.end.is_finite:
+        return [e.start, e.end]
+    return None
+
+
+def _vector_equal(g, c) -> bool:
+    """A vector written as a matrix on one side and as a tuple on the other: entry by entry, in order."""
+    from math_verify import verify
+    from sympy import MatrixBase
+
+    if isinstance(g, MatrixBase) == isinstance(c, MatrixBase):
+        return False
+    ge, ce = _entries(g), _entries(c)
+    if ge is None or ce is None or len(ge) != len(ce):
+        return False
+    return all(verify([a], [b], timeout_seconds=None) for a, b in zip(ge, ce))
 
 
 class _GoldUnparsed(Exception):

@@ -169,6 +169,9 @@ def _prompt_indent(prelude: str) -> str:
 def _body_variants(code: str, indent: str) -> list[str]:
     """The body as written, re-indented flush-left code, and code whose first line lost its indent."""
     out = [code]
+    if "\t" in code:
+        code = code.expandtabs(4)  # tabs against the prompt's spaces
+        out.append(code)
     flat = textwrap.dedent(code).strip("\n")
     out.append(textwrap.indent(flat, indent) + "\n")
     lines = code.strip("\n").split("\n")
@@ -201,6 +204,9 @@ def program_source(completion: str, prelude: str | None, entry_point: str | None
     code = select_blocks(blocks, entry_point) if blocks else None
     if code is None:
         code = completion
+        flat = textwrap.dedent(code)
+        if entry_point and flat != code and defines_text(flat, entry_point):
+            code = flat  # a whole function indented as a block
     futures, code = split_future(code)
     pre_futures, prelude = split_future(prelude or "")
     futures = "".join(dict.fromkeys((pre_futures + futures).splitlines(keepends=True)))

@@ -133,6 +133,8 @@ CASES: list[tuple[str, str, str, str]] = [
     ("<code> tags", "add", "<code>\n" + ADD_FULL + "</code>\n", "pass"),
     ("CRLF line endings", "add", fence(ADD_FULL).replace("\n", "\r\n"), "pass"),
     ("tabs for indentation", "add", fence("def add(a, b):\n\treturn a + b\n"), "pass"),
+    ("body indented with tabs", "evens", "\tout = []\n\tfor x in xs:\n\t\tif x % 2 == 0:\n\t\t\tout.append(x)\n\treturn out\n", "pass"),
+    ("whole function indented, no fence", "add", "    def add(a, b):\n        return a + b\n", "pass"),
     ("helper in its own fence, after", "add", fence("def add(a, b):\n    return plus(a, b)\n") + "where\n" + fence("def plus(x, y):\n    return x + y\n"), "pass"),
     ("helper in its own fence, before", "add", fence("def plus(x, y):\n    return x + y\n") + fence("def add(a, b):\n    return plus(a, b)\n"), "pass"),
     ("helper defined after the function", "add", fence("def add(a, b):\n    return plus(a, b)\n\n\ndef plus(x, y):\n    return x + y\n"), "pass"),
