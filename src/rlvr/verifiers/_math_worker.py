@@ -2,9 +2,16 @@
 
 Run as a plain script (``python -I _math_worker.py --memory-mb N``): it imports no rlvr module, so it
 starts in any environment where math-verify is installed. Protocol: one JSON request per stdin line
-``{"gold": str, "cands": [str], "soft_s": float, "max_digits": float}``, one JSON reply per stdout line
-``{"outcome": "pass"|"wrong"|"timeout"|"infra", "reason": str}``. The first line written is
+``{"pairs": [[gold_side, answer_side], ...], "rel_tol": float, "soft_s": float, "max_digits": float}``
+where a side is an item ``{"text": latex, "pct": bool, "rad": latex}`` (from
+:mod:`rlvr.verifiers.math_answer`) or ``{"union": [item, ...], "op": "or"|"and"}`` (relations joined
+into one set); one JSON reply per stdout line ``{"outcome": "pass", "eq": [bool], "reasons": [str]}``
+(or ``{"outcome": "timeout"|"infra"|"wrong", "reason": str}``). The first line written is
 ``{"ready": true}``.
+
+Equality is math-verify's ``verify`` (sets, intervals, relations, matrices, symbolic forms) with its
+numeric comparison replaced by :func:`numeric_eq`: exact for exact values, relative tolerance
+``rel_tol`` when a decimal is involved -- the rule the parent's fast path applies to plain numbers.
 
 The worker owns its main thread, so it runs math-verify with math-verify's own signal timeouts off and
 arms its own soft timer (``setitimer``) that raises a BaseException math-verify cannot swallow. A
@@ -104,49 +111,179 @@ def _too_big(parsed, gold_parsed, max_digits: float = MAX_DIGITS) -> str:
     return ""
 
 
-_GOLD_CACHE: dict[str, list] = {}
+_CACHE: dict[str, list] = {}
+REL_TOL = 1e-8  # replaced per request
 
 
 def _parse(text: str):
+    """math-verify's parse of one item (cached: the gold's items recur in every request)."""
     from math_verify import parse
 
-    return parse("\\boxed{" + text + "}", parsing_timeout=None)
+    hit = _CACHE.get(text)
+    if hit is None:
+        hit = parse("\\boxed{" + text + "}", parsing_timeout=None)
+        if len(_CACHE) > 4096:
+            _CACHE.clear()
+        _CACHE[text] = hit
+    return hit
 
 
-def judge(gold: str, cands: list[str], max_digits: float = MAX_DIGITS) -> dict:
-    """Compare every candidate with the gold; all of them must match (several answers = hedge)."""
+def _has_float(e) -> bool:
+    from sympy import Basic, Float
+
+    return isinstance(e, Basic) and e.has(Float)
+
+
+def numeric_eq(a, b, float_rounding=None, numeric_precision=None) -> bool:
+    """Replaces math-verify's numeric comparison (which rounds to 6 decimal places, so 1.6e-19 equals
+    1.9e-19 and 0.5000004 equals 1/2): exact for exact numbers, and -- when either side holds a
+    decimal (a Float) -- equal within REL_TOL of the larger magnitude, as the fast path decides."""
+    from sympy import Basic, MatrixBase, Rational
+
+    if isinstance(a, MatrixBase) and isinstance(b, MatrixBase):
+        a, b = a.doit(), b.doit()
+        return a.shape == b.shape and all(numeric_eq(x, y) for x, y in zip(a, b))
+    if not (isinstance(a, Basic) and isinstance(b, Basic)):
+        return False
+    try:
+        a, b = a.doit(), b.doit()
+        if a.free_symbols or b.free_symbols or not (a.is_number and b.is_number):
+            return False
+        if isinstance(a, Rational) and isinstance(b, Rational):
+            return bool(a == b)
+        va, vb = a.evalf(50), b.evalf(50)
+        if not (va.is_number and vb.is_number) or va.has(*_NAN) or vb.has(*_NAN):
+            return False
+        diff, scale = abs(complex(va - vb)), max(abs(complex(va)), abs(complex(vb)))
+    except Exception:  # noqa: BLE001 - anything sympy cannot evaluate is not numerically equal
+        return False
+    tol = REL_TOL if (_has_float(a) or _has_float(b)) else 1e-30
+    return diff <= tol * scale if scale else diff == 0
+
+
+_NAN: tuple = ()
+
+
+def _install() -> None:
+    """Point math-verify at our numeric comparison (it looks the function up at call time)."""
+    global _NAN
+    from math_verify import grader
+    from sympy import nan, zoo
+
+    _NAN = (nan, zoo)
+    grader.sympy_numeric_eq = numeric_eq
+
+
+def _readings(item: dict) -> list:
+    """The parsed values an item may mean: as written, /100 with a percent sign, in radians with °."""
+    from sympy import Basic, Rational
+
+    out = []
+    for text in [item["text"]] + ([item["rad"]] if item.get("rad") else []):
+        parsed = _parse(text)
+        if parsed and isinstance(parsed[0], Basic):
+            out.append(parsed[0])
+            if item.get("pct"):
+                out.append(parsed[0] * Rational(1, 100))
+        elif parsed:
+            out.append(parsed[0])
+    return out
+
+
+def _combined(side: dict) -> list:
+    """An item, or relations joined by or/and as one set (x < 2 or x > 5 -> their union)."""
+    from math_verify.grader import unwrap_fcs
+    from sympy import Intersection, Union
+
+    if "union" not in side:
+        return _readings(side)
+    sets = []
+    for item in side["union"]:
+        r = _readings(item)
+        if not r:
+            return []
+        try:
+            sets.append(unwrap_fcs(r[0]).as_set())
+        except Exception:  # noqa: BLE001 - not a relation in one variable
+            return []
+    return [Union(*sets) if side.get("op") == "or" else Intersection(*sets)]
+
+
+def _equal(g_side: dict, c_side: dict, max_digits: float) -> tuple[bool, str]:
     from math_verify import verify
 
-    g = _GOLD_CACHE.get(gold)
-    if g is None:
-        g = _parse(gold)
-        if len(_GOLD_CACHE) > 4096:
-            _GOLD_CACHE.clear()
-        _GOLD_CACHE[gold] = g
-    if not g:
-        return {"outcome": "infra", "reason": f"gold answer {gold[:80]!r} could not be parsed"}
-    gold_shape = _shape(g[0])
-    for c in cands:
-        p = _parse(c)
-        if not p:
-            return {"outcome": "wrong", "reason": f"answer {c[:80]!r} could not be parsed"}
-        shape = _shape(p[0])
-        if gold_shape == "scalar" and shape in ("set", "relation", "tuple", "matrix"):
-            return {"outcome": "wrong", "reason": f"hedge: a {shape} where one value is expected"}
-        why = _too_big(p, g, max_digits)
-        if why:
-            return {"outcome": "wrong", "reason": why}
-        if not verify(g, p, timeout_seconds=None):
-            return {"outcome": "wrong", "reason": "not equivalent" if len(cands) == 1 else
-                    f"hedge: {len(cands)} different answers, {c[:40]!r} is wrong"}
-    return {"outcome": "pass", "reason": ""}
+    gold, cand = _combined(g_side), _combined(c_side)
+    if not gold:
+        raise _GoldUnparsed(g_side.get("text", "")[:80])
+    if not cand:
+        return False, "answer could not be parsed"
+    why = _too_big(cand, gold, max_digits)
+    if why:
+        return False, why
+    from sympy.core.relational import Relational
+
+    g_shape, c_shape = _shape(gold[0]), _shape(cand[0])
+    if isinstance(gold[0], Relational):  # an equation gold ("y = -2x + 1") meets equations as equals
+        g_shape = "relation"
+    if g_shape == "scalar" and c_shape in ("set", "relation", "tuple", "matrix"):
+        return False, f"hedge: a {c_shape} where one value is expected"
+    for g in gold:
+        for c in cand:
+            if verify([g], [c], timeout_seconds=None, allow_set_relation_comp=True) or _vector_equal(g, c):
+                return True, ""
+    return False, "not equivalent"
+
+
+def _entries(e):
+    """A column/row vector's or a tuple's entries (an open interval ``(a, b)`` is a pair too), else None."""
+    from sympy import Interval, MatrixBase, Tuple
+
+    if isinstance(e, MatrixBase) and 1 in e.shape:
+        return list(e)
+    if isinstance(e, Tuple):
+        return list(e.args)
+    if isinstance(e, Interval) and e.left_open and e.right_open and e.start.is_finite and e.end.is_finite:
+        return [e.start, e.end]
+    return None
+
+
+def _vector_equal(g, c) -> bool:
+    """A vector written as a matrix on one side and as a tuple on the other: entry by entry, in order."""
+    from math_verify import verify
+    from sympy import MatrixBase
+
+    if isinstance(g, MatrixBase) == isinstance(c, MatrixBase):
+        return False
+    ge, ce = _entries(g), _entries(c)
+    if ge is None or ce is None or len(ge) != len(ce):
+        return False
+    return all(verify([a], [b], timeout_seconds=None) for a, b in zip(ge, ce))
+
+
+class _GoldUnparsed(Exception):
+    pass
+
+
+def judge(pairs: list, max_digits: float = MAX_DIGITS) -> dict:
+    """Decide each (gold item, answer item) pair; the parent combines them into a verdict."""
+    eq, reasons = [], []
+    try:
+        for g, c in pairs:
+            ok, why = _equal(g, c, max_digits)
+            eq.append(ok)
+            reasons.append(why)
+    except _GoldUnparsed as e:
+        return {"outcome": "infra", "reason": f"gold answer {str(e)!r} could not be parsed"}
+    return {"outcome": "pass", "eq": eq, "reasons": reasons}
 
 
 def _handle(line: str) -> dict:
+    global REL_TOL
     req = json.loads(line)
+    REL_TOL = float(req.get("rel_tol", 1e-8))
     signal.setitimer(signal.ITIMER_REAL, float(req.get("soft_s", 4.0)))
     try:
-        return judge(str(req["gold"]), [str(c) for c in req["cands"]], float(req.get("max_digits", MAX_DIGITS)))
+        return judge(list(req["pairs"]), float(req.get("max_digits", MAX_DIGITS)))
     except _SoftTimeout:
         return {"outcome": "timeout", "reason": "soft time limit"}
     except MemoryError:
@@ -182,6 +319,9 @@ def main(argv: list[str]) -> None:
     _limit_memory(mb)
     signal.signal(signal.SIGALRM, _on_alarm)
     import math_verify  # noqa: F401 - import before announcing readiness
+
+    _install()
+    _equal({"text": "\\frac{1}{2}"}, {"text": "x \\in [0, 1)"}, MAX_DIGITS)  # warm the parser's lazy loads
 
     out = sys.stdout
     out.write('{"ready": true}\n')

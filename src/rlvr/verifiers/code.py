@@ -11,6 +11,10 @@ Task formats (all in ``task.gold``):
                    harness and prepended to the candidate. When absent and the prompt is Python that
                    defines the entry point (HumanEval), the prompt is the prelude.
 
+Which code of a completion runs, and how it joins the prompt (fences, prose, a body vs a whole
+function, ``from __future__``): :mod:`rlvr.verifiers.code_extract`. How return values are compared
+(by value, as the tests would compare them in-process): :mod:`rlvr.verifiers.sandbox.values`.
+
 Only ``pass`` earns reward 1.0. What the sandbox does and does not protect against is written in
 docs/verifier-security.md.
 """
@@ -19,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import re
 import textwrap
 import time
 from dataclasses import dataclass
@@ -27,10 +30,8 @@ from typing import Any, ClassVar
 
 from rlvr.data.types import Task
 from rlvr.verifiers.base import Verdict
+from rlvr.verifiers.code_extract import extract_code, program_source
 from rlvr.verifiers.sandbox import LEVELS, SandboxLimits, detect_isolation, run_function, run_program
-
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
-_PY_LANGS = ("python", "py", "python3")
 
 
 class TaskFormatError(ValueError):
@@ -55,29 +56,6 @@ def defines(source: str, name: str) -> bool:
         ):
             return True
     return False
-
-
-def extract_code(completion: str, entry_point: str | None = None) -> str:
-    """The code in a completion: the last ```python fence that defines the entry point, else the last
-    python fence, else the last unlabelled fence, else the bare completion ("" when blank)."""
-    fences = [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(completion)]
-    py = [body for lang, body in fences if lang in _PY_LANGS] or [body for lang, body in fences if not lang]
-    if py:
-        if entry_point:
-            for body in reversed(py):
-                if defines(body, entry_point):
-                    return body
-        return py[-1]
-    return completion if completion.strip() else ""
-
-
-def candidate_source(code: str, prelude: str | None, entry_point: str | None) -> str:
-    """Prelude + code; when the code does not define the entry point it continues the prelude (a body)."""
-    if not prelude:
-        return code
-    if entry_point and not defines(code, entry_point):
-        return prelude + code
-    return prelude.rstrip("\n") + "\n\n" + code
 
 
 def _first_called_name(asserts: list[str]) -> str | None:
@@ -159,8 +137,9 @@ class CodeVerifier:
     """Processes and threads the candidate may hold at once."""
     file_size_mb: int = 16
     """Largest file the candidate may write, in MiB."""
-    output_limit_bytes: int = 1 << 20
-    """stdout + stderr the candidate may print before it is stopped (outcome violation)."""
+    output_limit_bytes: int = 64 << 20
+    """Flood guard: stdout + stderr the candidate may print before it is stopped (outcome violation);
+    debug output below it is truncated in the details and never changes the verdict."""
     isolation: str = "auto"
     """auto (best available) | bwrap (fail if bubblewrap is unusable) | rlimits (force the fallback)."""
     require_isolation: str | None = None
@@ -208,7 +187,7 @@ class CodeVerifier:
             if prelude is None and task.prompt and defines(task.prompt, entry_point):
                 prelude = task.prompt
             res = run_function(
-                candidate_source(code, prelude, entry_point),
+                program_source(completion, prelude, entry_point),
                 entry_point,
                 [b for b, _ in blocks],
                 prelude,

@@ -4,8 +4,8 @@ Formats:
   boxed        the contents of ``\\boxed{...}`` / ``\\fbox{...}`` with balanced braces (the last one is
                the answer); ``\\boxed 3`` (no braces) is accepted too
   hash         the rest of the line after ``####`` (GSM8K style)
-  code_fence   the last ```lang fence (a lang-tagged fence wins over an untagged one); with no fence
-               at all, the whole completion ("bare") -- an unterminated last fence runs to the end
+  code_fence   the last ```lang (or ~~~lang) fence (a lang-tagged fence wins over an untagged one); with
+               no fence at all, the whole completion ("bare") -- an unterminated last fence runs to the end
   last_number  the last number in the text
   raw          the whole completion, stripped
 
@@ -17,7 +17,9 @@ its cost is linear in the completion (every scan is bounded by ``max_answer_char
 
 from __future__ import annotations
 
+import functools
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 ANSWER_FORMATS: tuple[str, ...] = ("boxed", "hash", "code_fence", "last_number", "raw")
@@ -25,9 +27,10 @@ ANSWER_FORMATS: tuple[str, ...] = ("boxed", "hash", "code_fence", "last_number",
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\b")
 _BRACE_RE = re.compile(r"[{}]")
 _WS_RE = re.compile(r"\s+")
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n?")
+_FENCE_RE = re.compile(r"(?P<fence>`{3,}|~{3,})[ \t]*(?P<lang>[A-Za-z0-9_+.#-]*)[^\n]*(?:\n|$)")
 _NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
-_LANG_ALIASES = {"py": "python", "python3": "python", "sqlite": "sql", "sqlite3": "sql", "postgresql": "sql"}
+_LANG_ALIASES = {"py": "python", "python3": "python", "py3": "python", "sqlite": "sql", "sqlite3": "sql",
+                 "postgresql": "sql"}
 
 
 @dataclass
@@ -166,6 +169,50 @@ def _canon_lang(lang: str | None) -> str:
     return _LANG_ALIASES.get(lang, lang)
 
 
+@dataclass
+class Fence:
+    """One fenced block: its language tag (canonical, lower case, "" when untagged), its body
+    (dedented) and whether a closing fence was found."""
+
+    lang: str
+    body: str
+    closed: bool = True
+    start: int = 0  # where the opening fence starts in the text
+
+
+@functools.lru_cache(maxsize=64)
+def _closer(fence: str) -> re.Pattern:
+    return re.compile(r"^[ \t]*" + re.escape(fence[0]) + "{" + str(len(fence)) + r",}[ \t]*$", re.MULTILINE)
+
+
+def fenced_blocks(text: str) -> list[Fence]:
+    """Every ```` ``` ```` or ``~~~`` fenced block, in order (linear in ``text``).
+
+    An opening fence of N backticks (tildes) is closed by a line holding only N or more of the same
+    character, else by the next run of N of them anywhere (``return x```), else the block runs to the
+    end (a truncated generation). The body is dedented, so a fence inside an indented list item works.
+    """
+    out: list[Fence] = []
+    pos = 0
+    while True:
+        m = _FENCE_RE.search(text, pos)
+        if m is None:
+            return out
+        fence, start = m.group("fence"), m.end()
+        c = _closer(fence).search(text, start)
+        if c is None:
+            i = text.find(fence, start)
+            c_start, c_end = (i, i + len(fence)) if i >= 0 else (-1, len(text))
+        else:
+            c_start, c_end = c.start(), c.end()
+        body = text[start:] if c_start < 0 else text[start:c_start]
+        body = textwrap.dedent(body) if body[:1] in (" ", "\t") else body  # dedent is slow: only when indented
+        out.append(Fence(_canon_lang(m.group("lang")), body, c_start >= 0, m.start()))
+        pos = max(c_end, start)
+        if c_start < 0:
+            return out
+
+
 def extract_code(text: str, lang: str | None = None) -> Extraction:
     """The last fenced block (preferring ``lang``-tagged fences), else the bare text.
 
@@ -175,28 +222,18 @@ def extract_code(text: str, lang: str | None = None) -> Extraction:
     tagged: list[str] = []
     untagged: list[str] = []
     note = ""
-    pos = 0
-    while True:
-        m = _FENCE_RE.search(text, pos)
-        if m is None:
-            break
-        close = text.find("```", m.end())
-        body = text[m.end():] if close < 0 else text[m.end():close]
-        if close < 0:
+    for block in fenced_blocks(text):
+        if not block.closed:
             note = "unterminated fence"
-        tag = _canon_lang(m.group(1))
-        body = body.strip("\n").rstrip()
+        body = block.body.strip("\n").rstrip()
         if body.strip():
-            if want and tag == want:
+            if want and block.lang == want:
                 tagged.append(body)
-            elif not want or not tag:  # with no wanted language any fence counts
+            elif not want or not block.lang:  # with no wanted language any fence counts
                 untagged.append(body)
-        if close < 0:
-            break
-        pos = close + 3
     blocks = tagged or untagged
     if not blocks:
-        if "```" in text:
+        if "```" in text or "~~~" in text:
             return Extraction(None, [], False, "code_fence", "empty fence")
         s = text.strip()
         return Extraction(s or None, [s] if s else [], False, "code_fence", "bare")

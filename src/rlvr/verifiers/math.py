@@ -31,55 +31,21 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import re
 import select
 import subprocess
 import sys
 import threading
 import time
 import weakref
-from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from rlvr.data.types import Task
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.extract import extract_answer
+from rlvr.verifiers.math_answer import Item, fast_equal, parse_answer, plan
 
 WORKER_PATH = str(Path(__file__).with_name("_math_worker.py"))
-
-_PLAIN_RE = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)")
-_THOUSANDS_RE = re.compile(r"[+-]?\d{1,3}(?:,\d{3})+(?:\.\d*)?")
-_NOISE_RE = re.compile(r"\\[$,!;: ]|\{,\}|[$\s]")
-# Connectives that turn one answer into several; kind -> pattern.
-_HEDGES = {
-    "or": re.compile(r"\bor\b|\\lor\b|\\vee\b|\\text\s*\{\s*or\s*\}", re.IGNORECASE),
-    "and": re.compile(r"\band\b|\\land\b|\\wedge\b", re.IGNORECASE),
-    "pm": re.compile(r"\\pm\b|\\mp\b|±|∓"),
-    "list": re.compile(r";|\\quad|\\qquad"),
-}
-
-
-def plain_number(s: str) -> Decimal | None:
-    """``s`` as an exact Decimal when it is a plain integer/decimal (``$1{,}000.50`` ok), else None."""
-    if _PLAIN_RE.fullmatch(s):
-        return Decimal(s)
-    t = _NOISE_RE.sub("", s)
-    t = t.removesuffix(".")
-    if _THOUSANDS_RE.fullmatch(t):
-        t = t.replace(",", "")
-    if not _PLAIN_RE.fullmatch(t):
-        return None
-    try:
-        return Decimal(t)
-    except InvalidOperation:  # pragma: no cover - the regex admits only valid literals
-        return None
-
-
-def hedge_kinds(s: str) -> set[str]:
-    """Which answer-multiplying connectives appear in ``s`` (see ``_HEDGES``)."""
-    return {k for k, pat in _HEDGES.items() if pat.search(s)}
-
 
 class MathVerifier:
     """Verifier for ``kind == "math"`` tasks; gold in ``task.gold["answer"]``.
@@ -98,7 +64,10 @@ class MathVerifier:
 
     def __init__(self, timeout_s: float = 5.0, memory_mb: int = 2048, max_completion_chars: int = 100_000,
                  max_answer_chars: int = 1000, max_candidates: int = 4, fast_path: bool = True,
-                 startup_timeout_s: float = 60.0, max_digits: float = 10_000) -> None:
+                 startup_timeout_s: float = 60.0, max_digits: float = 10_000, rel_tol: float = 1e-8) -> None:
+        if not 0 <= rel_tol <= 1e-4:
+            raise ValueError(f"rel_tol must be in [0, 1e-4] (1.2e-7 and 1.3e-7 must stay different), got {rel_tol}")
+        self.rel_tol = float(rel_tol)
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
         self.max_completion_chars = int(max_completion_chars)
@@ -143,21 +112,28 @@ class MathVerifier:
             return "wrong", {**details, "reason": f"hedge: {len(cands)} different final answers"}
         if any(len(c) > self.max_answer_chars for c in cands):
             return "wrong", {**details, "reason": f"answer longer than {self.max_answer_chars} chars"}
-        gold = _gold_text(task.gold["answer"])
-        extra = set().union(*(hedge_kinds(c) for c in cands)) - hedge_kinds(gold)
-        if extra:
-            return "wrong", {**details, "reason": f"hedge: {'/'.join(sorted(extra))} in the answer"}
-        if self.fast_path:
-            fast = _fast_compare(gold, cands)
-            if fast is not None:
-                why = "" if fast else ("not equal" if len(cands) == 1 else
-                                        f"hedge: {len(cands)} different final answers")
-                return ("pass" if fast else "wrong"), {**details, "path": "fast", "reason": why}
-        res = self._call_worker(gold, cands)
-        details.update(path="math_verify", reason=res.get("reason", ""))
-        return res["outcome"], details
+        gold = parse_answer(_gold_text(task.gold["answer"]))
+        todo = plan(gold, [parse_answer(c) for c in cands])
+        eq: list[bool | None] = [None if not self.fast_path else fast_equal(g, c, self.rel_tol)
+                                 if isinstance(g, Item) and isinstance(c, Item) else None for g, c in todo.pairs]
+        path, worker_why = "fast", ""
+        rest = [i for i, e in enumerate(eq) if e is None]
+        if rest and todo.verdict is None:
+            res = self._call_worker([[todo.pairs[i][0].wire(), todo.pairs[i][1].wire()] for i in rest])
+            if res["outcome"] != "pass":
+                return res["outcome"], {**details, "path": "math_verify", "reason": res.get("reason", "")}
+            for i, ok in zip(rest, res["eq"]):
+                eq[i] = bool(ok)
+            path = "math_verify"
+            worker_why = next((r for r in res.get("reasons", []) if r.startswith(("hedge", "answer "))), "")
+        ok, why = todo.decide([bool(e) for e in eq])
+        if not ok and path == "math_verify" and worker_why:
+            why = worker_why
+        elif not ok and not why.startswith("hedge") and len(cands) > 1 and len(gold.items) == 1:
+            why = f"hedge: {len(cands)} different final answers"
+        return ("pass" if ok else "wrong"), {**details, "path": path, "reason": why}
 
-    def _call_worker(self, gold: str, cands: list[str]) -> dict[str, Any]:
+    def _call_worker(self, pairs: list[list[dict]]) -> dict[str, Any]:
         with self._lock:
             if self._worker is None or not self._worker.alive():
                 try:
@@ -166,7 +142,7 @@ class MathVerifier:
                     return {"outcome": "infra", "reason": f"math worker failed to start: {e}"}
             worker = self._worker
             soft = max(0.05, self.timeout_s * 0.75)
-            req = {"gold": gold, "cands": cands, "soft_s": soft, "max_digits": self.max_digits}
+            req = {"pairs": pairs, "soft_s": soft, "max_digits": self.max_digits, "rel_tol": self.rel_tol}
             res = worker.call(req, self.timeout_s)
             if res["outcome"] in ("timeout", "infra") and not worker.alive():
                 self._worker = None
@@ -184,17 +160,6 @@ def _gold_text(gold: Any) -> str:
     s = str(gold).strip()
     ext = extract_answer(s, "boxed")  # a gold written as "\boxed{...}" or "$...$"
     return ext.answer if ext.found and ext.answer is not None else s.strip("$ ")
-
-
-def _fast_compare(gold: str, cands: list[str]) -> bool | None:
-    """Exact comparison when gold and all candidates are plain numbers; None when not applicable."""
-    g = plain_number(gold)
-    if g is None:
-        return None
-    vals = [plain_number(c) for c in cands]
-    if any(v is None for v in vals):
-        return None
-    return all(v == g for v in vals)
 
 
 _LIVE: weakref.WeakSet[_MathWorker] = weakref.WeakSet()

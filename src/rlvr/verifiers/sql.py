@@ -14,8 +14,11 @@ statement starting with SELECT/WITH/VALUES (and, when sqlglot is installed, a pa
 type is a query). A progress handler enforces the time limit; rows beyond ``max_rows`` or
 ``max_result_bytes`` stop the fetch.
 
-Comparison: same column count; rows as multisets, or as sequences when the gold query has a top-level
-ORDER BY; ints exactly, floats within ``float_tol`` (relative and absolute); NULL only equals NULL.
+Comparison: same column count (names and aliases do not matter); rows as multisets, or -- when the
+gold query has a top-level ORDER BY -- in the gold's order, where rows tied on the gold's ORDER BY keys
+may come in any order (and a LIMIT that cuts a tie group accepts any of its rows; see
+:mod:`rlvr.verifiers.sql_order`); ints exactly, floats within ``float_tol`` (relative and absolute);
+NULL only equals NULL.
 
 Outcomes: ``pass``; ``wrong`` (rows differ, a row cap hit); ``format`` (no SQL found); ``violation``
 (a forbidden statement, a second statement, a denied action); ``crash`` (the query raised an SQL
@@ -47,6 +50,7 @@ from typing import Any
 from rlvr.data.types import Task
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.extract import extract_answer
+from rlvr.verifiers.sql_order import order_spec, ordered_match
 
 SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer",
@@ -155,14 +159,41 @@ class SqlVerifier:
         for i, src in enumerate(sources):
             try:
                 gold_rows, gold_cols = self._gold(src, gold_sql)
+                ties = self._ties(src, gold_sql, gold_rows, gold_cols) if ordered else None
             except _Fail as f:
                 return "infra", {**details, "error": f"gold query failed on variant {i}: {f.reason}"}
             rows, ncols = self._run(src, sql, deadline, trusted=False)
             if ncols != gold_cols:
                 return "wrong", {**details, "variant": i, "reason": f"{ncols} columns, expected {gold_cols}"}
-            if not rows_match(gold_rows, rows, ordered, self.float_tol):
-                return "wrong", {**details, "variant": i, "reason": "rows differ" + (" (order matters)" if ordered else "")}
+            if ties is not None:
+                row_eq = functools.partial(_row_eq, tol=self.float_tol)
+                value_eq = functools.partial(_value_eq, tol=self.float_tol)
+                same = len(rows) == len(gold_rows) and ordered_match(ties[0], ties[1], ties[2], rows, row_eq, value_eq)
+            else:
+                same = rows_match(gold_rows, rows, ordered, self.float_tol)
+            if not same:
+                why = " (order matters; rows tied on the ORDER BY keys may come in any order)" if ordered else ""
+                return "wrong", {**details, "variant": i, "reason": "rows differ" + why}
         return "pass", details
+
+    def _ties(self, src: tuple[str, str], gold_sql: str, gold_rows: list[tuple], ncols: int) -> tuple | None:
+        """(the gold's full ordered rows, their ORDER BY keys, the gold's offset into them), or None
+        when the keys cannot be recovered (then rows must come in exactly the gold's order)."""
+        spec = order_spec(gold_sql) if self.use_sqlglot else None
+        if spec is None:
+            return None
+        try:
+            if spec.keyed_sql is not None:
+                keyed, _ = self._gold(src, spec.keyed_sql)
+                full, keys = [r[:ncols] for r in keyed], [tuple(r[ncols:]) for r in keyed]
+            else:
+                full = self._gold(src, spec.unlimited_sql)[0] if spec.unlimited_sql else gold_rows
+                keys = [tuple(r[p] for p in spec.positions or ()) for r in full]
+        except _Fail:
+            return None
+        if spec.unlimited_sql is None and len(full) != len(gold_rows):
+            return None
+        return full, keys, spec.offset
 
     def static_check(self, sql: str) -> tuple[str, str] | None:
         """``(outcome, reason)`` when ``sql`` is refused before it runs, else None.

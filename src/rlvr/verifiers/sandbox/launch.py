@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import binascii
 import functools
 import json
+import marshal
 import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import threading
+import zlib
 from pathlib import Path
 
-from rlvr.verifiers.sandbox.isolation import CANDIDATE_PATH, Isolation, bwrap_args
+from rlvr.verifiers.sandbox.isolation import CANDIDATE_PATH, Isolation, bwrap_args, hidden_dirs, site_dirs
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.uids import UidLease, kill_uid
 
@@ -22,27 +24,38 @@ PY_FLAGS = ["-S", "-s", "-B"]
 
 
 @functools.cache
-def site_dirs(python: str) -> tuple[str, ...]:
-    """site-packages dirs for sys.path (no .pth processing): ours, when ``python`` is our interpreter."""
-    if os.path.realpath(python) != os.path.realpath(sys.executable):
-        return ()
-    paths = sysconfig.get_paths()
-    return tuple(dict.fromkeys(p for p in (paths["purelib"], paths["platlib"]) if os.path.isdir(p)))
-
-
-@functools.cache
 def _source(name: str) -> str:
     return (_HERE / name).read_text()
 
 
 def runner_source(with_main: bool = True) -> str:
-    """The candidate-side script: wire format + runner (+ a call to main)."""
-    return _source("wire.py") + "\n" + _source("runner.py") + ("\nmain()\n" if with_main else "")
+    """The candidate-side script: wire format + values + runner (+ a call to main)."""
+    body = _source("wire.py") + "\n" + _source("values.py") + "\n" + _source("runner.py")
+    return body + ("\nmain()\n" if with_main else "")
 
 
 def harness_source() -> str:
-    """The trusted harness script: wire format + harness + a call to main."""
-    return _source("wire.py") + "\n" + _source("harness.py") + "\nmain()\n"
+    """The trusted harness script: wire format + values + harness + a call to main."""
+    return _source("wire.py") + "\n" + _source("values.py") + "\n" + _source("harness.py") + "\nmain()\n"
+
+
+_LOAD_COMPILED = "import binascii,marshal,sys,zlib;exec(marshal.loads(zlib.decompress(binascii.a2b_base64(sys.argv.pop(1)))))"
+
+
+@functools.cache
+def _compiled(name: str) -> str:
+    source = runner_source() if name == "runner" else harness_source()
+    code = marshal.dumps(compile(source, f"<rlvr-{name}>", "exec", dont_inherit=True))  # not our __future__s
+    return binascii.b2a_base64(zlib.compress(code, 9), newline=False).decode("ascii")  # ~35 kB: one argv string
+
+
+def script_args(python: str, name: str) -> list[str]:
+    """``-c`` arguments that run the runner or harness script. Under our own interpreter the script is
+    compiled once here and handed over as compressed marshalled bytecode (compiling ~40 kB of source
+    cost each start ~5 ms); another interpreter gets the source."""
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return ["-c", _LOAD_COMPILED, _compiled(name)]
+    return ["-c", runner_source() if name == "runner" else harness_source()]
 
 
 def candidate_env() -> dict[str, str]:
@@ -56,6 +69,9 @@ def candidate_env() -> dict[str, str]:
         "PYTHONIOENCODING": "utf-8",
         "TMPDIR": "/tmp",
         "HOME": "/tmp",
+        "OPENBLAS_NUM_THREADS": "1",  # numpy & co.: one thread, not one per core (the process cap)
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
     }
 
 
@@ -80,12 +96,13 @@ def spawn_candidate(
         "rlimits": limits.candidate_rlimits(lease is not None),
         "uid": lease.uid if lease else None,
         "unshare": bool(iso.unshare) and not iso.uses_bwrap,
+        "keep": hidden_dirs(iso.python) if iso.unshare and not iso.uses_bwrap else [],
         "tmpfs_mb": limits.tmpfs_mb,
         "message_limit": limits.message_limit_bytes,
         "sys_path": list(site_dirs(iso.python)),
         "no_new_privs": not iso.uses_bwrap,  # bubblewrap has set it already (saves importing ctypes)
     }
-    cmd = [iso.python, *PY_FLAGS, "-c", runner_source(), json.dumps(cfg)]
+    cmd = [iso.python, *PY_FLAGS, *script_args(iso.python, "runner"), json.dumps(cfg)]
     if iso.uses_bwrap:
         cmd = bwrap_args(iso.bwrap, iso.python, limits.tmpfs_mb, os.geteuid() == 0) + ["--", *cmd]
     fds = tuple(fd for fd in (fd_in, fd_out) if fd is not None)
@@ -116,7 +133,7 @@ def spawn_harness(
     }
     env = {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.Popen(
-        [sys.executable, *PY_FLAGS, "-c", harness_source(), json.dumps(cfg)],
+        [sys.executable, *PY_FLAGS, *script_args(sys.executable, "harness"), json.dumps(cfg)],
         stdin=subprocess.PIPE,
         stdout=stdout,
         stderr=subprocess.STDOUT,

@@ -24,8 +24,10 @@ class SandboxLimits:
     """Open file descriptors per candidate process (RLIMIT_NOFILE)."""
     tmpfs_mb: int = 64
     """Size of the candidate's private /tmp (bubblewrap or unshare), in MiB."""
-    output_limit_bytes: int = 1 << 20
-    """stdout + stderr the candidate may write before it is killed (outcome ``violation``)."""
+    output_limit_bytes: int = 64 << 20
+    """Flood guard: stdout + stderr the candidate may write before it is stopped (outcome ``violation``).
+    Output below it never changes a verdict: function tasks keep its first 4 KiB for the details only;
+    program tasks compare stdout (so it is held in memory up to this size)."""
     message_limit_bytes: int = 16 << 20
     """Largest message (return value, load error) the candidate may send back across the boundary."""
     harness_memory_mb: int = 4096

@@ -11,15 +11,15 @@ exception's type name and message). It never receives the tests or any expected 
 Program mode: it runs the source as ``__main__`` with the real stdin/stdout.
 """
 
-import builtins
 import json
 import os
 import sys
 
-try:  # inside the sandbox the wire module's source is prepended to this file's
+try:  # inside the sandbox the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
-    from rlvr.verifiers.sandbox.wire import WireError, from_wire, recv_msg, send_msg, to_wire
+    from rlvr.verifiers.sandbox.values import Context, decode_value, describe, encode_value, module_namespace
+    from rlvr.verifiers.sandbox.wire import recv_msg, send_msg
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
@@ -27,19 +27,30 @@ _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 
 
-def _unshare(tmpfs_mb):
-    """As root without bubblewrap: private network (loopback down) and private /tmp, /var/tmp, /dev/shm."""
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
+
+
+def _unshare(tmpfs_mb, keep=()):
+    """As root without bubblewrap: private network (loopback down) and private /tmp, /var/tmp, /dev/shm;
+    the directories in ``keep`` (the interpreter's, when it lives under them) stay visible, read-only."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
     done = {"net": libc.unshare(_CLONE_NEWNET) == 0, "tmp": False}
     if libc.unshare(_CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0:
+        held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in keep if os.path.isdir(p)}
         opts = b"size=%dm,mode=1777" % tmpfs_mb
         flags = _MS_NOSUID | _MS_NODEV
         done["tmp"] = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", flags, opts) == 0
         for d in (b"/var/tmp", b"/dev/shm"):
             if os.path.isdir(d):
                 libc.mount(b"tmpfs", d, b"tmpfs", flags, opts)
+        for path, fd in held.items():
+            os.makedirs(path, 0o755, exist_ok=True)
+            src, dst = b"/proc/self/fd/%d" % fd, os.fsencode(path)
+            if libc.mount(src, dst, None, _MS_BIND | _MS_REC, None) == 0:
+                libc.mount(None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+            os.close(fd)
     return done
 
 
@@ -58,7 +69,7 @@ def drop_privileges(cfg):
 
     for name, value in cfg["rlimits"]:
         resource.setrlimit(getattr(resource, name), (value, value))
-    private = _unshare(cfg["tmpfs_mb"]) if cfg.get("unshare") else {}
+    private = _unshare(cfg["tmpfs_mb"], cfg.get("keep") or ()) if cfg.get("unshare") else {}
     uid = cfg.get("uid")
     if uid is not None:
         os.setgroups([])
@@ -73,19 +84,11 @@ def drop_privileges(cfg):
     return cwd
 
 
-def _describe(e):
-    try:
-        message = str(e)[:500]
-    except BaseException:  # noqa: BLE001 - a hostile __str__
-        message = "<unprintable>"
-    return {"type": type(e).__name__, "message": message}
-
-
 def serve(source, entry_point, fd_in, fd_out, limit):
     """Load the candidate, then answer call requests until the harness closes the pipe."""
-    g = {"__name__": "candidate", "__builtins__": builtins}
+    g = module_namespace("candidate")
     try:
-        exec(compile(source, "solution.py", "exec"), g)  # noqa: S102 - sandboxed, unprivileged
+        exec(compile(source, "solution.py", "exec", dont_inherit=True), g)  # noqa: S102 - sandboxed, unprivileged
         fn = g[entry_point]
         if not callable(fn):
             raise TypeError(f"{entry_point} is not callable")
@@ -93,31 +96,42 @@ def serve(source, entry_point, fd_in, fd_out, limit):
         send_msg(fd_out, {"load_error": {"type": "NameError", "message": f"{entry_point} is not defined"}})
         return
     except Exception as e:  # noqa: BLE001 - reported to the harness as a crash
-        send_msg(fd_out, {"load_error": _describe(e)})
+        send_msg(fd_out, {"load_error": describe(e)})
         return
     send_msg(fd_out, {"ready": True})
+    ctx = Context(g, "candidate")  # the tests' objects arrive as instances of the candidate's own classes
     while True:
         try:
             msg = recv_msg(fd_in, limit)
         except EOFError:
             return
-        args, kwargs = from_wire(msg["args"]), from_wire(msg["kwargs"])
+        args, kwargs = decode_value(msg["args"], ctx), decode_value(msg["kwargs"], ctx)
         try:
             result = fn(*args, **kwargs)
         except Exception as e:  # noqa: BLE001 - the harness re-raises it inside the tests
-            send_msg(fd_out, {"raised": _describe(e)})
+            send_msg(fd_out, {"raised": describe(e)})
             continue
         try:
-            reply = {"value": to_wire(result)}
-        except (WireError, ValueError, RecursionError) as e:
+            reply = {"value": encode_value(result)}
+        except Exception as e:  # noqa: BLE001 - WireError, RecursionError, a hostile conversion
             reply = {"bad_value": str(e)[:300]}
+        reply.update(mutated(msg, args, kwargs))
         send_msg(fd_out, reply)
+
+
+def mutated(msg, args, kwargs):
+    """The arguments as the call left them, when it changed them (the harness mirrors it in place)."""
+    try:
+        after = {"args": encode_value(args), "kwargs": encode_value(kwargs)}
+    except Exception:  # noqa: BLE001 - an argument the call turned into something that cannot cross
+        return {}
+    return {"mutated": after} if after != {"args": msg["args"], "kwargs": msg["kwargs"]} else {}
 
 
 def run_program(source):
     """Run the source as a script with the real stdin/stdout (stdin/stdout tasks)."""
     sys.argv = ["main.py"]
-    exec(compile(source, "main.py", "exec"), {"__name__": "__main__", "__builtins__": builtins})  # noqa: S102
+    exec(compile(source, "main.py", "exec", dont_inherit=True), module_namespace("__main__"))  # noqa: S102
 
 
 def main():

@@ -24,44 +24,55 @@ class WireError(Exception):
     """A value that is not plain data, or a malformed message."""
 
 
-def to_wire(x, depth=0):
-    """Plain value -> JSON-able structure; raises WireError for anything else (subclasses included)."""
+def to_wire(x, depth=0, other=None):
+    """Plain value -> JSON-able structure; anything else (subclasses included) goes to ``other(x, depth)``
+    when given (:mod:`values`: known types by value), else raises WireError."""
     t = type(x)
     if x is None or t in _SCALARS:
         return x
     if depth >= WIRE_MAX_DEPTH:
         raise WireError(f"value nested deeper than {WIRE_MAX_DEPTH} levels")
     if t is list:
-        return [to_wire(v, depth + 1) for v in x]
+        return [to_wire(v, depth + 1, other) for v in x]
     if t is tuple or t is set or t is frozenset:
-        return {"t": t.__name__, "v": [to_wire(v, depth + 1) for v in x]}
+        return {"t": t.__name__, "v": [to_wire(v, depth + 1, other) for v in x]}
     if t is dict:
-        return {"t": "dict", "v": [[to_wire(k, depth + 1), to_wire(v, depth + 1)] for k, v in x.items()]}
+        return {"t": "dict", "v": [[to_wire(k, depth + 1, other), to_wire(v, depth + 1, other)] for k, v in x.items()]}
+    if other is not None:
+        return other(x, depth)
     raise WireError(f"a {t.__name__} is not plain data")
 
 
-def from_wire(w, depth=0):
-    """JSON-decoded structure -> fresh builtin value; raises WireError on anything unexpected."""
+def wire_pairs(items, depth, other=None):
+    """``[[key, value], ...]`` of a list of 2-item lists, each side decoded (WireError when malformed)."""
+    out = []
+    for pair in items:
+        if type(pair) is not list or len(pair) != 2:
+            raise WireError("malformed dict item")
+        out.append((from_wire(pair[0], depth + 1, other), from_wire(pair[1], depth + 1, other)))
+    return out
+
+
+def from_wire(w, depth=0, other=None):
+    """JSON-decoded structure -> fresh builtin value; raises WireError on anything unexpected. Tags other
+    than the plain ones go to ``other(tag, items, aux, depth)`` when given (it builds trusted types only)."""
     t = type(w)
     if w is None or t in _SCALARS:
         return w
     if depth >= WIRE_MAX_DEPTH:
         raise WireError(f"value nested deeper than {WIRE_MAX_DEPTH} levels")
     if t is list:
-        return [from_wire(v, depth + 1) for v in w]
-    if t is not dict or set(w) != {"t", "v"} or type(w["v"]) is not list:
+        return [from_wire(v, depth + 1, other) for v in w]
+    if t is not dict or not {"t", "v"} <= set(w) <= {"t", "v", "a"} or type(w["v"]) is not list:
         raise WireError("malformed value")
     tag, items = w["t"], w["v"]
     try:
-        if tag in _TAGGED:
-            return _TAGGED[tag](from_wire(v, depth + 1) for v in items)
-        if tag == "dict":
-            out = {}
-            for pair in items:
-                if type(pair) is not list or len(pair) != 2:
-                    raise WireError("malformed dict item")
-                out[from_wire(pair[0], depth + 1)] = from_wire(pair[1], depth + 1)
-            return out
+        if "a" not in w and tag in _TAGGED:
+            return _TAGGED[tag](from_wire(v, depth + 1, other) for v in items)
+        if "a" not in w and tag == "dict":
+            return dict(wire_pairs(items, depth, other))
+        if other is not None and type(tag) is str:
+            return other(tag, items, w.get("a"), depth)
     except TypeError as e:  # unhashable set element or dict key
         raise WireError(f"malformed value: {e}") from None
     raise WireError(f"unknown tag {tag!r}")
