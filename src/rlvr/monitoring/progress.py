@@ -38,6 +38,16 @@ class PlainProgress:
     def __enter__(self) -> "PlainProgress":
         return self
 
+    def start(self) -> None:
+        """Nothing to draw (rich's Progress.start shows the bar)."""
+
+    def stop(self) -> None:
+        """Print the closing line of every task that ran to its end (an interrupted one gets none)."""
+        for t in self.tasks.values():
+            if t["total"] is not None and t["done"] >= t["total"] > t["start"]:
+                self._line(t, f"finished at step {t['done']}/{t['total']} in {time.time() - t['t0']:.0f}s")
+        self.tasks = {}
+
     def __exit__(self, *exc) -> None:
         for t in self.tasks.values():
             if exc[0] is None and t["done"] > t["start"]:

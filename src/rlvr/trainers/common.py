@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,7 +229,6 @@ class StageRun:
     progress: Any = None
     bar: Any = None
     _t0: float = 0.0
-    _plain: bool = False
 
     def done(self) -> bool:
         """The stage has run its steps (or its ``max_minutes`` of training time)."""
@@ -263,13 +261,9 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
         run.evaler = EvalHook(eval_cfg, tok, judge, every)
         if run.step == 0:
             run.writer.log(0, {**run.evaler.run(model, 0), "perf/minutes": 0.0})
-    run._plain = not sys.stdout.isatty()
     run.progress = make_progress()
     run.progress.start()
     run.bar = run.progress.add_task(f"{label or cfg.type}:{cfg.name}", total=n_steps, completed=run.step, info="")
-    if run._plain:
-        print(f"[{cfg.name}] {'resuming at step ' + str(run.step) if checkpoint else 'starting'} "
-              f"({n_steps} steps)", flush=True)
     run._t0 = time.perf_counter()
     return run
 
@@ -303,8 +297,6 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
         run.writer.log(run.step, rec)
     run.last.update(rec)
     run.progress.update(run.bar, advance=1, info=info)
-    if run._plain and (run.step % max(1, run.n_steps // 10) == 0 or run.step == run.n_steps):
-        print(f"[{run.cfg.name}] step {run.step}/{run.n_steps} {info}", flush=True)
     full = {**(state or {}), "seconds": run.seconds}
     if run.health is not None:
         full["health"] = run.health.state_dict()
