@@ -108,16 +108,18 @@ def ppo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOp
 
 @app.command("eval")
 def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF format)."),
-          tasks: str = typer.Option(..., "--tasks", help="Tasks JSONL, or builtin:FAMILY[,FAMILY][:N]."),
+          tasks: str = typer.Option(..., "--tasks", help="Tasks JSONL, builtin:FAMILY[,FAMILY][:N], or "
+                                                          "builtin_env:ENV[:N] (closed loop)."),
           n: int = typer.Option(1, "--n", help="Samples per task for pass@k."),
           temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
           max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Generation budget."),
           out: Optional[str] = typer.Option(None, "--out", help="Write the result JSON here."),
-          workers: int = typer.Option(0, "--workers", help="Verifier worker processes.")) -> None:
+          workers: int = typer.Option(0, "--workers", help="Verifier worker processes."),
+          max_turns: int = typer.Option(8, "--max-turns", help="Environment tasks: turns per trajectory.")) -> None:
     """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks."""
     from rlvr.commands.evaluate import eval_command
 
-    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers)
+    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns)
 
 
 @app.command("build-tiny")

@@ -58,17 +58,22 @@ class HFTasks(Section):
 
 
 class BuiltinEnvTasks(Section):
-    """Built-in tool-environment tasks (rlvr.envs): a virtual file system or a key-value store."""
+    """Built-in tool-environment tasks (rlvr.envs): files, kvstore, calculator."""
 
     type: Literal["builtin_env"] = "builtin_env"
-    env: Literal["files", "kvstore"] = "files"
+    env: Literal["files", "kvstore", "calculator"] = "files"
     """Which environment."""
     n: int = 1000
     """Number of tasks."""
     split: Literal["train", "heldout"] = "train"
-    """Train or held-out draw."""
+    """Which side of the train/held-out partition (a hash of each task decides its side)."""
     seed: int = 0
     """Seed of the draw."""
+    families: list[str] | None = None
+    """Task families of the environment (None: all of them)."""
+    shortcut_rate: float = 0.5
+    """calculator: how often the demonstrating teacher does an add/sub in its head instead of calling
+    the tool (its demonstrations are then not the student's best path)."""
 
 
 TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks, default="builtin")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import field_validator
 
+from rlvr.config.agent import AgentLoopConfig
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 
@@ -23,6 +24,8 @@ class EvalConfig(Section):
     """Prompts per generation batch."""
     workers: int = 0
     """Verifier worker processes (0 = inline; arithmetic needs none)."""
+    agent: AgentLoopConfig = AgentLoopConfig()
+    """Closed-loop limits for environment tasks (``kind: env``), evaluated turn by turn."""
 
     @field_validator("tasks")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from rlvr.config.agent import RolloutConfig
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
@@ -138,6 +139,9 @@ class RLStage(Section):
     """KL regularisation to the reference."""
     sampling: SamplingConfig = SamplingConfig()
     """Rollout generation."""
+    rollout: RolloutConfig = RolloutConfig()
+    """Single-turn completions, or the multi-turn closed loop over tool environments (with its limits,
+    credit assignment and guards)."""
     rewards: list[RewardTerm] = [RewardTerm()]
     """Reward composition (weighted sum)."""
     optim: OptimConfig = OptimConfig(lr=2e-4, warmup_steps=5, schedule="constant")

@@ -27,12 +27,20 @@ def load_task_source(src) -> list[Task]:
     if isinstance(src, HFTasks):
         return _load_hf(src)
     if isinstance(src, BuiltinEnvTasks):
-        from rlvr.envs.files import generate_files_tasks
-        from rlvr.envs.kvstore import generate_kvstore_tasks
-
-        gen = generate_files_tasks if src.env == "files" else generate_kvstore_tasks
-        return gen(src.n, seed=src.seed, split=src.split)
+        return _builtin_env(src)
     raise DataError(f"unknown task source {src!r}")
+
+
+def _builtin_env(src: BuiltinEnvTasks) -> list[Task]:
+    from rlvr.envs.calculator import generate_calculator_tasks
+    from rlvr.envs.files import generate_files_tasks
+    from rlvr.envs.kvstore import generate_kvstore_tasks
+
+    kw = {"families": tuple(src.families)} if src.families else {}
+    if src.env == "calculator":
+        return generate_calculator_tasks(src.n, seed=src.seed, split=src.split, shortcut_rate=src.shortcut_rate, **kw)
+    gen = generate_files_tasks if src.env == "files" else generate_kvstore_tasks
+    return gen(src.n, seed=src.seed, split=src.split, **kw)
 
 
 def _load_hf(src: HFTasks) -> list[Task]:

@@ -1,6 +1,7 @@
 """Multi-turn tool environments: a typed, batched reset/step protocol (see ``base``).
 
-Built in: ``files`` (a virtual filesystem) and ``kvstore`` (a key-value store). Tool-call markup is
+Built in: ``files`` (a virtual filesystem), ``kvstore`` (a key-value store) and ``calculator``
+(multi-step arithmetic with add/sub/mul tools). Tool-call markup is
 documented in ``tools``. No torch, no model: the rollout side drives these with generated text.
 """
 
@@ -20,6 +21,7 @@ from rlvr.envs.base import (
     Violation,
 )
 from rlvr.envs.batched import BatchedEnv
+from rlvr.envs.calculator import CalculatorEnv, generate_calculator_tasks
 from rlvr.envs.files import FilesEnv, generate_files_tasks
 from rlvr.envs.kvstore import KVStoreEnv, generate_kvstore_tasks
 from rlvr.envs.registry import ENVIRONMENTS, env_class, make_env
@@ -28,6 +30,7 @@ from rlvr.envs.tools import ToolCall, ToolCallError, parse_turn, render_output, 
 __all__ = [
     "ENVIRONMENTS",
     "BatchedEnv",
+    "CalculatorEnv",
     "EnvError",
     "EnvLimits",
     "Environment",
@@ -46,6 +49,7 @@ __all__ = [
     "ToolSpec",
     "Violation",
     "env_class",
+    "generate_calculator_tasks",
     "generate_files_tasks",
     "generate_kvstore_tasks",
     "make_env",

@@ -51,8 +51,16 @@ def _ks(n: int) -> list[int]:
 
 
 def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, temperature: float = 1.0,
-             max_new_tokens: int = 64, seed: int = 0) -> dict:
-    """Evaluate ``tasks``: greedy pass@1 always; pass@k for k in 1,2,4..K when ``k`` > 1."""
+             max_new_tokens: int = 64, seed: int = 0, agent=None) -> dict:
+    """Evaluate ``tasks``: greedy pass@1 always; pass@k for k in 1,2,4..K when ``k`` > 1.
+
+    Environment tasks (``kind == "env"``) run in the closed loop (:mod:`rlvr.monitoring.agent_eval`,
+    with the ``agent`` loop limits), never as one open-loop completion.
+    """
+    if tasks and all(t.kind == "env" for t in tasks):
+        from rlvr.monitoring.agent_eval import evaluate_agent
+
+        return evaluate_agent(engine, tokenizer, tasks, agent, k=k, temperature=temperature, seed=seed)
     t0 = time.time()
     prompts = [encode_prompt(tokenizer, t) for t in tasks]
     stops = stop_token_ids(tokenizer)

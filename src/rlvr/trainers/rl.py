@@ -33,6 +33,7 @@ from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
 from rlvr.trainers.rl_update import (
@@ -153,6 +154,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     ref = setup_reference(model, stage)
     judge = judge or default_judge(stage.verifier_workers)
     engine = HFEngine(model, tok, bf16=model_cfg.autocast_bf16)
+    agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     step, wall = 0, 0.0
@@ -176,10 +178,15 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             if stage.max_minutes is not None and wall >= stage.max_minutes * 60:
                 break
             t0 = time.perf_counter()
-            ro, extra = rollout_step(stage, engine, tok, stream, judge, seed, step, notes)
-            zv = zero_variance_groups(ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, dtype=torch.bool)
-            adv = compute_advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
-            batch = build_train_batch(ro, adv, needs_all, mask_trunc)
+            if agent is not None:  # multi-turn closed loop (trainers/agent.py)
+                batch, ro_rec = agent.step(stream, seed, step, needs_all)
+            else:
+                ro, extra = rollout_step(stage, engine, tok, stream, judge, seed, step, notes)
+                zv = zero_variance_groups(ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, dtype=torch.bool)
+                adv = compute_advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
+                batch = build_train_batch(ro, adv, needs_all, mask_trunc)
+                ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
+                          "time/verify": ro.seconds.get("verify", 0.0)}
             if ref is not None or (stage.kl.beta > 0 and len(batch)):
                 batch.ref_logprobs = reference_logprobs(ref, model, batch, tok.pad_token_id,
                                                         stage.sampling.temperature, stage.micro_batch_size)
@@ -188,8 +195,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             step += 1
             t2 = time.perf_counter()
             wall += t2 - t0
-            rec = {**rollout_metrics(ro, zv), **extra, **met, "time/generate": ro.seconds.get("generate", 0.0),
-                   "time/verify": ro.seconds.get("verify", 0.0), "time/train": t2 - t1,
+            rec = {**ro_rec, **met, "time/train": t2 - t1,
                    "time/step": t2 - t0, "perf/minutes": wall / 60, "train/lr": sched.get_last_lr()[0]}
             if notes:
                 rec["notes"] = notes.pop()

@@ -51,7 +51,8 @@ class TrainBatch:
     masks: list[list[int]]
     old_logprobs: list[list[float]]   # aligned with seqs (0 on prompt positions)
     ref_logprobs: list[list[float]] | None
-    advantages: list[float]
+    advantages: list[float] | list[list[float]]
+    """One per row, or (multi-turn credit) one per token aligned with ``seqs``."""
 
     def __len__(self) -> int:
         return len(self.seqs)
@@ -146,7 +147,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     if on_policy:
         old = logprobs.detach()
     eps_low, eps_high, level = clip_range(cfg.loss)
-    adv = torch.tensor(mb.advantages, dtype=torch.float32, device=dev)
+    adv = advantage_tensor(mb.advantages, T, dev)
     per_tok, metrics = clipped_surrogate(logprobs, old, adv, lm, eps_low, eps_high, level=level)
     if cfg.kl.beta > 0:
         ref = torch.tensor([r + [0.0] * (T - len(r)) for r in mb.ref_logprobs], device=dev)
@@ -159,6 +160,13 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     metrics["policy/entropy_sum"] = float((entropy * lm).sum())
     metrics["policy/tokens"] = float(lm.sum())
     return loss, metrics
+
+
+def advantage_tensor(advantages: list, T: int, device) -> torch.Tensor:
+    """``[B]`` from per-row advantages, or ``[B, T]`` from per-token ones (right-padded with 0)."""
+    if advantages and isinstance(advantages[0], list):
+        return torch.tensor([a + [0.0] * (T - len(a)) for a in advantages], dtype=torch.float32, device=device)
+    return torch.tensor(advantages, dtype=torch.float32, device=device)
 
 
 def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False) -> dict:
