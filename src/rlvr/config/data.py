@@ -58,10 +58,10 @@ class HFTasks(Section):
 
 
 class BuiltinEnvTasks(Section):
-    """Built-in tool-environment tasks (rlvr.envs): files, kvstore, calculator."""
+    """Built-in tool-environment tasks (rlvr.envs): files, kvstore, calculator, sql."""
 
     type: Literal["builtin_env"] = "builtin_env"
-    env: Literal["files", "kvstore", "calculator"] = "files"
+    env: Literal["files", "kvstore", "calculator", "sql"] = "files"
     """Which environment."""
     n: int = 1000
     """Number of tasks."""
@@ -71,9 +71,9 @@ class BuiltinEnvTasks(Section):
     """Seed of the draw."""
     families: list[str] | None = None
     """Task families of the environment (None: all of them)."""
-    shortcut_rate: float = 0.5
-    """calculator: how often the demonstrating teacher does an add/sub in its head instead of calling
-    the tool (its demonstrations are then not the student's best path)."""
+    shortcut_rate: float = 0.6
+    """calculator: how often the demonstrating teacher does a final add/sub in its head instead of
+    calling the tool (its demonstrations are then not the student's best path)."""
 
 
 TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks, default="builtin")

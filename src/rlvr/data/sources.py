@@ -35,11 +35,12 @@ def _builtin_env(src: BuiltinEnvTasks) -> list[Task]:
     from rlvr.envs.calculator import generate_calculator_tasks
     from rlvr.envs.files import generate_files_tasks
     from rlvr.envs.kvstore import generate_kvstore_tasks
+    from rlvr.envs.sql_agent import generate_sql_tasks
 
     kw = {"families": tuple(src.families)} if src.families else {}
     if src.env == "calculator":
         return generate_calculator_tasks(src.n, seed=src.seed, split=src.split, shortcut_rate=src.shortcut_rate, **kw)
-    gen = generate_files_tasks if src.env == "files" else generate_kvstore_tasks
+    gen = {"files": generate_files_tasks, "kvstore": generate_kvstore_tasks, "sql": generate_sql_tasks}[src.env]
     return gen(src.n, seed=src.seed, split=src.split, **kw)
 
 

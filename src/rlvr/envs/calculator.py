@@ -1,30 +1,33 @@
-"""``calculator``: multi-step arithmetic over 3-4-digit numbers with add / sub / mul tools.
+"""``calculator``: multi-step arithmetic over 3-4-digit numbers with add / sub / mul tools and registers.
 
 A ~1M-parameter model cannot multiply ``347*58`` in its head; with the tools it only has to plan the
-calls in the right order and copy numbers from one tool output into the next call. Tools:
-``add(a, b)``, ``sub(a, b)``, ``mul(a, b)`` on integers; each answers with the result. The episode
-ends with a turn without a tool call: its last integer is the answer.
+calls in the right order. The task's numbers sit in registers (``x=347 y=58 z=1203``, then
+``x*y+z=?``); every result goes to the next register ``r1``, ``r2``, ...; a tool argument is an integer
+or a register name. Tools: ``add(a, b)``, ``sub(a, b)``, ``mul(a, b)``; each answers ``r1 = 20126``.
+The episode ends with a turn without a tool call: the answer, a register name or an integer (the last
+one in the turn).
 
-State: ``{"answer": str or None, "results": [int, ...]}`` (the tool results in call order and the
-final answer). Goal (``gold["goal"]``): ``{"answer": "21329"}`` — the final answer must equal it.
+State: ``{"answer": str or None, "registers": {name: int}}``. Goal (``gold["goal"]``):
+``{"answer": "21329"}`` — the final answer must equal it.
 
-Leak guard: the tools compute the answer by design (the last call's output *is* the answer once the
+Leak guard: the tools compute the answer by design (the last call's result *is* the answer once the
 policy has planned the calls), so the answer is not a secret here; what the guard watches is the goal
-payload itself (a tool that printed ``{"answer": ...}`` would be an environment bug and an ``infra``
-outcome).
+payload itself (a tool that printed ``{"answer": ...}`` would be an environment bug: ``infra``).
 
-Task families (``init["ops"]`` lists the plan; the budget is exactly its length, so a wasted call
-leaves the last step unpaid):
+Task families (``init["ops"]`` is the plan; the budget is exactly its length, so a wasted call leaves
+the last step unpaid):
 
-    mul_add      a*b+c        mul, add          mul_sub      a*b-c        mul, sub
-    add_mul      (a+b)*c      add, mul          mul_add_mul  a*b+c*d      mul, mul, add
+    mul_add      x*y+z        mul, add          mul_sub      x*y-z        mul, sub
+    add_mul      (x+y)*z      add, mul          mul_add_mul  x*y+z*w      mul, mul, add
 
 Demonstrations (``task.solution``) come from a teacher that is better at arithmetic than the student:
-with probability ``shortcut_rate`` it does an add or sub *in its head* and writes the result straight
-into the next call (or as the final answer) instead of calling the tool. The shortcut is always
-correct, so every demonstration passes, but a student that imitates it must add 4-6-digit numbers
-without the tool; the best path for the student is to call the tool every time. That is the room RL
-has over SFT on these tasks (docs/agents.md).
+when the last step is an add or a sub, with probability ``shortcut_rate`` (default 0.6) it does it *in
+its head* and answers ``= 21329`` instead of calling the tool and answering ``r2``. The shortcut is
+always right, so every demonstration passes; but at the fork after the last-but-one result, an
+imitating student's most likely next token is the ``=`` of the shortcut, and then it must add 4-6-digit
+numbers without the tool. The student's best path is the tool every time. That is the room RL has over
+SFT on these tasks (docs/agents.md): greedy decoding of a policy that imitates the teacher takes the
+teacher's majority branch at every fork, and no amount of SFT changes which branch that is.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ import re
 from typing import Any, ClassVar
 
 from rlvr.data.types import Task
-from rlvr.envs.base import ArgSpec, GoalResult, ToolEnv, ToolSpec, generate_env_tasks
+from rlvr.envs.base import ArgSpec, GoalResult, ToolEnv, ToolError, ToolSpec, generate_env_tasks
 from rlvr.envs.tools import CLOSE, OPEN
 from rlvr.errors import DataError
 
 _INT = re.compile(r"-?\d+")
+_REGISTER = re.compile(r"[a-z][a-z0-9]{0,7}")
 OPS = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b}
 SYMBOL = {"add": "+", "sub": "-", "mul": "*"}
 
@@ -51,41 +55,61 @@ def compact_call(name: str, **args: Any) -> str:
 
 
 class CalculatorEnv(ToolEnv):
-    """Arithmetic with tools; see the module docstring for tools, state, goal and families."""
+    """Arithmetic with tools and registers; see the module docstring."""
 
     name: ClassVar[str] = "calculator"
     tool_specs: ClassVar[tuple[ToolSpec, ...]] = tuple(
-        ToolSpec(op, f"return a {SYMBOL[op]} b", {"a": ArgSpec("int"), "b": ArgSpec("int")}) for op in OPS)
+        ToolSpec(op, f"r = a {SYMBOL[op]} b", {"a": ArgSpec("str|int", max_chars=8), "b": ArgSpec("str|int", max_chars=8)})
+        for op in OPS)
 
     def _load(self, init: dict[str, Any]) -> None:
-        self.results: list[int] = []
+        self.registers: dict[str, int] = dict(init["registers"])
+        self.n_results = 0
 
-    def _tool(self, op: str, a: int, b: int) -> str:
-        self.results.append(OPS[op](a, b))
-        return str(self.results[-1])
+    def _value(self, v: str | int) -> int:
+        if isinstance(v, int):
+            return v
+        if v not in self.registers:
+            raise ToolError(f"no register {v[:8]!r}; registers: {', '.join(self.registers)}")
+        return self.registers[v]
 
-    def tool_add(self, a: int, b: int) -> str:
+    def _tool(self, op: str, a: str | int, b: str | int) -> str:
+        value = OPS[op](self._value(a), self._value(b))
+        self.n_results += 1
+        self.registers[f"r{self.n_results}"] = value
+        return f"r{self.n_results} = {value}"
+
+    def tool_add(self, a: str | int, b: str | int) -> str:
         return self._tool("add", a, b)
 
-    def tool_sub(self, a: int, b: int) -> str:
+    def tool_sub(self, a: str | int, b: str | int) -> str:
         return self._tool("sub", a, b)
 
-    def tool_mul(self, a: int, b: int) -> str:
+    def tool_mul(self, a: str | int, b: str | int) -> str:
         return self._tool("mul", a, b)
 
     def end_state(self) -> dict[str, Any]:
-        found = _INT.findall(self.final_text or "")
-        return {"answer": found[-1].lstrip("+") if found else None, "results": list(self.results)}
+        text = (self.final_text or "").strip()
+        if text in self.registers:
+            answer: str | None = str(self.registers[text])
+        else:
+            found = _INT.findall(text)
+            answer = found[-1] if found else None
+        return {"answer": answer, "registers": dict(self.registers)}
 
     def _instructions(self, task: Task) -> str:
-        return f"{task.prompt}\nTools: add, sub, mul (a, b). At most {self.budget} calls, then the result."
+        # the expression last: right before the first call that reads its registers
+        return (f"Tools: add, sub, mul (a, b: numbers or registers); results go to r1, r2... At most {self.budget} "
+                f"calls, then the answer.\n{task.prompt}")
 
     # ----- gold -----
     @classmethod
     def validate_gold(cls, gold: dict[str, Any]) -> None:
-        goal = gold.get("goal")
-        if not isinstance(gold.get("init"), dict):
-            raise DataError("calculator task: gold['init'] must be an object (e.g. {'ops': [...]})")
+        init, goal = gold.get("init"), gold.get("goal")
+        regs = init.get("registers") if isinstance(init, dict) else None
+        if not isinstance(regs, dict) or not all(isinstance(k, str) and _REGISTER.fullmatch(k) and isinstance(v, int)
+                                                 and not isinstance(v, bool) for k, v in regs.items()):
+            raise DataError("calculator task: gold['init'] must be {'registers': {name: integer}, ...}")
         if not isinstance(goal, dict) or not isinstance(goal.get("answer"), str) or not _INT.fullmatch(goal["answer"]):
             raise DataError("calculator task: gold['goal'] must be {'answer': '<integer>'}")
 
@@ -93,9 +117,9 @@ class CalculatorEnv(ToolEnv):
     def check_goal(cls, end_state: dict[str, Any], goal: dict[str, Any]) -> GoalResult:
         got = end_state.get("answer")
         if got is None:
-            return GoalResult(False, ("no integer in the final answer",))
-        return GoalResult(int(got) == int(goal["answer"]), () if int(got) == int(goal["answer"]) else
-                          ("answer differs",))
+            return GoalResult(False, ("no answer",))
+        ok = int(got) == int(goal["answer"])
+        return GoalResult(ok, () if ok else ("answer differs",))
 
     @classmethod
     def secret_values(cls, gold: dict[str, Any]) -> list[str]:
@@ -103,45 +127,41 @@ class CalculatorEnv(ToolEnv):
 
 
 # ----- task generator -----
-def _num(rng: random.Random, digits: int) -> int:
-    return rng.randint(10 ** (digits - 1), 10**digits - 1)
-
-
-# family -> (operand digits, plan); a plan step is (op, left, right) over operand names and earlier
-# step results ("r0", "r1", ...); the last step's result is the answer.
+# family -> (register digits, plan, expression); a plan step is (op, left, right) over register names
+# and earlier results r1, r2, ...; the last step's result is the answer.
 FAMILIES: dict[str, tuple[dict[str, int], list[tuple[str, str, str]], str]] = {
-    "mul_add": ({"a": 3, "b": 2, "c": 4}, [("mul", "a", "b"), ("add", "r0", "c")], "{a}*{b}+{c}"),
-    "mul_sub": ({"a": 3, "b": 2, "c": 4}, [("mul", "a", "b"), ("sub", "r0", "c")], "{a}*{b}-{c}"),
-    "add_mul": ({"a": 3, "b": 4, "c": 2}, [("add", "a", "b"), ("mul", "r0", "c")], "({a}+{b})*{c}"),
-    "mul_add_mul": ({"a": 3, "b": 2, "c": 3, "d": 2},
-                    [("mul", "a", "b"), ("mul", "c", "d"), ("add", "r0", "r1")], "{a}*{b}+{c}*{d}"),
+    "mul_add": ({"x": 3, "y": 2, "z": 4}, [("mul", "x", "y"), ("add", "r1", "z")], "x*y+z"),
+    "mul_sub": ({"x": 3, "y": 2, "z": 4}, [("mul", "x", "y"), ("sub", "r1", "z")], "x*y-z"),
+    "add_mul": ({"x": 3, "y": 4, "z": 2}, [("add", "x", "y"), ("mul", "r1", "z")], "(x+y)*z"),
+    "mul_add_mul": ({"x": 3, "y": 2, "z": 3, "w": 2},
+                    [("mul", "x", "y"), ("mul", "z", "w"), ("add", "r1", "r2")], "x*y+z*w"),
 }
 
 
 def _builder(family: str, shortcut_rate: float):
-    digits, plan, fmt = FAMILIES[family]
+    digits, plan, expr = FAMILIES[family]
 
     def build(rng: random.Random) -> tuple[str, dict, dict, list[str]]:
-        vals: dict[str, int] = {k: _num(rng, d) for k, d in digits.items()}
-        expr = fmt.format(**vals)
+        regs = {k: rng.randint(10 ** (d - 1), 10**d - 1) for k, d in digits.items()}
+        vals: dict[str, int] = dict(regs)
         actions: list[str] = []
         for i, (op, left, right) in enumerate(plan):
-            a, b = vals[left], vals[right]
-            vals[f"r{i}"] = OPS[op](a, b)
-            # the teacher's shortcut: an add/sub done in its head (never the first step: nothing to
-            # carry over yet) — its result then appears in the next call, or as the final answer
-            if op == "mul" or i == 0 or rng.random() >= shortcut_rate:
-                actions.append(compact_call(op, a=a, b=b))
-        answer = vals[f"r{len(plan) - 1}"]
-        init = {"expr": expr, "ops": [op for op, _, _ in plan]}
-        return f"{expr}=?", init, {"answer": str(answer)}, actions + [str(answer)]
+            vals[f"r{i + 1}"] = OPS[op](vals[left], vals[right])
+            actions.append(compact_call(op, a=left, b=right))
+        answer = vals[f"r{len(plan)}"]
+        final = f"r{len(plan)}"
+        if plan[-1][0] != "mul" and rng.random() < shortcut_rate:  # the teacher's shortcut (module docstring)
+            actions, final = actions[:-1], f"= {answer}"
+        init = {"registers": regs, "ops": [op for op, _, _ in plan]}
+        prompt = " ".join(f"{k}={v}" for k, v in regs.items()) + f"\n{expr}=?"
+        return prompt, init, {"answer": str(answer)}, actions + [final]
 
     return build
 
 
 def generate_calculator_tasks(n: int, seed: int = 0, split: str = "train",
                               families: tuple[str, ...] = ("mul_add", "mul_sub", "add_mul", "mul_add_mul"),
-                              shortcut_rate: float = 0.5) -> list[Task]:
+                              shortcut_rate: float = 0.6) -> list[Task]:
     """``n`` calculator tasks of ``split`` (by a hash of the task), deterministic by ``seed``; the budget
     is exactly the plan's length; ``task.solution`` is the teacher's demonstration (module docstring)."""
     if not 0.0 <= shortcut_rate <= 1.0:

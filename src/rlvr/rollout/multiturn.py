@@ -71,6 +71,7 @@ class TurnTemplate:
         self.stop_ids = stop_token_ids(tokenizer)
         self.eot_id = end_of_turn_id(tokenizer)
         self.pre, self.post = self._frame()
+        self._user_frame: tuple[str, str] | None = None
 
     def _frame(self) -> tuple[str, str]:
         if not getattr(self.tok, "chat_template", None):
@@ -92,6 +93,10 @@ class TurnTemplate:
         return pre, post
 
     def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added): the fast backend directly when there is one."""
+        backend = getattr(self.tok, "backend_tokenizer", None)
+        if backend is not None:
+            return backend.encode(text, add_special_tokens=False).ids
         return self.tok(text, add_special_tokens=False)["input_ids"]
 
     @staticmethod
@@ -109,8 +114,17 @@ class TurnTemplate:
         return self.encode(text)
 
     def prompt_ids(self, task: Task, first_message: str) -> list[int]:
-        """The first prompt (:meth:`first_messages`, rendered)."""
-        return self.render_ids(self.first_messages(task, first_message))
+        """The first prompt (:meth:`first_messages`, rendered; the template's frame around a lone user
+        message is measured once and reused)."""
+        msgs = self.first_messages(task, first_message)
+        if len(msgs) > 1 or not getattr(self.tok, "chat_template", None):
+            return self.render_ids(msgs)
+        if self._user_frame is None:
+            text = self.tok.apply_chat_template([{"role": "user", "content": PLACEHOLDER}], tokenize=False,
+                                                add_generation_prompt=True)
+            pre, _, post = text.partition(PLACEHOLDER)
+            self._user_frame = (pre, post)
+        return self.encode(self._user_frame[0] + first_message + self._user_frame[1])
 
     def observation_ids(self, text: str) -> list[int]:
         """The ids appended after the policy's end-of-turn token: the tool message and the next
@@ -395,14 +409,18 @@ class MultiTurnCollector:
 
 
 def demo_example(tokenizer, task: Task, tool_role: str = "tool", max_length: int | None = None,
-                 limits: EnvLimits | None = None) -> tuple[list[int], list[int]]:
+                 limits: EnvLimits | None = None, template: TurnTemplate | None = None) -> tuple[list[int], list[int]]:
     """``(input_ids, loss_mask)`` of a multi-turn demonstration (``task.solution``: a JSON list of turn
     texts), laid out exactly as a closed-loop rollout: each turn's ids plus the end-of-turn id
-    (loss_mask 1), the environment's real observation between turns (loss_mask 0)."""
-    turns = json.loads(task.solution or "[]")
+    (loss_mask 1), the environment's real observation between turns (loss_mask 0). Pass ``template``
+    to reuse one :class:`TurnTemplate` over many demonstrations."""
+    try:
+        turns = json.loads(task.solution or "[]")
+    except ValueError:
+        turns = None
     if not isinstance(turns, list) or not turns or not all(isinstance(t, str) for t in turns):
         raise ConfigError(f"task {task.id}: an environment demonstration must be a JSON list of turn texts")
-    tmpl = TurnTemplate(tokenizer, tool_role)
+    tmpl = template or TurnTemplate(tokenizer, tool_role)
     env = make_env(task, limits)
     tr = Trajectory(task, 0, 0)
     tr.append(tmpl.prompt_ids(task, env.reset(task).text), 0)

@@ -28,7 +28,7 @@ from rlvr.models.checkpoint import (
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.monitoring.metrics import MetricsWriter
 from rlvr.monitoring.progress import make_progress
-from rlvr.rollout.multiturn import demo_example
+from rlvr.rollout.multiturn import TurnTemplate, demo_example
 from rlvr.trainers.common import build_optimizer, end_of_step, optimizer_step, pad_batch, start_policy_stage
 from rlvr.trainers.eval_hook import EvalHook
 
@@ -48,12 +48,13 @@ class StageResult:
 def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
     """``(ids, loss_mask)`` per demonstration; environment tasks are laid out turn by turn with the real
     observations, exactly as a closed-loop rollout (rollout/multiturn.py)."""
-    examples = []
+    examples, template = [], None
     for t in tasks:
         if not t.solution:
             raise DataError(f"SFT task {t.id!r} has no 'solution' (a worked demonstration is required)")
         if t.kind == "env":
-            examples.append(demo_example(tokenizer, t, tool_role, max_length))
+            template = template or TurnTemplate(tokenizer, tool_role)
+            examples.append(demo_example(tokenizer, t, tool_role, max_length, template=template))
         else:
             examples.append(encode_example(tokenizer, t, t.solution, max_length))
     return examples

@@ -24,16 +24,20 @@ def task_of(family="mul_add", seed=0):
     return generate_calculator_tasks(1, seed=seed, families=(family,))[0]
 
 
-def test_tools_compute_and_the_last_integer_of_the_final_turn_is_the_answer():
-    t = task_of()  # a*b+c
-    a, b = json.loads(json.loads(t.solution)[0][len("<tool>"):-len("</tool>")])["args"].values()
-    env, outs = run(t, [compact_call("mul", a=a, b=b), f"so the answer is {t.gold['goal']['answer']}"])
-    assert outs[0].observation == f"<tool_output>{a * b}</tool_output>" and not outs[0].done
-    assert outs[1].done and env.end_state() == {"answer": t.gold["goal"]["answer"], "results": [a * b]}
+def test_tools_compute_into_registers_and_the_answer_is_a_register_or_the_last_integer():
+    t = task_of()  # x*y+z
+    x, y, z = (t.gold["init"]["registers"][k] for k in "xyz")
+    env, outs = run(t, [compact_call("mul", a="x", b="y"), compact_call("add", a="r1", b=z), "r2"])
+    assert outs[0].observation == f"<tool_output>r1 = {x * y}</tool_output>" and not outs[0].done
+    assert outs[1].observation == f"<tool_output>r2 = {x * y + z}</tool_output>"
+    assert outs[2].done and env.end_state()["answer"] == t.gold["goal"]["answer"] and env.goal_result().met
+    env, _ = run(t, [f"the answer is {x * y + z}"])
     assert env.goal_result().met
+    env, outs = run(t, [compact_call("mul", a="q", b=2)])
+    assert "no register 'q'" in outs[0].observation and env.tool_errors == 1
 
 
-@pytest.mark.parametrize("final, why", [("no idea", "no integer in the final answer"), ("12", "answer differs")])
+@pytest.mark.parametrize("final, why", [("no idea", "no answer"), ("12", "answer differs")])
 def test_a_missing_or_wrong_answer_fails_the_goal(final, why):
     env, _ = run(task_of(), [final])
     assert env.goal_result().failures == (why,)
@@ -42,14 +46,14 @@ def test_a_missing_or_wrong_answer_fails_the_goal(final, why):
 def test_the_budget_is_exactly_the_plan_so_a_wasted_call_costs_the_task():
     t = task_of("mul_add_mul")  # three operations, three calls
     assert t.gold["budget"] == 3
-    turns = [compact_call("add", a=1, b=1)] * 3 + [compact_call("mul", a=2, b=2), t.gold["goal"]["answer"]]
+    turns = [compact_call("add", a="x", b=1)] * 3 + [compact_call("mul", a="r1", b=2), t.gold["goal"]["answer"]]
     v = EnvPredicateVerifier().verify(t, turns)
     assert v.outcome == "violation" and v.details["violations"][0]["kind"] == "tool_budget"
 
 
 def test_bad_arguments_are_format_errors_not_crashes():
-    env, outs = run(task_of(), ['<tool>{"name":"mul","args":{"a":"7","b":2}}</tool>'])
-    assert "must be an integer" in outs[0].observation and env.format_errors and env.tool_calls == 1
+    env, outs = run(task_of(), ['<tool>{"name":"mul","args":{"a":7.5,"b":2}}</tool>'])
+    assert "must be a string or an integer" in outs[0].observation and env.format_errors and env.tool_calls == 1
 
 
 def test_every_demonstration_passes_including_the_teachers_shortcuts():
@@ -87,6 +91,9 @@ def test_gold_validation_and_the_leak_guard():
     t = task_of()
     bad = type(t).from_dict({**t.to_dict(), "gold": {**t.gold, "goal": {"answer": 12}}})
     with pytest.raises(DataError, match="answer"):
+        CalculatorEnv().reset(bad)
+    bad = type(t).from_dict({**t.to_dict(), "gold": {**t.gold, "init": {"registers": {"x": "1"}}}})
+    with pytest.raises(DataError, match="registers"):
         CalculatorEnv().reset(bad)
     # the answer is not a secret (the tools compute it), but the goal payload is
     assert CalculatorEnv.secret_values(t.gold) == [] and CalculatorEnv.secrets_guardable(t.gold, t.prompt)
