@@ -37,7 +37,7 @@ class AgentLoopConfig(Section):
     end state is an ``infra`` outcome and a logged error."""
 
     @model_validator(mode="after")
-    def _positive(self) -> "AgentLoopConfig":
+    def _positive(self) -> AgentLoopConfig:
         for name in ("max_turns", "max_new_tokens", "max_total_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

@@ -114,7 +114,9 @@ class HealthMonitor:
         rows = [r for r in self.history if isinstance(r.get("agent/tool_calls_mean"), (int, float))]
         if len(rows) < 2 * w:
             return None
-        mean = lambda rs, k: sum(r.get(k, 0.0) for r in rs) / len(rs)  # noqa: E731
+        def mean(rs: list[dict], k: str) -> float:
+            return sum(r.get(k, 0.0) for r in rs) / len(rs)
+
         calls0, calls1 = mean(rows[:w], "agent/tool_calls_mean"), mean(rows[-w:], "agent/tool_calls_mean")
         pass0, pass1 = mean(rows[:w], "rollout/pass_rate"), mean(rows[-w:], "rollout/pass_rate")
         if calls0 > 0 and calls1 < self.cfg.tool_collapse_frac * calls0 and pass1 <= pass0 + 0.02:

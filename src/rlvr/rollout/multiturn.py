@@ -281,7 +281,7 @@ class MultiTurnCollector:
                     tr.env = make_env(task, self.limits)
                     obs = tr.env.reset(task)
                     tr.messages = self.template.first_messages(task, obs.text)
-                    tr.append(self.template.render_ids(tr.messages), 0)
+                    tr.append(self.template.prompt_ids(task, obs.text), 0)
                     tr.prompt_len = len(tr.ids)
                 except Exception as e:  # noqa: BLE001 — a bad task or a broken env is infra
                     self._break(tr, f"reset failed: {type(e).__name__}: {e}")

@@ -18,6 +18,7 @@ from rlvr.rollout.agent_stats import agent_metrics, horizon_note
 from rlvr.rollout.multiturn import MultiTurnCollector, Trajectory
 from rlvr.trainers.rl_update import TrainBatch
 
+
 def assign_turn_rewards(trajs: list[Trajectory], budget_penalty: float, tool_error_penalty: float) -> None:
     """Each turn's reward: minus the penalties for its refused and failed calls; the last turn also gets
     the verdict's reward."""

@@ -16,7 +16,7 @@ from rlvr.rollout.multiturn import MultiTurnCollector
 from rlvr.verifiers.env import EnvPredicateVerifier
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "rollout"))
-from agent_fakes import ScriptedEngine  # noqa: E402
+from agent_fakes import ScriptedEngine
 
 TASKS = generate_sql_tasks(6, seed=1)
 V = EnvPredicateVerifier()

@@ -20,8 +20,9 @@ from rlvr.rollout.multiturn import MultiTurnCollector, TurnTemplate, demo_exampl
 from rlvr.trainers.agent import assign_turn_rewards, build_agent_batch, turn_advantages
 from rlvr.trainers.common import pad_batch
 from rlvr.trainers.rl_update import micro_loss
+
 sys.path.insert(0, os.path.dirname(__file__))
-from agent_fakes import FAKE_ENVS, ScriptedEngine, echo_task  # noqa: E402
+from agent_fakes import FAKE_ENVS, ScriptedEngine, echo_task
 
 LOOP = AgentLoopConfig(max_turns=4, max_new_tokens=12, max_total_tokens=400)
 SCRIPTED = AgentLoopConfig(max_turns=4, max_new_tokens=64, max_total_tokens=600)
@@ -67,7 +68,7 @@ def test_recomputed_logprobs_equal_the_samplers_on_several_turn_trajectories(tin
     # sampler's log-probabilities of every policy token: fp32, within 1e-5
     model, tok = tiny
     trajs = echo_rollout(tiny, seed=5)
-    ids, att, lm = pad_batch([t.ids for t in trajs], tok.pad_token_id, [t.loss_mask for t in trajs], left=False)
+    ids, att, _ = pad_batch([t.ids for t in trajs], tok.pad_token_id, [t.loss_mask for t in trajs], left=False)
     with torch.no_grad():
         lp, _ = token_logprobs(model, ids, att)
     worst = 0.0
@@ -146,7 +147,8 @@ def test_a_raising_tool_a_hanging_tool_and_breaking_environments_never_kill_the_
     t0 = time.monotonic()
     raising, hanging, breaking, hanging_env, ok = col.collect(tasks, 1)
     assert time.monotonic() - t0 < 5.0
-    assert raising.valid and "failed (ZeroDivisionError)" in raising.observation or True
+    assert raising.valid and "error: tool mul failed (ZeroDivisionError)" in tok.decode(raising.ids)
+    assert "error: tool mul timed out after 0.2s" in tok.decode(hanging.ids)
     assert raising.turns[0].tool_errors == 1 and hanging.turns[0].tool_errors == 1
     assert raising.verdict.outcome == hanging.verdict.outcome == "pass"  # the script never needed the tool's answer
     assert raising.verdict.details["tool_errors"] == hanging.verdict.details["tool_errors"] == 1

@@ -6,7 +6,14 @@ import sys
 import pytest
 import torch
 
-from rlvr.config.agent import AgentGuards, AgentLoopConfig, HGPOCredit, RolloutConfig, TrajectoryCredit, TurnCredit
+from rlvr.config.agent import (
+    AgentGuards,
+    AgentLoopConfig,
+    HGPOCredit,
+    RolloutConfig,
+    TrajectoryCredit,
+    TurnCredit,
+)
 from rlvr.config.rl import RLStage, SamplingConfig
 from rlvr.envs import registry
 from rlvr.errors import ConfigError
@@ -18,7 +25,7 @@ from rlvr.trainers.rl import TaskStream, policy_update
 from rlvr.trainers.rl_update import update_minibatch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "rollout"))
-from agent_fakes import EchoEnv, echo_task  # noqa: E402
+from agent_fakes import EchoEnv, echo_task
 
 LOOP = AgentLoopConfig(max_turns=3, max_new_tokens=10, max_total_tokens=300)
 
