@@ -147,11 +147,12 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
           temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
           max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Generation budget."),
           out: Optional[str] = typer.Option(None, "--out", help="Write the result JSON here."),
-          workers: int = typer.Option(0, "--workers", help="Verifier worker processes.")) -> None:
+          workers: int = typer.Option(0, "--workers", help="Verifier worker processes."),
+          max_turns: int = typer.Option(8, "--max-turns", help="Environment tasks: turns per trajectory.")) -> None:
     """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks."""
     from rlvr.commands.evaluate import eval_command
 
-    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers)
+    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns)
 
 
 @app.command()

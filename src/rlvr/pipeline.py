@@ -71,7 +71,7 @@ def evaluate_checkpoint(recipe: Recipe, model_path: str | None, out_json: Path, 
     ev = recipe.eval
     engine = HFEngine(model, tok, batch_size=ev.batch_size)
     res = evaluate(engine, tok, load_task_source(ev.tasks), judge or default_judge(ev.workers), k=ev.k,
-                   temperature=ev.temperature, max_new_tokens=ev.max_new_tokens, seed=recipe.seed)
+                   temperature=ev.temperature, max_new_tokens=ev.max_new_tokens, seed=recipe.seed, agent=ev.agent)
     write_json_atomic(out_json, res)
     return res
 

@@ -55,3 +55,24 @@ def test_lora_on_cuda(tiny_dir, tmp_path):
                  tasks_per_step=4, kl=KLConfig(beta=0.05), save_every=0)
     res = train_rl(st, cfg, tmp_path, judge=parity)
     assert (tmp_path / "rl" / "final" / "model.safetensors").exists() and res.steps == 2
+
+
+def test_agent_closed_loop_sft_and_multi_turn_grpo_on_cuda(tiny_dir, tmp_path):
+    # the agent recipe's path on a GPU (tiny model: the Qwen checkpoint of recipes/gpu/agent_qwen.yaml is not
+    # shipped): multi-turn demonstrations, closed-loop rollouts with HGPO credit, closed-loop evaluation
+    from rlvr.config.agent import AgentLoopConfig, HGPOCredit, RolloutConfig
+    from rlvr.config.data import BuiltinEnvTasks
+    from rlvr.config.eval import EvalConfig
+
+    cfg = ModelConfig(path=tiny_dir, device="cuda")
+    loop = AgentLoopConfig(max_turns=3, max_new_tokens=24, max_total_tokens=400)
+    sft = train_sft(SFTStage(data=BuiltinEnvTasks(env="calculator", n=32), max_steps=3, batch_size=8,
+                             max_length=400, save_every=0), cfg, tmp_path, seed=0)
+    rl = RLStage(data=BuiltinEnvTasks(env="calculator", n=32, seed=1), max_steps=2, tasks_per_step=2, save_every=0,
+                 sampling=SamplingConfig(group_size=4, temperature=2.0), micro_batch_size=8,
+                 rollout=RolloutConfig(mode="multi_turn", loop=loop, credit=HGPOCredit()))
+    ev = EvalConfig(tasks=BuiltinEnvTasks(env="calculator", n=8, split="heldout"), agent=loop)
+    res = train_rl(rl, cfg, tmp_path, seed=0, init_path=sft.checkpoint, eval_cfg=ev)
+    rows = [json.loads(x) for x in open(res.metrics_path)]
+    assert res.steps == 2 and all(r["verifier/infra"] == 0 and r["agent/replay_disagree"] == 0 for r in rows[-2:])
+    assert "eval/turns_mean" in rows[-1]

@@ -11,9 +11,21 @@ from rlvr.errors import DataError
 
 
 def parse_tasks_arg(spec: str):
-    """A JSONL path, a ``save_to_disk`` folder, ``humaneval``, or ``builtin:FAMILY[,FAMILY...][:N]`` (held-out)."""
-    from rlvr.config.data import BuiltinArithmetic, HFTasks, HumanEvalTasks, JsonlTasks
+    """A JSONL path, a ``save_to_disk`` folder, ``humaneval``, ``builtin:FAMILY[,FAMILY...][:N]`` or
+    ``builtin_env:ENV[:N]`` (held-out split)."""
+    from rlvr.config.data import BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks
     from rlvr.data.hf import is_saved_dataset
+
+    if spec.startswith("builtin_env:"):
+        parts = spec.split(":")
+        envs = BuiltinEnvTasks.model_fields["env"].annotation.__args__
+        if parts[1] not in envs:
+            raise DataError(f"--tasks {spec!r}: unknown environment {parts[1]!r}; choose from {', '.join(envs)}")
+        try:
+            n = int(parts[2]) if len(parts) > 2 else 200
+        except ValueError:
+            raise DataError(f"--tasks {spec!r}: N must be an integer") from None
+        return BuiltinEnvTasks(env=parts[1], n=n, split="heldout", seed=1234)
 
     if spec.startswith("builtin:"):
         parts = spec.split(":")
@@ -33,7 +45,8 @@ def parse_tasks_arg(spec: str):
 
 
 def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tokens: int, out: str | None,
-                 workers: int, quiet: bool = False) -> dict:
+                 workers: int, quiet: bool = False, max_turns: int = 8) -> dict:
+    from rlvr.config.agent import AgentLoopConfig
     from rlvr.data.jsonl import write_json_atomic
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
@@ -44,8 +57,10 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
         raise DataError(f"--n must be >= 1, got {n}")
     task_list = load_task_source(parse_tasks_arg(tasks))
     mdl, tok = load_pretrained(model)
+    max_pos = getattr(mdl.config, "max_position_embeddings", 4096)
+    loop = AgentLoopConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, max_total_tokens=min(4096, max_pos))
     res = evaluate(HFEngine(mdl, tok), tok, task_list, default_judge(workers), k=n, temperature=temperature,
-                   max_new_tokens=max_new_tokens)
+                   max_new_tokens=max_new_tokens, agent=loop)
     res["model"] = model
     res["tasks"] = tasks
     if out:
@@ -102,4 +117,7 @@ def _print(res: dict, k: int) -> None:
         row.append(f"{res[f'pass_at_{k}_sampled']:.1%}")
     t.add_row(*row)
     Console().print(t)
+    if "turns_mean" in res:
+        Console().print(f"closed loop: {res['turns_mean']:.2f} turns, {res['tool_calls_mean']:.2f} tool calls per "
+                        f"trajectory; ends {res['ends']}; outcomes {res['outcomes']}")
     Console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "sampled", "by_family")})[:400])

@@ -20,7 +20,6 @@ from typing import Any, Callable
 from rlvr.config.recipe import Recipe, task_sources, with_system_prompt
 from rlvr.errors import ConfigError, RlvrError
 
-GROUP_BASELINE = {"grpo", "dapo", "gspo", "dr_grpo", "rloo"}
 
 
 @dataclass
@@ -87,9 +86,9 @@ def check_batches(i: int, st: Any) -> list[Problem]:
         )
     if st.type == "rl":
         g = st.sampling.group_size
-        grouped = st.loss.type in GROUP_BASELINE or (
-            st.loss.type == "reinforce_pp" and st.loss.group_baseline
-        )
+        from rlvr.trainers.variants import rl_variant
+
+        grouped = rl_variant(st.loss).group_baseline(st.loss)
         if g < 2 and grouped:
             out.append(
                 Problem(

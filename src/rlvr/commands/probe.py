@@ -2,6 +2,9 @@
 
 Exit status 1 when any hack earns reward > 0, gets an outcome its probe does not expect, or touches
 the host (see :mod:`rlvr.verifiers.probes.runner`).
+
+``rlvr probe template MODEL_DIR``: check that the model's chat template round-trips a multi-turn
+conversation token for token (:mod:`rlvr.rollout.template_probe`); exit status 1 where it does not.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ def run_probe(kind: str = "all", flaky: bool = False, console: Any = None) -> in
     from rich.console import Console
 
     if kind not in KINDS + ("all",):
-        raise ConfigError(f"unknown probe kind {kind!r}; expected one of {', '.join(KINDS + ('all',))}")
+        raise ConfigError(f"unknown probe kind {kind!r}; expected one of {', '.join(KINDS + ('all', 'template'))}")
     console = console or Console()
     with console.status(f"running {kind} probes..."):
         rows, notes = run_probes(kind, flaky=flaky)
@@ -29,11 +32,46 @@ def run_probe(kind: str = "all", flaky: bool = False, console: Any = None) -> in
     return exit_code(rows) if rows else 1
 
 
+def run_template_probe(model_dir: str | None, tool_role: str = "tool", console: Any = None) -> int:
+    """Probe a model folder's chat template; print the findings; returns the exit status."""
+    from rich.console import Console
+
+    from rlvr.rollout.template_probe import probe_template
+
+    if not model_dir:
+        raise ConfigError("rlvr probe template needs a model folder: rlvr probe template MODEL_DIR")
+    try:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"cannot load a tokenizer from {model_dir!r}: {e}") from None
+    console = console or Console()
+    rep = probe_template(tok, tool_role)
+    if rep.frame is not None:
+        console.print(f"observation frame: {rep.frame[0]!r} + OBSERVATION + {rep.frame[1]!r}")
+    for issue in rep.issues:
+        console.print(f"[red]problem[/red] {issue}")
+    for note in rep.notes:
+        console.print(f"[yellow]note[/yellow] {note}")
+    console.print("[green]ok[/green]: the template round-trips a multi-turn conversation token for token"
+                  if rep.ok else "[red]the template does not round-trip[/red] (see above)")
+    return 0 if rep.ok else 1
+
+
 def probe_command(
-    kind: str = typer.Argument("all", help="Which probes: code, math, sql, env or all."),
+    kind: str = typer.Argument("all", help="Which probes: code, math, sql, env, all, or template."),
+    model_dir: str = typer.Argument(None, help="template: the model folder whose chat template is checked."),
     flaky: bool = typer.Option(False, "--flaky", help="Verify every probe twice and report disagreements.", metavar=""),
+    tool_role: str = typer.Option("tool", "--tool-role", help="template: the role of tool messages."),
 ) -> None:
-    """Run the built-in reward-hack probes against the verifiers; exit 1 if any hack succeeds."""
+    """Run the built-in reward-hack probes against the verifiers (exit 1 if any hack succeeds), or check
+    a model's chat template for multi-turn round trips (``rlvr probe template MODEL_DIR``)."""
+    if kind == "template":
+        code = run_template_probe(model_dir, tool_role)
+        if code:
+            raise SystemExit(code)
+        return
     code = run_probe(kind, flaky)
     if code:
         raise SystemExit(code)  # not typer.Exit: the app runs with standalone_mode=False

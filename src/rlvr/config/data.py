@@ -81,19 +81,24 @@ class HFTasks(Section):
 
 
 class BuiltinEnvTasks(Section):
-    """Built-in tool-environment tasks (rlvr.envs): a virtual file system or a key-value store."""
+    """Built-in tool-environment tasks (rlvr.envs): files, kvstore, calculator, sql."""
 
     type: Literal["builtin_env"] = "builtin_env"
-    env: Literal["files", "kvstore"] = "files"
+    env: Literal["files", "kvstore", "calculator", "sql"] = "files"
     """Which environment."""
     n: int = Field(1000, ge=1)
     """Number of tasks."""
     split: Literal["train", "heldout"] = "train"
-    """Train or held-out draw."""
+    """Which side of the train/held-out partition (a hash of each task decides its side)."""
     seed: int = 0
     """Seed of the draw."""
     system_prompt: str | None = None
     """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
+    families: list[str] | None = None
+    """Task families of the environment (None: all of them)."""
+    shortcut_rate: float = 0.6
+    """calculator: how often the demonstrating teacher does a final add/sub in its head instead of
+    calling the tool (its demonstrations are then not the student's best path)."""
 
 
 TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks, default="builtin")

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
+from rlvr.config.agent import AgentLoopConfig
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 
@@ -27,6 +28,8 @@ class EvalConfig(Section):
     """Verifier worker processes (0 = inline; arithmetic needs none)."""
     overlap: Literal["error", "warn"] = "error"
     """Evaluation tasks whose prompt also appears in a stage's training tasks (by content hash): refuse the run, or warn with the count."""
+    agent: AgentLoopConfig = AgentLoopConfig()
+    """Closed-loop limits for environment tasks (``kind: env``), evaluated turn by turn."""
 
     @field_validator("tasks")
     @classmethod

@@ -20,5 +20,8 @@ class HealthConfig(Section):
     """dead_groups: zero-variance fraction at or above this for a whole window."""
     overfit_gap: float = 0.1
     """verifier_overfit: train pass rate up and held-out pass@1 down by at least this."""
+    tool_collapse_frac: float = 0.5
+    """tool_collapse (multi-turn): tool calls per trajectory below this fraction of their first-window
+    mean while the pass rate did not rise."""
     stop_on_critical: bool = False
     """Stop the stage on a critical alert (entropy collapse, verifier overfitting, NaN)."""

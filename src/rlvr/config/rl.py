@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rlvr.config.agent import RolloutConfig
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
@@ -181,6 +182,9 @@ class RLStage(Section):
     """KL regularisation to the reference."""
     sampling: SamplingConfig = SamplingConfig()
     """Rollout generation."""
+    rollout: RolloutConfig = RolloutConfig()
+    """Single-turn completions, or the multi-turn closed loop over tool environments (with its limits,
+    credit assignment and guards)."""
     rewards: list[RewardTerm] = Field([RewardTerm()], min_length=1)
     """Reward composition (weighted sum)."""
     optim: OptimConfig = OptimConfig(lr=2e-4, warmup_steps=5, schedule="constant")

@@ -3,6 +3,8 @@ generation)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import torch
 
@@ -63,3 +65,37 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int) -> list[list
         micros.append(order[cut[j]:j])
         j = int(cut[j])
     return micros[::-1]
+
+
+@dataclass
+class TrainBatch:
+    """Trajectories selected for the backward pass (row-aligned lists; per-token lists include the prompt),
+    plus the ``skipped_masks`` of the valid rows that are not forwarded (zero advantage) but count in the
+    loss's denominators.
+
+    Row indices ``0 .. num_rows - 1`` (for :meth:`subset` and mini-batch shuffling) run over the forwarded
+    rows first, then the skipped ones; ``len()`` is the number of forwarded rows.
+    """
+
+    input_ids: list[list[int]]
+    loss_mask: list[list[int]]
+    old_logprobs: list[list[float]]   # 0 on prompt positions
+    ref_logprobs: list[list[float]] | None
+    advantages: list[float] | list[list[float]]   # per row, or (multi-turn credit) per token
+    skipped_masks: list[list[int]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows counted in the denominators: forwarded and skipped."""
+        return len(self.input_ids) + len(self.skipped_masks)
+
+    def subset(self, rows: list[int]) -> TrainBatch:
+        n = len(self.input_ids)
+        fwd = [i for i in rows if i < n]
+        pick = lambda xs: None if xs is None else [xs[i] for i in fwd]  # noqa: E731
+        return TrainBatch(pick(self.input_ids), pick(self.loss_mask), pick(self.old_logprobs),
+                          pick(self.ref_logprobs), pick(self.advantages),
+                          [self.skipped_masks[i - n] for i in rows if i >= n])

@@ -48,8 +48,17 @@ def _load(src) -> list[Task]:
         if gen is None:
             raise DataError(f"builtin_env: no task generator registered for environment {src.env!r} "
                             f"(registered: {sorted(ENV_TASK_GENERATORS)})")
-        return gen(src.n, seed=src.seed, split=src.split)
+        return gen(src.n, seed=src.seed, split=src.split, **env_options(gen, src))
     raise DataError(f"unknown task source {src!r}")
+
+
+def env_options(gen, src: BuiltinEnvTasks) -> dict:
+    """The source's environment-specific options (``families``, ``shortcut_rate``) that ``gen`` takes."""
+    import inspect
+
+    params = inspect.signature(gen).parameters
+    opts = {"families": tuple(src.families) if src.families else None, "shortcut_rate": src.shortcut_rate}
+    return {k: v for k, v in opts.items() if k in params and v is not None}
 
 
 def _load_hf(src: HFTasks) -> list[Task]:

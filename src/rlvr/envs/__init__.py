@@ -1,6 +1,8 @@
 """Multi-turn tool environments: a typed, batched reset/step protocol (see ``base``).
 
-Built in: ``files`` (a virtual filesystem) and ``kvstore`` (a key-value store). Tool-call markup is
+Built in: ``files`` (a virtual filesystem), ``kvstore`` (a key-value store), ``calculator``
+(multi-step arithmetic with add/sub/mul tools) and ``sql`` (a read-only query tool over SQLite, then a
+final query checked by row comparison). Tool-call markup is
 documented in ``tools``. No torch, no model: the rollout side drives these with generated text.
 """
 
@@ -20,14 +22,17 @@ from rlvr.envs.base import (
     Violation,
 )
 from rlvr.envs.batched import BatchedEnv
+from rlvr.envs.calculator import CalculatorEnv, generate_calculator_tasks
 from rlvr.envs.files import FilesEnv, generate_files_tasks
 from rlvr.envs.kvstore import KVStoreEnv, generate_kvstore_tasks
 from rlvr.envs.registry import ENVIRONMENTS, env_class, make_env
+from rlvr.envs.sql_agent import SqlAgentEnv, generate_sql_tasks
 from rlvr.envs.tools import ToolCall, ToolCallError, parse_turn, render_output, split_transcript
 
 __all__ = [
     "ENVIRONMENTS",
     "BatchedEnv",
+    "CalculatorEnv",
     "EnvError",
     "EnvLimits",
     "Environment",
@@ -38,6 +43,7 @@ __all__ = [
     "LeakGuard",
     "Observation",
     "PolicyViolation",
+    "SqlAgentEnv",
     "StepResult",
     "ToolCall",
     "ToolCallError",
@@ -46,8 +52,10 @@ __all__ = [
     "ToolSpec",
     "Violation",
     "env_class",
+    "generate_calculator_tasks",
     "generate_files_tasks",
     "generate_kvstore_tasks",
+    "generate_sql_tasks",
     "make_env",
     "parse_turn",
     "render_output",

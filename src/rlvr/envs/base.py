@@ -19,12 +19,18 @@ Rules enforced here, for every environment:
     is refused and recorded as a ``tool_budget`` violation;
   * size caps: turn length, call length, calls per turn, tool-output length;
   * environment-specific rules (path traversal, reserved names, protected state) raise
-    :class:`PolicyViolation` from a tool and are recorded the same way.
+    :class:`PolicyViolation` from a tool and are recorded the same way;
+  * a tool that raises an unexpected exception, or runs past ``EnvLimits.tool_timeout_s``, answers
+    with an error observation (counted in ``tool_errors``): a broken tool never ends the episode.
+
+Task generators split train/held-out by a hash of the task itself (:func:`split_of_key`), like the
+arithmetic families: no seed or sample size puts one task in both splits.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -45,6 +51,33 @@ class GoldLeakError(RuntimeError):
 
 class ToolError(Exception):
     """A tool refused an ordinary request (no such file, missing key): the policy sees the message."""
+
+
+class ToolTimeout(Exception):
+    """A tool ran past ``EnvLimits.tool_timeout_s`` (the policy sees an error observation)."""
+
+
+def call_with_timeout(fn, kwargs: dict[str, Any], timeout_s: float | None) -> Any:
+    """``fn(**kwargs)``, or ToolTimeout after ``timeout_s`` seconds (the call's thread is abandoned:
+    Python cannot kill a thread). Exceptions raised by ``fn`` propagate unchanged."""
+    if not timeout_s:
+        return fn(**kwargs)
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["out"] = fn(**kwargs)
+        except BaseException as e:  # noqa: BLE001 — re-raised in the caller's thread
+            box["err"] = e
+
+    th = threading.Thread(target=run, daemon=True, name="rlvr-tool")
+    th.start()
+    th.join(timeout_s)
+    if th.is_alive():
+        raise ToolTimeout(f"timed out after {timeout_s:g}s")
+    if "err" in box:
+        raise box["err"]
+    return box["out"]
 
 
 class PolicyViolation(Exception):
@@ -99,6 +132,9 @@ class EnvLimits:
     on_leak: str = "redact"
     """When an observation holds a secret: ``redact`` (record, hide it), ``raise``, or ``record``
     (record only, show it: for audits such as the leak probe, never for training)."""
+    tool_timeout_s: float | None = None
+    """Wall-clock limit of one tool call (None: none). A tool past it becomes an error observation
+    (``error: ... timed out``); its thread is abandoned, so the environment must not be reused."""
 
 
 @dataclass
@@ -266,6 +302,8 @@ class ToolEnv:
         self.violations: list[Violation] = []
         self.format_errors: list[str] = []
         self.leaks: list[dict[str, Any]] = []
+        self.tool_errors = 0
+        self.final_text: str | None = None
         self._policy_text: list[str] = []
         self._guard = LeakGuard(self.secret_values(gold) + [json.dumps(gold["goal"])])
         self._load(gold["init"])
@@ -288,6 +326,7 @@ class ToolEnv:
             parsed = parse_turn(action_text, self.limits.max_calls_per_turn, self.limits.max_call_chars)
             if not parsed.has_tool_markup:
                 self._done = info["final"] = True
+                self.final_text = action_text
                 return StepResult("", True, info)
             outputs = [self._format_error(e) for e in parsed.turn_errors]
             for item in parsed.items:
@@ -317,18 +356,27 @@ class ToolEnv:
                 names = ", ".join(s.name for s in self.tool_specs)
                 raise ToolCallError(f"unknown tool {item.name!r}; tools: {names}")
             args = check_args(spec, item.args)
-            out = str(getattr(self, f"tool_{spec.name}")(**args))
+            out = str(call_with_timeout(getattr(self, f"tool_{spec.name}"), args, self.limits.tool_timeout_s))
             info["calls"].append({"tool": spec.name, "ok": True, "error": None})
         except ToolCallError as e:
             info["calls"].append({"tool": item.name, "ok": False, "error": "format"})
             return self._format_error(str(e))
         except ToolError as e:
+            self.tool_errors += 1
             info["calls"].append({"tool": item.name, "ok": False, "error": "tool"})
             out = f"error: {e}"
         except PolicyViolation as e:
             info["calls"].append({"tool": item.name, "ok": False, "error": "violation"})
             self._violate(e.kind, str(e), info)
             out = f"refused: {e}"
+        except ToolTimeout as e:
+            self.tool_errors += 1
+            info["calls"].append({"tool": item.name, "ok": False, "error": "timeout"})
+            out = f"error: tool {item.name} {e}"
+        except Exception as e:  # noqa: BLE001 — a raising tool is an error observation, never a crash
+            self.tool_errors += 1
+            info["calls"].append({"tool": item.name, "ok": False, "error": "crash"})
+            out = f"error: tool {item.name} failed ({type(e).__name__})"
         cap = self.limits.max_output_chars
         return render_output(out if len(out) <= cap else out[:cap] + "\n...[truncated]")
 
@@ -368,22 +416,57 @@ class ToolEnv:
                 f"when you are done.\n" + "\n".join(lines))
 
 
+HELDOUT_PERCENT = 10
+"""Share of every environment's task space reserved for held-out evaluation."""
+
+
+def split_of_key(key: str) -> str:
+    """The split of a task identified by ``key`` (a pure function of the task: the splits are disjoint)."""
+    import hashlib
+
+    h = hashlib.blake2b(key.encode(), digest_size=8).digest()
+    return "heldout" if int.from_bytes(h, "big") % 100 < HELDOUT_PERCENT else "train"
+
+
+def task_key(env_name: str, gold: dict[str, Any]) -> str:
+    """What identifies a task: its environment, initial state and goal (canonical JSON)."""
+    return env_name + ":" + json.dumps({"init": gold["init"], "goal": gold["goal"]}, sort_keys=True)
+
+
 def generate_env_tasks(env_cls, env_name: str, builders: dict, n: int, seed: int, split: str,
-                       families: tuple[str, ...]) -> list[Task]:
-    """``n`` tasks of one environment, deterministic by ``seed``; ``task.solution`` is a JSON list of the
-    oracle's turns. ``builders[family](rng) -> (prompt, init, goal, actions)``."""
+                       families: tuple[str, ...], budget_slack: int = 3, budget=None) -> list[Task]:
+    """``n`` tasks of one environment in ``split``, deterministic by ``seed``; ``task.solution`` is a JSON
+    list of the oracle's turns. ``builders[family](rng) -> (prompt, init, goal, actions)``.
+
+    A drawn task is kept only when :func:`split_of_key` puts it in ``split``; held-out draws never
+    repeat a task. The budget is ``budget(init, goal, actions)`` when given, else the oracle's tool
+    calls plus ``budget_slack``.
+    """
     import random
 
-    tasks = []
+    unknown = [f for f in families if f not in builders]
+    if unknown:
+        raise DataError(f"{env_name} tasks: unknown families {unknown}; choose from {sorted(builders)}")
+    if split not in ("train", "heldout"):
+        raise DataError(f"{env_name} tasks: split must be 'train' or 'heldout', got {split!r}")
+    tasks: list[Task] = []
+    seen: set[str] = set()
     for i in range(n):
-        rng = random.Random(f"rlvr-env-{env_name}-{seed}-{i}")
         fam = families[i % len(families)]
-        for _ in range(100):  # redraw until every goal value can be guarded against leaks
+        for attempt in range(2000):
+            rng = random.Random(f"rlvr-env-{env_name}-{seed}-{split}-{i}-{attempt}")
             prompt, init, goal, actions = builders[fam](rng)
-            gold = {"env": env_name, "init": init, "goal": goal, "budget": len(actions) + 3}
-            if env_cls.secrets_guardable(gold, prompt):
+            calls = sum(1 for a in actions if "<tool>" in a)
+            cap = budget(init, goal, actions) if budget is not None else calls + budget_slack
+            gold = {"env": env_name, "init": init, "goal": goal, "budget": cap}
+            key = task_key(env_name, gold)
+            if (split_of_key(key) == split and env_cls.secrets_guardable(gold, prompt)
+                    and not (split == "heldout" and key in seen)):
                 break
-        tasks.append(Task(id=f"{env_name}-{seed}-{i}", prompt=prompt, kind="env", gold=gold,
+        else:
+            raise DataError(f"{env_name} tasks: no {split} task found for family {fam!r} after 2000 draws")
+        seen.add(key)
+        tasks.append(Task(id=f"{env_name}-{split}-{seed}-{i}", prompt=prompt, kind="env", gold=gold,
                           family=f"{env_name}/{fam}", split=split, answer_format="raw",
                           solution=json.dumps(actions), meta={"env": env_name, "seed": seed, "index": i}))
     return tasks

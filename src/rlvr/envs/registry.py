@@ -6,11 +6,14 @@ from typing import Any
 
 from rlvr.data.types import Task
 from rlvr.envs.base import EnvLimits, ToolEnv
+from rlvr.envs.calculator import CalculatorEnv
 from rlvr.envs.files import FilesEnv
 from rlvr.envs.kvstore import KVStoreEnv
+from rlvr.envs.sql_agent import SqlAgentEnv
 from rlvr.errors import DataError
 
-ENVIRONMENTS: dict[str, type[ToolEnv]] = {FilesEnv.name: FilesEnv, KVStoreEnv.name: KVStoreEnv}
+ENVIRONMENTS: dict[str, type[ToolEnv]] = {FilesEnv.name: FilesEnv, KVStoreEnv.name: KVStoreEnv,
+                                          CalculatorEnv.name: CalculatorEnv, SqlAgentEnv.name: SqlAgentEnv}
 
 
 def env_class(name: Any) -> type[ToolEnv]:

@@ -39,8 +39,16 @@ def _ks(n: int) -> list[int]:
 
 
 def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, temperature: float = 1.0,
-             max_new_tokens: int = 64, seed: int = 0) -> dict:
-    """Evaluate ``tasks``: greedy pass@1 always; pass@k for k in 1,2,4..K when ``k`` > 1."""
+             max_new_tokens: int = 64, seed: int = 0, agent=None) -> dict:
+    """Evaluate ``tasks``: greedy pass@1 always; pass@k for k in 1,2,4..K when ``k`` > 1.
+
+    Environment tasks (``kind == "env"``) run in the closed loop (:mod:`rlvr.monitoring.agent_eval`,
+    with the ``agent`` loop limits), never as one open-loop completion.
+    """
+    if tasks and all(t.kind == "env" for t in tasks):
+        from rlvr.monitoring.agent_eval import evaluate_agent
+
+        return evaluate_agent(engine, tokenizer, tasks, agent, k=k, temperature=temperature, seed=seed)
     t0 = time.time()
     prompts = [encode_prompt(tokenizer, t) for t in tasks]
     stops = stop_token_ids(tokenizer)
@@ -110,7 +118,10 @@ class EvalHook:
     def run(self, model, step: int) -> dict:
         """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics."""
         engine = HFEngine(model, self.tok, batch_size=self.cfg.batch_size)
-        r = evaluate(engine, self.tok, self.tasks, self.judge, k=1, max_new_tokens=self.cfg.max_new_tokens)
+        r = evaluate(engine, self.tok, self.tasks, self.judge, k=1, max_new_tokens=self.cfg.max_new_tokens,
+                     agent=self.cfg.agent)
         out = {"eval/pass_at_1": r["pass_at_1"], "eval/mean_length": r["mean_length"]}
         out.update({f"eval/pass_at_1/{f}": v for f, v in r["by_family"].items()})
+        if "turns_mean" in r:  # closed-loop environment tasks
+            out.update({"eval/turns_mean": r["turns_mean"], "eval/tool_calls_mean": r["tool_calls_mean"]})
         return out

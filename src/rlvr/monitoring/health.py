@@ -13,6 +13,11 @@ Rules (thresholds in :class:`HealthConfig`):
   verifier_overfit  the training pass rate rose by ``overfit_gap`` while held-out pass@1 fell by it
                     (the policy is learning the verifier, not the task)
   nan               a loss or gradient norm is NaN/inf
+  tool_collapse     (multi-turn) tool calls per trajectory fell below ``tool_collapse_frac`` × their
+                    first-window mean while the pass rate did not rise (the policy stopped using its
+                    tools: answering from its head, or ending episodes early)
+  env_leak          (multi-turn) a secret goal value appeared in an observation during the rollout
+                    (an environment bug: those trajectories are infra, never rewarded)
 """
 
 from __future__ import annotations
@@ -43,7 +48,8 @@ class HealthMonitor:
         self.history.append({k: rec[k] for k in self.KEYS if k in rec})
         if "eval/pass_at_1" in rec:
             self.evals.append((self._recent("rollout/pass_rate"), rec["eval/pass_at_1"]))
-        alerts = [a for a in (self._nan(rec), self._entropy(), self._kl(rec), self._dead(), self._overfit()) if a]
+        alerts = [a for a in (self._nan(rec), self._entropy(), self._kl(rec), self._dead(), self._overfit(),
+                              self._tool_collapse(), self._leak(rec)) if a]
         level = max((STATUS[a.level] for a in alerts), default=0)
         out = {"health/status": level}
         for a in alerts:
@@ -113,4 +119,27 @@ class HealthMonitor:
         if tr1 - tr0 >= g and ho0 - ho1 >= g:
             return Alert("verifier_overfit", "critical", f"training pass rate {tr0:.0%} -> {tr1:.0%} while held-out "
                          f"pass@1 {ho0:.0%} -> {ho1:.0%}: the policy is gaming the verifier or memorising")
+        return None
+
+    def _tool_collapse(self) -> Alert | None:
+        w = self.cfg.window
+        rows = [r for r in self.history if isinstance(r.get("agent/tool_calls_mean"), (int, float))]
+        if len(rows) < 2 * w:
+            return None
+        def mean(rs: list[dict], k: str) -> float:
+            return sum(r.get(k, 0.0) for r in rs) / len(rs)
+
+        calls0, calls1 = mean(rows[:w], "agent/tool_calls_mean"), mean(rows[-w:], "agent/tool_calls_mean")
+        pass0, pass1 = mean(rows[:w], "rollout/pass_rate"), mean(rows[-w:], "rollout/pass_rate")
+        if calls0 > 0 and calls1 < self.cfg.tool_collapse_frac * calls0 and pass1 <= pass0 + 0.02:
+            return Alert("tool_collapse", "warn", f"tool calls per trajectory {calls0:.2f} -> {calls1:.2f} while "
+                         f"the pass rate stalled ({pass0:.0%} -> {pass1:.0%}): the policy is abandoning its "
+                         "tools; check the budget penalty, raise the temperature, or add tool-use demonstrations")
+        return None
+
+    def _leak(self, rec: dict) -> Alert | None:
+        n = rec.get("agent/leaks", 0)
+        if isinstance(n, (int, float)) and n > 0:
+            return Alert("env_leak", "critical", f"{int(n)} trajector{'y' if n == 1 else 'ies'} saw a secret goal "
+                         "value in an observation (environment bug); they were kept out of the advantages")
         return None

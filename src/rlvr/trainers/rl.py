@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ from rlvr.advantages import zero_variance_groups
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
-from rlvr.data.collate import pad_batch, plan_micro_batches, split_overhead
+from rlvr.data.collate import TrainBatch, pad_batch, plan_micro_batches, split_overhead
 from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
@@ -45,6 +44,7 @@ from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import (
     StageResult,
     accumulate,
@@ -124,40 +124,6 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
 # ------------------------------------------------------------------------------------------ batch
 
 
-@dataclass
-class TrainBatch:
-    """Trajectories selected for the backward pass (row-aligned lists; per-token lists include the prompt),
-    plus the ``skipped_masks`` of the valid rows that are not forwarded (zero advantage) but count in the
-    loss's denominators.
-
-    Row indices ``0 .. num_rows - 1`` (for :meth:`subset` and mini-batch shuffling) run over the forwarded
-    rows first, then the skipped ones; ``len()`` is the number of forwarded rows.
-    """
-
-    input_ids: list[list[int]]
-    loss_mask: list[list[int]]
-    old_logprobs: list[list[float]]   # 0 on prompt positions
-    ref_logprobs: list[list[float]] | None
-    advantages: list[float]
-    skipped_masks: list[list[int]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def num_rows(self) -> int:
-        """Rows counted in the denominators: forwarded and skipped."""
-        return len(self.input_ids) + len(self.skipped_masks)
-
-    def subset(self, rows: list[int]) -> TrainBatch:
-        n = len(self.input_ids)
-        fwd = [i for i in rows if i < n]
-        pick = lambda xs: None if xs is None else [xs[i] for i in fwd]  # noqa: E731
-        return TrainBatch(pick(self.input_ids), pick(self.loss_mask), pick(self.old_logprobs),
-                          pick(self.ref_logprobs), pick(self.advantages),
-                          [self.skipped_masks[i - n] for i in rows if i >= n])
-
-
 def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_truncated: bool) -> TrainBatch:
     """Flatten rollouts into training rows. Zero-advantage rows are not forwarded unless ``needs_all``
     (KL or entropy terms give them a gradient) but still counted; invalid (infrastructure) verdicts,
@@ -177,6 +143,14 @@ def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_trunca
         rows.old_logprobs.append([0.0] * len(p) + list(ro.old_logprobs[i]))
         rows.advantages.append(adv[i])
     return rows
+
+
+def advantage_tensor(advantages: list, T: int, device) -> torch.Tensor:
+    """``[B]`` from per-row advantages, or ``[B, T]`` from per-token ones (multi-turn credit, right-padded
+    with 0)."""
+    if advantages and isinstance(advantages[0], list):
+        return torch.tensor([a + [0.0] * (T - len(a)) for a in advantages], dtype=torch.float32, device=device)
+    return torch.tensor(advantages, dtype=torch.float32, device=device)
 
 
 def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) -> list[list[int]]:
@@ -258,7 +232,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
                        "rollout/logprob_mismatch_max": float(gap.max())}
         old = logprobs.detach()
     eps_low, eps_high, level = rl_variant(cfg.loss).clip(cfg.loss)
-    adv = torch.tensor(mb.advantages, dtype=torch.float32, device=dev)
+    adv = advantage_tensor(mb.advantages, T, dev)
     per_tok, metrics = clipped_surrogate(logprobs, old, adv, lm, eps_low, eps_high, level=level)
     metrics.update(gap_metrics)
     if cfg.kl.beta > 0:
@@ -345,6 +319,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     ref = frozen_reference(model, stage.kl.beta > 0)
     judge = judge or reward_judge(stage.rewards, stage.verifier_workers)
     engine = HFEngine(model, tok, bf16=model_cfg.autocast_bf16)
+    agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
@@ -356,10 +331,16 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     mask_trunc = getattr(stage.loss, "mask_truncated", False)
     notes: list[str] = []
     while not run.done():
-        ro, extra = rollout_step(stage, engine, tok, stream, judge, seed, run.step, notes)
-        zv = zero_variance_groups(ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, dtype=torch.bool)
-        adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
-        batch = build_train_batch(ro, adv, needs_all, mask_trunc)
+        ro = None
+        if agent is not None:  # multi-turn closed loop (trainers/agent.py)
+            batch, ro_rec = agent.step(stream, seed, run.step, needs_all)
+        else:
+            ro, extra = rollout_step(stage, engine, tok, stream, judge, seed, run.step, notes)
+            zv = zero_variance_groups(ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, dtype=torch.bool)
+            adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
+            batch = build_train_batch(ro, adv, needs_all, mask_trunc)
+            ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
+                      "time/verify": ro.seconds.get("verify", 0.0)}
         if stage.kl.beta > 0 and len(batch):
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
@@ -368,13 +349,13 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         t0 = time.perf_counter()
         met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16, seed,
                             run.step)
-        rec = {**rollout_metrics(ro, zv), **extra, **met, "time/generate": ro.seconds.get("generate", 0.0),
-               "time/verify": ro.seconds.get("verify", 0.0), "time/train": time.perf_counter() - t0}
+        rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0}
         if notes:
             rec["notes"] = notes.pop()
         stop = log_step(run, rec, {"cursor": stream.cursor},
                         info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
-        log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)
+        if ro is not None:
+            log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)
         if stop:
             break
     return close_stage(run)

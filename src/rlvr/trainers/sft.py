@@ -19,6 +19,7 @@ from rlvr.data.sources import load_task_source
 from rlvr.losses.sft import sft_loss
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.monitoring.heldout import SFTHeldout
+from rlvr.rollout.multiturn import TurnTemplate, demo_example
 from rlvr.trainers.common import (
     StageResult,
     accumulate,
@@ -32,8 +33,19 @@ from rlvr.trainers.common import (
 )
 
 
-def tokenize_demos(tasks, tokenizer, max_length: int):
-    return encode_demos(tasks, tokenizer, max_length)  # shared with the held-out loss
+def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
+    """``(ids, loss_mask)`` per demonstration; environment tasks are laid out turn by turn with the real
+    observations, exactly as a closed-loop rollout (rollout/multiturn.py); the others as one completion
+    (``data.chat.encode_demos``, shared with the held-out loss)."""
+    template = None
+    examples = []
+    for t in tasks:
+        if t.kind == "env" and t.solution:
+            template = template or TurnTemplate(tokenizer, tool_role)
+            examples.append(demo_example(tokenizer, t, tool_role, max_length, template=template))
+        else:
+            examples.extend(encode_demos([t], tokenizer, max_length))
+    return examples
 
 
 def micro_batches(examples, idx: list[int], micro: int, bucketing: bool):

@@ -29,11 +29,13 @@ class RLVariant:
     """One GRPO-family algorithm.
 
     ``advantages(cfg, rewards [n, G], valid [n, G]) -> [n, G]``; ``clip(cfg) -> (eps_low, eps_high, level)``
-    with level ``token`` (per-token ratio) or ``sequence`` (GSPO's length-normalised sequence ratio).
+    with level ``token`` (per-token ratio) or ``sequence`` (GSPO's length-normalised sequence ratio);
+    ``group_baseline(cfg)``: the estimator compares samples within a group (a group of 1 trains on nothing).
     """
 
     advantages: Callable[..., torch.Tensor]
     clip: Callable[..., tuple[float, float, str]]
+    group_baseline: Callable[..., bool] = lambda cfg: True
 
 
 def _symmetric(cfg) -> tuple[float, float, str]:
@@ -51,7 +53,8 @@ RL_VARIANTS: dict[str, RLVariant] = {
     "dr_grpo": RLVariant(lambda c, r, v: adv.dr_grpo(r, mask=v), _symmetric),
     "rloo": RLVariant(lambda c, r, v: adv.rloo(r, mask=v), _symmetric),
     "reinforce_pp": RLVariant(
-        lambda c, r, v: adv.reinforce_pp(r, baseline="group" if c.group_baseline else "none", mask=v), _symmetric),
+        lambda c, r, v: adv.reinforce_pp(r, baseline="group" if c.group_baseline else "none", mask=v), _symmetric,
+        group_baseline=lambda c: c.group_baseline),
 }
 
 

@@ -101,20 +101,32 @@ class EnvPredicateVerifier:
         except ToolCallError as e:
             return Verdict(0.0, False, "format", {"env": env.name, "error": str(e)}, time.perf_counter() - t0)
         try:
-            details = self._replay(env, task, turns)
+            ignored = self._replay(env, task, turns)
         except DataError as e:
             return Verdict.infra(f"task {task.id}: {e}", time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 — an environment bug is never the policy's fault
             return Verdict.infra(f"{env.name} environment failed: {type(e).__name__}: {e}",
                                  time.perf_counter() - t0)
-        details["form"] = form
+        return self.judge_env(env, form, ignored, t0)
+
+    def judge_env(self, env: ToolEnv, form: str = "live", ignored: int = 0, t0: float | None = None) -> Verdict:
+        """The verdict on an environment already stepped (by a replay, or live by a rollout): the goal
+        predicate on its end state, then the outcome rules of the module docstring."""
+        t0 = time.perf_counter() if t0 is None else t0
+        try:
+            details = self._details(env)
+        except Exception as e:  # noqa: BLE001 — an environment bug is never the policy's fault
+            return Verdict.infra(f"{env.name} environment failed: {type(e).__name__}: {e}",
+                                 time.perf_counter() - t0)
+        details["form"], details["ignored_turns"] = form, ignored
         outcome = self._outcome(details)
         if outcome == "infra":
             details["error"] = f"{env.name}: a secret goal value appeared in an observation (environment bug)"
         reward = self.reward if outcome == "pass" else 0.0
         return Verdict(reward, outcome == "pass", outcome, details, time.perf_counter() - t0)
 
-    def _replay(self, env: ToolEnv, task: Task, turns: list[str]) -> dict[str, Any]:
+    def _replay(self, env: ToolEnv, task: Task, turns: list[str]) -> int:
+        """Step ``turns`` in a fresh episode; returns how many came after the episode ended (ignored)."""
         env.reset(task)
         ignored = 0
         for turn in turns:
@@ -122,13 +134,17 @@ class EnvPredicateVerifier:
                 ignored += 1
                 continue
             env.step(turn)
+        return ignored
+
+    @staticmethod
+    def _details(env: ToolEnv) -> dict[str, Any]:
         goal = env.goal_result()
         return {
-            "env": env.name, "turns": env.turns, "ignored_turns": ignored, "tool_calls": env.tool_calls,
+            "env": env.name, "turns": env.turns, "tool_calls": env.tool_calls,
             "budget": env.budget, "goal_met": goal.met, "goal_failures": list(goal.failures),
             "violations": [{"kind": v.kind, "message": v.message, "turn": v.turn} for v in env.violations],
             "format_errors": env.format_errors[:10], "n_format_errors": len(env.format_errors),
-            "leaks": list(env.leaks),
+            "tool_errors": env.tool_errors, "leaks": list(env.leaks),
         }
 
     def _outcome(self, d: dict[str, Any]) -> str:

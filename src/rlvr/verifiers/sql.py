@@ -34,7 +34,6 @@ import functools
 import hashlib
 import itertools
 import logging
-import math
 import os
 import re
 import shutil
@@ -42,24 +41,26 @@ import sqlite3
 import tempfile
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rlvr.data.types import Task
+from rlvr.envs.sqlite_guard import (  # noqa: F401 — re-exported: the verifier's public comparison
+    DENIED_FUNCTIONS,
+    SCHEMA_TABLES,
+    rows_match,
+)
+from rlvr.envs.sqlite_guard import (
+    _row_eq,
+    _value_eq,
+)
+from rlvr.envs.sqlite_guard import (
+    authorizer as _authorizer,
+)
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.extract import extract_answer
 from rlvr.verifiers.sql_order import order_spec, ordered_match
 
-SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
-DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer",
-                              "sqlite_dbpage"})
-_ALLOWED_ACTIONS = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
-                              getattr(sqlite3, "SQLITE_RECURSIVE", 33)})
-_ACTION_NAMES = {v: k[len("SQLITE_"):] for k, v in vars(sqlite3).items()
-                 if k.startswith("SQLITE_") and isinstance(v, int) and not k.startswith("SQLITE_LIMIT")
-                 and k not in ("SQLITE_OK", "SQLITE_DENY", "SQLITE_IGNORE")}
 _COMMENT_RE = re.compile(r"\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$)|\(", re.DOTALL)
 _QUERY_KEYWORDS = ("select", "with", "values")
 # sqlglot (slow, ~0.5 ms) is consulted only when one of these appears; a query without them cannot be
@@ -354,21 +355,6 @@ def build_database(schema_sql: str, path: str) -> None:
     os.replace(tmp, path)
 
 
-def _authorizer(denied: list[str]) -> Callable[..., int]:
-    def auth(action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None) -> int:
-        if action == sqlite3.SQLITE_READ and arg1 and arg1.lower() in SCHEMA_TABLES:
-            denied.append(f"reading {arg1}")
-            return sqlite3.SQLITE_DENY
-        if action == sqlite3.SQLITE_FUNCTION and arg2 and arg2.lower() in DENIED_FUNCTIONS:
-            denied.append(f"function {arg2}")
-            return sqlite3.SQLITE_DENY
-        if action in _ALLOWED_ACTIONS:
-            return sqlite3.SQLITE_OK
-        denied.append(_ACTION_NAMES.get(action, str(action)) + (f" {arg1}" if arg1 else ""))
-        return sqlite3.SQLITE_DENY
-    return auth
-
-
 def _first_keyword(sql: str) -> str:
     pos = 0
     while True:
@@ -425,47 +411,3 @@ def has_top_level_order_by(sql: str, use_sqlglot: bool = True) -> bool:
         elif depth == 0 and t[0] not in "'\"-/":
             out.append(t)
     return re.search(r"\border\s+by\b", " ".join(out), re.IGNORECASE) is not None
-
-
-# ---------------------------------------------------------------------- comparison
-def rows_match(gold: list[tuple], cand: list[tuple], ordered: bool, tol: float) -> bool:
-    """Rows equal as multisets (or sequences when ``ordered``); floats within ``tol``."""
-    if len(gold) != len(cand):
-        return False
-    if not ordered and not _has_float(gold) and not _has_float(cand):
-        return Counter(gold) == Counter(cand)
-    if not ordered:
-        gold, cand = sorted(gold, key=_row_key), sorted(cand, key=_row_key)
-    return all(_row_eq(g, c, tol) for g, c in zip(gold, cand))
-
-
-def _has_float(rows: list[tuple]) -> bool:
-    return any(isinstance(v, float) for r in rows for v in r)
-
-
-def _value_key(v: Any) -> tuple:
-    if v is None:
-        return (0, 0)
-    if isinstance(v, (int, float)):
-        return (1, float(f"{float(v):.6g}") if math.isfinite(float(v)) else float(v))
-    if isinstance(v, str):
-        return (2, v)
-    return (3, bytes(v))
-
-
-def _row_key(row: tuple) -> tuple:
-    return tuple(_value_key(v) for v in row)
-
-
-def _row_eq(g: tuple, c: tuple, tol: float) -> bool:
-    return len(g) == len(c) and all(_value_eq(a, b, tol) for a, b in zip(g, c))
-
-
-def _value_eq(a: Any, b: Any, tol: float) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a == b
-    if isinstance(a, int) and isinstance(b, int):
-        return a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return math.isclose(float(a), float(b), rel_tol=tol, abs_tol=tol)
-    return type(a) is type(b) and a == b

@@ -35,9 +35,9 @@ def test_action_count_must_match_and_live_envs_need_an_action():
         batch.step(["done", None])
 
 
-def test_one_failing_env_does_not_stop_the_batch():
+def test_one_breaking_env_does_not_stop_the_batch():
     class Broken(FilesEnv):
-        def tool_list(self, dir):
+        def step(self, action_text):
             raise RuntimeError("disk on fire")
 
     def factory(task, limits):
@@ -49,6 +49,20 @@ def test_one_failing_env_does_not_stop_the_batch():
     r = batch.step(['<tool>{"name": "list"}</tool>'] * 2)
     assert r[0].done and "disk on fire" in r[0].info["error"] and not r[1].done
     assert batch.done == [True, False]
+
+
+def test_a_raising_tool_is_an_error_observation_not_a_broken_env():
+    class Raising(FilesEnv):
+        def tool_list(self, dir):
+            raise RuntimeError("disk on fire")
+
+    batch = BatchedEnv(factory=lambda task, limits: Raising(limits))
+    batch.reset(generate_files_tasks(1, seed=1))
+    (r,) = batch.step(['<tool>{"name": "list"}</tool>'])
+    assert not r.done and "error" not in r.info
+    assert r.observation == "<tool_output>error: tool list failed (RuntimeError)</tool_output>"
+    assert r.info["calls"] == [{"tool": "list", "ok": False, "error": "crash"}]
+    assert batch.envs[0].tool_errors == 1 and batch.done == [False]
 
 
 def test_unknown_env_name_is_a_data_error():

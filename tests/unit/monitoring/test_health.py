@@ -45,3 +45,23 @@ def test_verifier_overfitting_train_up_heldout_down():
     for i, (tr, ho) in enumerate([(0.3, 0.5), (0.5, 0.45), (0.7, 0.35)]):
         _, alerts = mon.observe({**healthy(i), "rollout/pass_rate": tr, "eval/pass_at_1": ho})
     assert alerts and alerts[0].rule == "verifier_overfit"
+
+
+def agent(i, calls, rate):
+    return {**healthy(i), "agent/tool_calls_mean": calls, "rollout/pass_rate": rate, "agent/leaks": 0}
+
+
+def test_tool_use_collapse_warns_when_calls_fall_while_success_stalls():
+    # first window: 2.0 calls and 40% pass; last window: 0.6 calls (< 0.5 x 2.0) and still 40%
+    mon = HealthMonitor(HealthConfig(window=3))
+    metrics, alerts = feed(mon, [agent(i, 2.0, 0.4) for i in range(3)] + [agent(i, 0.6, 0.4) for i in range(3, 6)])[-1]
+    assert metrics["health/tool_collapse"] == 1 and alerts[0].level == "warn" and "2.00 -> 0.60" in alerts[0].message
+    # fewer calls while success rises is the policy getting efficient, not a collapse
+    res = feed(HealthMonitor(HealthConfig(window=3)), [agent(i, 2.0, 0.4) for i in range(3)] +
+               [agent(i, 0.6, 0.7) for i in range(3, 6)])
+    assert all("health/tool_collapse" not in m for m, _ in res)
+
+
+def test_a_leak_during_the_rollout_is_a_critical_alert():
+    metrics, alerts = HealthMonitor(HealthConfig()).observe({**healthy(0), "agent/leaks": 2})
+    assert metrics["health/env_leak"] == 1 and alerts[0].level == "critical" and "2 trajectories" in alerts[0].message

@@ -134,12 +134,25 @@ def test_a_gold_leak_makes_the_verdict_infra(monkeypatch):
 
 def test_an_env_crash_is_infra(monkeypatch):
     class Crashy(FilesEnv):
-        def tool_read(self, path):
+        def end_state(self):
             raise KeyError("bug")
 
     monkeypatch.setitem(registry.ENVIRONMENTS, "files", Crashy)
     v = V.verify(TASKS[0], TASKS[0].solution)
     assert v.outcome == "infra" and "KeyError" in v.details["error"]
+
+
+def test_a_raising_tool_is_an_error_observation_and_the_policy_is_judged(monkeypatch):
+    # the read answers with an error observation; the oracle's turns already hold the sum, so the
+    # episode goes on and is judged on its end state (not infra: the environment did not break)
+    class Crashy(FilesEnv):
+        def tool_read(self, path):
+            raise KeyError("bug")
+
+    monkeypatch.setitem(registry.ENVIRONMENTS, "files", Crashy)
+    task = next(t for t in TASKS if t.family == "files/rename_sum")
+    v = V.verify(task, task.solution)
+    assert v.outcome == "pass" and v.details["tool_errors"] == 1  # the sum is in the oracle's turns
 
 
 def test_verifier_is_picklable_and_fast():

@@ -1,0 +1,93 @@
+"""The multi-turn branch of the RL stage: rewards, credit, training rows and one update per estimator."""
+
+import os
+import sys
+
+import pytest
+import torch
+
+from rlvr.config.agent import (
+    AgentGuards,
+    AgentLoopConfig,
+    HGPOCredit,
+    RolloutConfig,
+    TrajectoryCredit,
+    TurnCredit,
+)
+from rlvr.config.rl import RLStage, SamplingConfig
+from rlvr.envs import registry
+from rlvr.errors import ConfigError
+from rlvr.models.tiny import build_tiny
+from rlvr.rollout.hf_engine import HFEngine
+from rlvr.trainers.agent import AgentRollout, assign_turn_rewards
+from rlvr.trainers.common import build_optimizer
+from rlvr.data.order import TaskStream
+from rlvr.trainers.rl import policy_update
+from rlvr.trainers.rl import update_minibatch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "rollout"))
+from agent_fakes import EchoEnv, echo_task
+
+LOOP = AgentLoopConfig(max_turns=3, max_new_tokens=10, max_total_tokens=300)
+
+
+@pytest.fixture(autouse=True)
+def echo_env(monkeypatch):
+    monkeypatch.setitem(registry.ENVIRONMENTS, "echo", EchoEnv)
+
+
+def stage(credit, **kw):
+    return RLStage(rollout=RolloutConfig(mode="multi_turn", loop=LOOP, credit=credit, **kw), tasks_per_step=3,
+                   sampling=SamplingConfig(group_size=4, temperature=1.5), micro_batch_size=8)
+
+
+@pytest.mark.parametrize("credit", [TrajectoryCredit(), TurnCredit(gamma=0.8), HGPOCredit()], ids=lambda c: c.type)
+def test_one_multi_turn_step_per_credit_estimator_trains_only_policy_tokens(credit):
+    model, tok = build_tiny(size="test", seed=1)
+    st = stage(credit)
+    agent = AgentRollout(st, HFEngine(model, tok), tok, model)
+    stream = TaskStream([echo_task(i) for i in range(6)], seed=0)
+    batch, rec = agent.step(stream, seed=0, step=0, needs_all=False)
+    assert rec["agent/turns_mean"] == 3.0 and rec["verifier/infra"] == 0 and "horizon" in rec["notes"]
+    assert 0 < rec["rollout/pass_rate"] < 1 and len(batch) > 0  # echo's goal (even length) splits groups
+    for seq, mask, adv in zip(batch.input_ids, batch.loss_mask, batch.advantages):
+        assert len(adv) == len(seq) == len(mask) and any(adv)
+        assert all(a == 0.0 for a, m in zip(adv, mask) if not m)  # observation and prompt tokens: nothing
+    if credit.type == "trajectory":  # every policy token of a row carries the same advantage
+        assert all(len({a for a, m in zip(adv, mask) if m}) == 1 for adv, mask in zip(batch.advantages, batch.loss_mask))
+    # token-in/token-out through the real update: with the sampler's old_logprobs (not the detached
+    # current ones) the importance ratio of every policy token is 1 before the first optimizer step
+    met = update_minibatch(model, batch, st, tok.pad_token_id, on_policy=False)
+    assert abs(met["ratio/max"] - 1.0) < 1e-5 and abs(met["ratio/min"] - 1.0) < 1e-5
+    model.zero_grad()
+    before = [p.detach().clone() for p in model.parameters()]
+    opt, sched = build_optimizer(model, st.optim, 4)
+    assert policy_update(model, opt, sched, st, batch, tok.pad_token_id, False)["train/sequences"] == len(batch)
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_budget_overruns_and_tool_errors_are_penalised_on_their_turn():
+    from rlvr.rollout.multiturn import Trajectory, TurnSpan
+    from rlvr.verifiers.base import Verdict
+
+    tr = Trajectory(echo_task(), 0, 0)
+    tr.turns = [TurnSpan(0, 1, "a", "stop", "s", tool_errors=1), TurnSpan(1, 2, "b", "stop", "s", refused=1)]
+    tr.verdict = Verdict(0.0, False, "violation")
+    assign_turn_rewards([tr], budget_penalty=0.5, tool_error_penalty=0.1)
+    assert [t.reward for t in tr.turns] == [-0.1, -0.5] and tr.reward == pytest.approx(-0.6)
+    tr.verdict = Verdict(1.0, True, "pass")
+    assign_turn_rewards([tr], budget_penalty=0.5, tool_error_penalty=0.0)
+    assert [t.reward for t in tr.turns] == [0.0, 0.5]
+
+
+def test_a_loop_longer_than_the_models_positions_is_a_config_error():
+    model, tok = build_tiny(size="test", max_positions=128)
+    st = stage(TrajectoryCredit())
+    with pytest.raises(ConfigError, match="max_total_tokens = 300 is more than the model's 128 positions"):
+        AgentRollout(st, HFEngine(model, tok), tok, model)
+
+
+def test_guards_config_is_typed():
+    assert AgentGuards().budget_penalty == 0.5
+    with pytest.raises(ValueError, match="max_turns must be >= 1"):
+        AgentLoopConfig(max_turns=0)
