@@ -12,8 +12,8 @@ from rlvr.config.base import Section
 class OptimConfig(Section):
     """AdamW with warmup and a decay schedule, gradient clipping and accumulation."""
 
-    lr: float = Field(1e-3, gt=0)
-    """Peak learning rate."""
+    lr: float = Field(1e-3, ge=0)
+    """Peak learning rate (0 freezes the weights: a diagnostic run)."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.95)

@@ -51,8 +51,8 @@ class DAPOLoss(Section):
     dynamic_sampling_on: Literal["correct", "reward"] = "correct"
     """What makes a group informative: ``correct`` — its verifier pass/fail outcomes are mixed (DAPO);
     ``reward`` — its composed reward varies (format, length and overlong terms included)."""
-    max_resample_rounds: int = Field(4, ge=1)
-    """Cap on extra draw rounds per step before training on what there is (with a message)."""
+    max_resample_rounds: int = Field(4, ge=0)
+    """Cap on extra draw rounds per step before training on what there is (with a message; 0: none)."""
     overlong_buffer: int | None = Field(None, ge=0)
     """Soft overlong punishment: a linear length penalty over the last N tokens before max_new_tokens
     (None: max_new_tokens // 5, DAPO's 4096 of 20480; 0: off)."""

@@ -57,7 +57,7 @@ class HealthMonitor:
         return out, alerts
 
     KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref",
-            "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1")
+            "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean")
 
     def state_dict(self) -> dict:
         """The history the rules read (only their keys), for the checkpoint: a resumed run keeps its trends."""
