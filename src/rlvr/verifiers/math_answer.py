@@ -60,6 +60,8 @@ _JUXTAPOSED_RE = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:\s+[-+]?(?:\d+(?:\.
 _DEGREE_NUMBER_RE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)|\{[^{}]*\}|[A-Za-z])" + _DEGREE_RE.pattern.replace(r"\s*$", ""))
 _OPEN, _CLOSE = "([{", ")]}"
 MAX_ITEMS = 32
+MAX_PLAIN_CHARS = 400  # longer numbers, and powers of ten beyond MAX_PLAIN_EXPONENT, go to the worker's
+MAX_PLAIN_EXPONENT = 400  # size guard (``10^{999999999}`` must not be computed here)
 
 
 @dataclass
@@ -252,28 +254,24 @@ def make_item(text: str) -> Item:
     t = _strip_units(t)
     t = _COMMA_GROUPS_RE.sub(lambda g: g.group().replace(",", ""), t)
     t = _SCI_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{int(g.group(2))}}}", t)
-    t = _REPEATING_SUB(t)
+    t = _REPEAT_RE.sub(_repeating, t)
     value, inexact = plain_value(t)
     return Item(t, value, inexact, percent, radians, var, raw if var else "")
-
-
-def _REPEATING_SUB(t: str) -> str:
-    return _REPEAT_RE.sub(_repeating, t)
 
 
 def plain_value(t: str) -> tuple[Fraction | None, bool]:
     """The exact value of a plain number (integer, decimal, scientific notation, integer fraction,
     mixed number) and whether it was written with a decimal point; (None, False) otherwise."""
-    if re.search(r"\d\s+\d", t):
+    if re.search(r"\d\s+\d", t) or len(t) > MAX_PLAIN_CHARS:
         return None, False
     s = t.replace(" ", "").replace("{}", "")
     if _NUMBER_RE.fullmatch(s):
         return Fraction(s.rstrip(".") or "0"), "." in s
     m = _TIMES_POW_RE.match(s)
-    if m:
+    if m and abs(int(m.group(2))) <= MAX_PLAIN_EXPONENT:
         return Fraction(m.group(1).rstrip(".")) * Fraction(10) ** int(m.group(2)), "." in m.group(1)
     m = _POW10_RE.match(s)
-    if m:
+    if m and abs(int(m.group(2))) <= MAX_PLAIN_EXPONENT:
         v = Fraction(10) ** int(m.group(2))
         return (-v if m.group(1) == "-" else v), False
     m = _FRAC_RE.match(s)

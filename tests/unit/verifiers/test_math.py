@@ -243,3 +243,14 @@ def test_worker_that_cannot_start_gives_infra(tmp_path):
     v.worker_path = _fake_worker(tmp_path, "broken.py", "import no_such_module_for_math_verify\n")
     out = v.verify(task(r"\sqrt{2}"), r"\boxed{\frac{2}{\sqrt{2}}}")
     assert out.outcome == "infra" and "math-verify" in out.details["reason"]
+
+
+def test_huge_exponents_are_not_computed_in_process(mv):
+    # 3e8 is read as 3*10^8 exactly on the fast path; 1e999999999 must not be (10^999999999 would take
+    # minutes): it goes to the worker, whose size guard refuses it
+    t0 = time.perf_counter()
+    for answer in (r"\boxed{1e999999999}", r"\boxed{10^{999999999}}", r"\boxed{3\times10^{-999999}}"):
+        v = mv.verify(task("3"), answer)
+        assert v.outcome == "wrong" and "digits" in v.details["reason"], v.details
+    assert time.perf_counter() - t0 < 30
+    assert mv.verify(task("300000000"), r"\boxed{3e8}").details["path"] == "fast"
