@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -20,7 +20,17 @@ def positive_temperature(value: float) -> float:
     return value
 
 
-class GRPOLoss(Section):
+class PolicyLossBase(Section):
+    """What every GRPO-family loss shares: overlong filtering, and the recipe defaults a variant turns on
+    (``default_dynamic_sampling``, ``default_overlong``; DAPO's are on, everyone else's off)."""
+
+    mask_truncated: bool = False
+    """Overlong filtering: exclude completions cut at max_new_tokens from the loss (DAPO's overlong filtering)."""
+    default_dynamic_sampling: ClassVar[str] = "off"
+    default_overlong: ClassVar[bool] = False
+
+
+class GRPOLoss(PolicyLossBase):
     """GRPO (Shao et al. 2024): group-normalised advantages, token-level symmetric clip."""
 
     type: Literal["grpo"] = "grpo"
@@ -32,13 +42,15 @@ class GRPOLoss(Section):
     """How per-token losses are averaged."""
 
 
-class DAPOLoss(Section):
+class DAPOLoss(PolicyLossBase):
     """DAPO (Yu et al. 2025): decoupled clip-higher, token-mean loss, dynamic sampling, overlong shaping.
 
-    Defaults follow the paper's final recipe: dynamic sampling on correctness (a group is kept when
-    ``0 < #correct < G``: eq. 11), soft overlong punishment with a buffer of a fifth of the generation
-    budget (the paper's 4096 of 20480 tokens) and penalty 1 (the scale of the correctness reward);
-    overlong *filtering* (``mask_truncated``) stays off, as in the final recipe.
+    Its other parts are options any variant can use; DAPO only turns them on by default, as in the
+    paper's final recipe: ``sampling.dynamic_sampling`` defaults to ``correct`` (a group is kept when
+    ``0 < #correct < G``: eq. 11) and an ``overlong`` reward term (soft punishment over the last fifth of
+    the generation budget — the paper's 4096 of 20480 tokens — weight 1, the scale of the correctness
+    reward) is added unless the recipe lists one; overlong *filtering* (``loss.mask_truncated``) stays
+    off, as in the final recipe.
     """
 
     type: Literal["dapo"] = "dapo"
@@ -46,25 +58,13 @@ class DAPOLoss(Section):
     """Lower clip ε_low."""
     eps_high: float = 0.28
     """Upper clip ε_high (clip-higher keeps low-probability tokens exploring)."""
-    dynamic_sampling: bool = True
-    """Drop uninformative groups (see ``dynamic_sampling_on``) and draw more tasks until the batch is full."""
-    dynamic_sampling_on: Literal["correct", "reward"] = "correct"
-    """What makes a group informative: ``correct`` — its verifier pass/fail outcomes are mixed (DAPO);
-    ``reward`` — its composed reward varies (format, length and overlong terms included)."""
-    max_resample_rounds: int = Field(4, ge=0)
-    """Cap on extra draw rounds per step before training on what there is (with a message; 0: none)."""
-    overlong_buffer: int | None = Field(None, ge=0)
-    """Soft overlong punishment: a linear length penalty over the last N tokens before max_new_tokens
-    (None: max_new_tokens // 5, DAPO's 4096 of 20480; 0: off)."""
-    overlong_penalty: float = 1.0
-    """Penalty at max length."""
-    mask_truncated: bool = False
-    """Overlong filtering: exclude completions cut at max length from the loss."""
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     """How per-token losses are averaged."""
+    default_dynamic_sampling: ClassVar[str] = "correct"
+    default_overlong: ClassVar[bool] = True
 
 
-class GSPOLoss(Section):
+class GSPOLoss(PolicyLossBase):
     """GSPO (Zheng et al. 2025): length-normalised sequence-level ratio, sequence-level clip."""
 
     type: Literal["gspo"] = "gspo"
@@ -76,7 +76,7 @@ class GSPOLoss(Section):
     """How per-token losses are averaged."""
 
 
-class DrGRPOLoss(Section):
+class DrGRPOLoss(PolicyLossBase):
     """Dr.GRPO (Liu et al. 2025): no std normalisation, no length normalisation."""
 
     type: Literal["dr_grpo"] = "dr_grpo"
@@ -86,7 +86,7 @@ class DrGRPOLoss(Section):
     """How per-token losses are averaged (Dr.GRPO: sum / constant)."""
 
 
-class RLOOLoss(Section):
+class RLOOLoss(PolicyLossBase):
     """RLOO (Ahmadian et al. 2024): leave-one-out baseline."""
 
     type: Literal["rloo"] = "rloo"
@@ -96,7 +96,7 @@ class RLOOLoss(Section):
     """How per-token losses are averaged."""
 
 
-class ReinforcePPLoss(Section):
+class ReinforcePPLoss(PolicyLossBase):
     """REINFORCE++ (Hu 2025): batch-normalised advantages."""
 
     type: Literal["reinforce_pp"] = "reinforce_pp"
@@ -123,14 +123,19 @@ class KLConfig(Section):
 class RewardTerm(Section):
     """One reward in the composition: the task's verifier, a built-in shaping term, or your own Python function."""
 
-    name: Literal["correct", "format", "length", "python"] = "correct"
-    """correct: the task's verifier; format: 1 if an answer is extractable; length: -len/max_new_tokens; python: ``function``."""
+    name: Literal["correct", "format", "length", "overlong", "python"] = "correct"
+    """correct: the task's verifier; format: 1 if an answer is extractable; length: -len/max_new_tokens;
+    overlong: DAPO's soft overlong punishment (0 up to max_new_tokens - buffer, then linearly down to -1 at
+    max_new_tokens); python: ``function``."""
     weight: float = 1.0
     """Weight in the summed reward (0 = logged only)."""
     function: str | None = None
     """name: python only: ``module:function`` (importable from the working directory) called as ``f(task, completion)`` -> float or Verdict."""
     timeout_s: float = Field(10.0, gt=0)
     """name: python only: seconds one call may take; a call that raises or runs past this is an ``infra`` verdict."""
+    buffer: int | None = Field(None, ge=0)
+    """name: overlong only: the length of the penalty ramp in tokens (None: max_new_tokens // 5, DAPO's 4096
+    of 20480; 0: the term is always 0)."""
 
     @model_validator(mode="after")
     def _function_iff_python(self) -> "RewardTerm":
@@ -140,6 +145,8 @@ class RewardTerm(Section):
             raise ValueError(f"function {self.function!r} must be 'module:function' (e.g. my_rewards:score)")
         if self.name != "python" and self.function is not None:
             raise ValueError(f"function is only for name: python (this term is {self.name!r})")
+        if self.name != "overlong" and self.buffer is not None:
+            raise ValueError(f"buffer is only for name: overlong (this term is {self.name!r})")
         return self
 
     @property
@@ -161,6 +168,14 @@ class SamplingConfig(Section):
     """Generation budget per completion."""
     stop: list[str] = []
     """Extra stop strings (a completion ends with the token that completes one; finish reason ``stop``)."""
+    dynamic_sampling: Literal["off", "correct", "reward"] | None = None
+    """Dynamic sampling (DAPO, any variant): drop uninformative groups and draw more tasks until the batch
+    is full. ``correct``: a group is informative when its verifier outcomes are mixed (0 < #correct < G);
+    ``reward``: when its composed reward varies (format, length and overlong terms included); ``off``.
+    None: the loss's default (DAPO: correct; the others: off)."""
+    max_resample_rounds: int = Field(4, ge=0)
+    """Dynamic sampling: cap on extra draw rounds per step before training on what there is (with a
+    message; 0: none)."""
 
     @field_validator("temperature")
     @classmethod
@@ -226,3 +241,14 @@ class RLStage(Section):
         if not any(t.weight != 0 for t in v):
             raise ValueError("at least one reward term needs a non-zero weight")
         return v
+
+    @model_validator(mode="after")
+    def _variant_defaults(self) -> "RLStage":
+        """Make the loss's recipe defaults explicit (the resolved config shows them): ``sampling.dynamic_sampling``
+        None -> the loss's default; a loss whose default includes overlong shaping gets an ``overlong`` reward
+        term unless the recipe lists one (list it with weight 0 to turn it off)."""
+        if self.sampling.dynamic_sampling is None:
+            self.sampling = self.sampling.model_copy(update={"dynamic_sampling": self.loss.default_dynamic_sampling})
+        if self.loss.default_overlong and not any(t.name == "overlong" for t in self.rewards):
+            self.rewards = [*self.rewards, RewardTerm(name="overlong")]
+        return self

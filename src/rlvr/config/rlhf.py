@@ -118,4 +118,6 @@ class PPOStage(Section):
     def _one_sample(cls, v: SamplingConfig) -> SamplingConfig:
         if v.group_size != 1:
             raise ValueError(f"PPO samples one completion per task: sampling.group_size must be 1, got {v.group_size}")
+        if v.dynamic_sampling not in (None, "off"):
+            raise ValueError("sampling.dynamic_sampling compares the samples of a group; PPO samples one per task")
         return v

@@ -77,25 +77,28 @@ def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, pe
     return -(over / buffer).clamp(max=1.0) * penalty
 
 
+REWARD_TERMS = {
+    "correct": lambda term, verdicts, lens, max_new: [vd.reward for vd in verdicts],
+    "format": lambda term, verdicts, lens, max_new: [0.0 if vd.outcome == "format" else 1.0 for vd in verdicts],
+    "length": lambda term, verdicts, lens, max_new: [-n / max_new for n in lens],
+    "overlong": lambda term, verdicts, lens, max_new: overlong_penalty(
+        torch.tensor(lens), max_new, max_new // 5 if term.buffer is None else term.buffer, 1.0).tolist(),
+    "python": lambda term, verdicts, lens, max_new: [float(vd.details.get("rewards", {}).get(term.key, 0.0))
+                                                     for vd in verdicts],
+}
+"""A reward term's per-sample values, by ``term.name``: correct (the verifier's reward), format (1 when an
+answer is extractable), length (-len / max_new_tokens), overlong (DAPO's soft punishment, in [-1, 0]; the
+term's weight is the penalty at max length), python (the user function's reward, judged beside the
+verifier; 0 when infra)."""
+
+
 def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int) -> dict[str, torch.Tensor]:
-    """Per-term reward vectors (keyed by ``term.key``): correct (verifier), format (answer extractable),
-    length (-len/max), python (the user function's reward, judged beside the verifier; 0 when infra)."""
-    out = {}
-    for term in terms:
-        if term.name == "correct":
-            v = [vd.reward for vd in verdicts]
-        elif term.name == "format":
-            v = [0.0 if vd.outcome == "format" else 1.0 for vd in verdicts]
-        elif term.name == "python":
-            v = [float(vd.details.get("rewards", {}).get(term.key, 0.0)) for vd in verdicts]
-        else:
-            v = [-n / max_new_tokens for n in completion_lens]
-        out[term.key] = torch.tensor(v, dtype=torch.float32)
-    return out
+    """Per-term reward vectors keyed by ``term.key`` (see ``REWARD_TERMS``); the trainer sums them weighted."""
+    return {term.key: torch.tensor(REWARD_TERMS[term.name](term, verdicts, list(completion_lens), max_new_tokens),
+                                   dtype=torch.float32) for term in terms}
 
 
-def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling, reward_terms, seed: int,
-            overlong: tuple[int, float] = (0, 0.0)) -> Rollouts:
+def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling, reward_terms, seed: int) -> Rollouts:
     """Generate ``sampling.group_size`` samples per task, verify them, and compose rewards."""
     G = sampling.group_size
     t0 = time.perf_counter()
@@ -111,8 +114,6 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
     lens = [len(c) for c in gen.completion_ids]
     terms = compose_rewards(verdicts, lens, reward_terms, sampling.max_new_tokens)
     total = sum(t.weight * terms[t.key] for t in reward_terms)
-    if overlong[0] > 0:
-        total = total + overlong_penalty(torch.tensor(lens), sampling.max_new_tokens, *overlong)
     shape = (len(tasks), G)
     valid = torch.tensor([v.outcome not in INFRA_OUTCOMES for v in verdicts]).view(shape)
     return Rollouts(

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.advantages.credit import hgpo_credit, trajectory_credit, turn_discounted_credit
 from rlvr.errors import ConfigError
 from rlvr.rollout.agent_stats import agent_metrics, horizon_note
 from rlvr.rollout.multiturn import MultiTurnCollector, Trajectory
 from rlvr.data.collate import TrainBatch
+from rlvr.trainers.variants import CreditInput, credit_estimator
 
 
 def assign_turn_rewards(trajs: list[Trajectory], budget_penalty: float, tool_error_penalty: float) -> None:
@@ -36,18 +36,9 @@ def turn_advantages(trajs: list[Trajectory], credit) -> list[list[float]]:
     if not flat:
         return out
     rewards = torch.tensor([trajs[i].turns[k].reward for i, k in flat], dtype=torch.float64)
-    groups, ids = [trajs[i].group for i, _ in flat], [i for i, _ in flat]
-    if credit.type == "trajectory":
-        adv = trajectory_credit(rewards, groups, ids, scale=credit.scale)
-    elif credit.type == "turn":
-        adv = turn_discounted_credit(rewards, groups, ids, [k for _, k in flat], gamma=credit.gamma,
-                                     scale=credit.scale)
-    elif credit.type == "hgpo":
-        states = [trajs[i].turns[k].state for i, k in flat]
-        adv = hgpo_credit(rewards, groups, ids, states, gamma=credit.gamma, max_history=credit.max_history,
-                          alpha=credit.alpha, step_weight=credit.step_weight, scale=credit.scale)
-    else:
-        raise ConfigError(f"unknown credit estimator {credit.type!r}")
+    turns = CreditInput(groups=[trajs[i].group for i, _ in flat], traj_ids=[i for i, _ in flat],
+                        turn_index=[k for _, k in flat], states=[trajs[i].turns[k].state for i, k in flat])
+    adv = credit_estimator(credit)(credit, rewards, turns)
     for (i, _), a in zip(flat, adv.tolist()):
         out[i].append(a)
     return out

@@ -15,8 +15,8 @@ DAPO's dynamic sampling is the exception by definition: its batch *is* the infor
 
 Decisions (each tested in tests/unit/trainers/test_rl_decisions.py): the sampling temperature is > 0
 (config error otherwise: training divides by it); the mini-batch shuffle is seeded by (seed, step, epoch);
-DAPO defaults to soft overlong punishment (buffer max_new_tokens // 5) and to dynamic sampling on
-correctness, as in the paper's final recipe. Off-policy updates (μ > 1 or several mini-batches)
+DAPO defaults to soft overlong punishment (an ``overlong`` reward term, buffer max_new_tokens // 5) and to
+dynamic sampling on correctness, as in the paper's final recipe; both are options of every variant. Off-policy updates (μ > 1 or several mini-batches)
 recompute ``old_logprobs`` with the training forward; ``rollout/logprob_mismatch_{mean,max}`` report
 the sampler-vs-trainer gap.
 """
@@ -68,32 +68,27 @@ from rlvr.verifiers.judge import reward_judge
 def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list):
     """One rollout batch; with dynamic sampling, keep drawing until the batch is informative.
 
-    A group is informative when its verifier outcomes are mixed (``dynamic_sampling_on: correct``, DAPO's
-    0 < #correct < G; the default) or its composed reward varies (``reward``). With dynamic sampling the
+    A group is informative when its verifier outcomes are mixed (``sampling.dynamic_sampling: correct``,
+    DAPO's 0 < #correct < G; DAPO's default) or its composed reward varies (``reward``). With dynamic sampling the
     batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11: the token-mean runs over
     the kept groups only): filtered groups count in no loss denominator, unlike the zero-advantage rows of
     the other algorithms, which are skipped for speed but counted.
     """
-    overlong = (0, 0.0)
-    dyn = getattr(stage.loss, "dynamic_sampling", False)
-    if hasattr(stage.loss, "overlong_buffer"):
-        buffer = stage.loss.overlong_buffer
-        overlong = (stage.sampling.max_new_tokens // 5 if buffer is None else buffer, stage.loss.overlong_penalty)
+    dyn = stage.sampling.dynamic_sampling
     parts, kept, drawn, rnd = [], 0, 0, 0
     while True:
         tasks = stream.take(stage.tasks_per_step)
-        ro = collect(engine, tok, tasks, judge, stage.sampling, stage.rewards, seed=seed * 100003 + step * 97 + rnd,
-                     overlong=overlong)
+        ro = collect(engine, tok, tasks, judge, stage.sampling, stage.rewards, seed=seed * 100003 + step * 97 + rnd)
         drawn += ro.num_groups
-        if not dyn:
+        if dyn in (None, "off"):
             return ro, {"rollout/groups_drawn": drawn}
-        signal = ro.passed.float() if stage.loss.dynamic_sampling_on == "correct" else ro.rewards
+        signal = ro.passed.float() if dyn == "correct" else ro.rewards
         zv = zero_variance_groups(signal, ro.valid)
         keep = [g for g in range(ro.num_groups) if not zv[g]][: stage.tasks_per_step - kept]
         parts.append(ro.select_groups(keep))
         kept += len(keep)
         rnd += 1
-        if kept >= stage.tasks_per_step or rnd > stage.loss.max_resample_rounds:
+        if kept >= stage.tasks_per_step or rnd > stage.sampling.max_resample_rounds:
             break
     if kept < stage.tasks_per_step:
         rate = float(ro.passed.float().mean())
@@ -328,7 +323,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     stream.cursor = run.state.get("cursor", 0)
     variant = rl_variant(stage.loss)
     needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0
-    mask_trunc = getattr(stage.loss, "mask_truncated", False)
+    mask_trunc = stage.loss.mask_truncated
     notes: list[str] = []
     while not run.done():
         ro = None

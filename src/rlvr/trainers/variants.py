@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from rlvr import advantages as adv
+from rlvr.advantages.credit import hgpo_credit, trajectory_credit, turn_discounted_credit
 from rlvr.losses import preference as pl
 from rlvr.losses.pair_weights import uni_dpo_calibrated_nll, uni_dpo_weights
 
@@ -60,6 +61,35 @@ RL_VARIANTS: dict[str, RLVariant] = {
 
 def rl_variant(loss_cfg) -> RLVariant:
     return RL_VARIANTS[loss_cfg.type]
+
+
+# ------------------------------------------------------------------------------ multi-turn credit
+
+
+@dataclass(frozen=True)
+class CreditInput:
+    """The turns of a batch, flat (a trajectory's turns in order): group, trajectory, depth and state of each."""
+
+    groups: list
+    traj_ids: list
+    turn_index: list[int]
+    states: list
+
+
+CREDIT_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
+    "trajectory": lambda c, r, t: trajectory_credit(r, t.groups, t.traj_ids, scale=c.scale),
+    "turn": lambda c, r, t: turn_discounted_credit(r, t.groups, t.traj_ids, t.turn_index, gamma=c.gamma,
+                                                   scale=c.scale),
+    "hgpo": lambda c, r, t: hgpo_credit(r, t.groups, t.traj_ids, t.states, gamma=c.gamma,
+                                        max_history=c.max_history, alpha=c.alpha, step_weight=c.step_weight,
+                                        scale=c.scale),
+}
+"""``rollout.credit.type`` -> ``(cfg, turn_rewards [N], CreditInput) -> [N]`` per-turn advantages
+(``rlvr.advantages.credit``)."""
+
+
+def credit_estimator(credit_cfg) -> Callable[..., torch.Tensor]:
+    return CREDIT_ESTIMATORS[credit_cfg.type]
 
 
 # ---------------------------------------------------------------------------------- preference

@@ -99,17 +99,17 @@ VARIANT_TABLE = ROOT / "trainers" / "variants.py"
 
 
 def test_no_branch_on_a_variants_identity_outside_the_table():
-    """``loss.type == ...``, ``weighting.type in (...)``, ``isinstance(x, DAPOLoss)`` and ``match`` on a
+    """``loss.type == ...``, ``weighting.type in (...)``, ``credit.type == ...``, ``isinstance(x, DAPOLoss)`` and ``match`` on a
     type are the variant table's business only (config classes declare their own ``type`` literal)."""
     bad = []
-    type_attr = re.compile(r"\b(loss|weighting|loss_cfg|wcfg)\.type\s*(==|!=|in\b|not in\b)|"
-                           r"(==|!=|\bin)\s*\w*\.?(loss|weighting)\.type\b")
+    type_attr = re.compile(r"\b(loss|weighting|loss_cfg|wcfg|credit|credit_cfg)\.type\s*(==|!=|in\b|not in\b)|"
+                           r"(==|!=|\bin)\s*\w*\.?(loss|weighting|credit)\.type\b")
     variant_classes = re.compile(r"isinstance\([^)]*(Loss|Weighting)\b")
     for f in ROOT.rglob("*.py"):
         if f == VARIANT_TABLE or f.parent.name == "config":
             continue
         for i, line in enumerate(f.read_text().splitlines(), 1):
-            if type_attr.search(line) or variant_classes.search(line) or re.search(r"match\s+\w+\.(loss|weighting)\.type", line):
+            if type_attr.search(line) or variant_classes.search(line) or re.search(r"match\s+\w+\.(loss|weighting|credit)\.type", line):
                 bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not bad, "\n".join(bad)
 

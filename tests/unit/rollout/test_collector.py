@@ -56,8 +56,8 @@ def test_collect_composes_weighted_rewards_and_keeps_infra_out():
         return [outcomes[x] for x in texts]
 
     sampling = SamplingConfig(group_size=4, max_new_tokens=4)
-    terms = [RewardTerm(name="correct"), RewardTerm(name="format", weight=0.5)]
-    ro = collect(engine, tok, tasks, judge, sampling, terms, seed=0, overlong=(2, 1.0))
+    terms = [RewardTerm(name="correct"), RewardTerm(name="format", weight=0.5), RewardTerm(name="overlong", buffer=2)]
+    ro = collect(engine, tok, tasks, judge, sampling, terms, seed=0)
     # reward = correct + 0.5 * format + overlong(L_max 4, buffer 2: free to 2 tokens, -1 at 4)
     #   a: 1 + 0.5 - 1.0 = 0.5     b: 0 + 0.5 + 0 = 0.5     c: 0 + 0.5 + 0 = 0.5     d: 0 + 0 - 0.5 = -0.5
     assert ro.rewards.tolist() == [pytest.approx([0.5, 0.5, 0.5, -0.5])] * 2

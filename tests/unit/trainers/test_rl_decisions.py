@@ -85,15 +85,16 @@ class ScriptedEngine:
                           ["x" * len(c) for c in comps], [i // params.n for i in range(n)])
 
 
-def dapo_stage(**kw):
+def dapo_stage(dynamic_sampling=None, max_resample_rounds=4, **kw):
     return RLStage(**{"data": BuiltinArithmetic(families=["add2"], n=8), "tasks_per_step": 2,
-                      "sampling": SamplingConfig(group_size=2, max_new_tokens=10), **kw})
+                      "sampling": SamplingConfig(group_size=2, max_new_tokens=10, dynamic_sampling=dynamic_sampling,
+                                                 max_resample_rounds=max_resample_rounds), **kw})
 
 
 def test_dapo_default_punishes_overlong_completions(tiny_dir):
     """Default buffer 10 // 5 = 2: a completion of 9 tokens gets -0.5, one of 10 (cut) gets -1."""
     _, tok = load_pretrained(tiny_dir)
-    st = dapo_stage(loss=DAPOLoss(dynamic_sampling=False))
+    st = dapo_stage(loss=DAPOLoss(), dynamic_sampling="off")
     eng = ScriptedEngine([[[5] * 4, [5] * 9], [[5] * 10, [5] * 3]])
     passed = lambda tasks, comps: [Verdict(1.0, True, "pass") for _ in comps]
     ro, _ = rollout_step(st, eng, tok, TaskStream(rl.load_task_source(st.data), 0), passed, 0, 0, [])
@@ -104,10 +105,46 @@ def test_dapo_dynamic_sampling_keeps_groups_with_mixed_correctness(tiny_dir):
     """Group 0: both correct, lengths differ (the length term makes the composed reward vary): not
     informative about correctness, dropped. Group 1: one correct, one wrong: kept."""
     _, tok = load_pretrained(tiny_dir)
-    st = dapo_stage(loss=DAPOLoss(max_resample_rounds=0, overlong_buffer=0),
-                    rewards=[RewardTerm(name="correct"), RewardTerm(name="length", weight=0.1)])
+    st = dapo_stage(loss=DAPOLoss(), max_resample_rounds=0,
+                    rewards=[RewardTerm(name="correct"), RewardTerm(name="length", weight=0.1),
+                             RewardTerm(name="overlong", weight=0.0)])
     eng = ScriptedEngine([[[5] * 2, [5] * 4], [[5] * 3, [5] * 3]])
     judge = lambda tasks, comps: [Verdict(1.0, True, "pass"), Verdict(1.0, True, "pass"),
                                   Verdict(1.0, True, "pass"), Verdict(0.0, False, "wrong")]
     ro, _ = rollout_step(st, eng, tok, TaskStream(rl.load_task_source(st.data), 0), judge, 0, 0, [])
     assert ro.num_groups == 1 and ro.passed.tolist() == [[True, False]]
+
+
+def test_dapo_parts_are_options_of_every_variant(tiny_dir):
+    """Dynamic sampling, the overlong term and overlong filtering are not DAPO's own: a GRPO stage turns them
+    on with one line each, and a DAPO stage turns its defaults off the same way."""
+    from rlvr.config.rl import GRPOLoss
+
+    grpo = dapo_stage(loss=GRPOLoss(mask_truncated=True), dynamic_sampling="correct",
+                      rewards=[RewardTerm(name="correct"), RewardTerm(name="overlong", buffer=2)])
+    assert grpo.sampling.dynamic_sampling == "correct" and grpo.loss.mask_truncated
+    plain = dapo_stage(loss=GRPOLoss())
+    assert plain.sampling.dynamic_sampling == "off" and [t.name for t in plain.rewards] == ["correct"]
+    dapo = dapo_stage(loss=DAPOLoss())  # the paper's recipe: explicit in the resolved config
+    assert dapo.sampling.dynamic_sampling == "correct" and [t.name for t in dapo.rewards] == ["correct", "overlong"]
+    off = dapo_stage(loss=DAPOLoss(), dynamic_sampling="off",
+                     rewards=[RewardTerm(name="correct"), RewardTerm(name="overlong", weight=0.0)])
+    assert off.sampling.dynamic_sampling == "off" and off.rewards[-1].weight == 0.0
+    # GRPO with the overlong term: the same hand-worked rewards as DAPO's default (buffer 2 of 10)
+    _, tok = load_pretrained(tiny_dir)
+    eng = ScriptedEngine([[[5] * 4, [5] * 9], [[5] * 10, [5] * 3]])
+    passed = lambda tasks, comps: [Verdict(1.0, True, "pass") for _ in comps]  # noqa: E731
+    st = dapo_stage(loss=GRPOLoss(), rewards=[RewardTerm(name="correct"), RewardTerm(name="overlong")])
+    ro, _ = rollout_step(st, eng, tok, TaskStream(rl.load_task_source(st.data), 0), passed, 0, 0, [])
+    assert ro.rewards.tolist() == [[1.0, 0.5], [0.0, 1.0]]
+
+
+def test_moved_dapo_keys_name_their_new_place(tmp_path):
+    """A recipe written for the old DAPO fields gets an error that says where they live now."""
+    from rlvr.config.load import load_recipe
+    from rlvr.errors import ConfigError
+
+    p = tmp_path / "r.yaml"
+    p.write_text("stages:\n  - type: rl\n    loss: {type: dapo, dynamic_sampling: correct}\n")
+    with pytest.raises(ConfigError, match=r"sampling\.dynamic_sampling"):
+        load_recipe(p)

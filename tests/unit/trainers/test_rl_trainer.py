@@ -103,7 +103,8 @@ def test_kl_with_reference_runs_and_is_logged(tiny_dir, tmp_path):
 
 def test_dynamic_sampling_reports_data_too_easy(tiny_dir, tmp_path):
     always = lambda tasks, comps: [Verdict(1.0, True, "pass") for _ in comps]  # noqa: E731
-    res = train_rl(stage(max_steps=1, loss=DAPOLoss(max_resample_rounds=1)), ModelConfig(path=tiny_dir),
+    res = train_rl(stage(max_steps=1, loss=DAPOLoss(),
+                         sampling=SamplingConfig(group_size=4, max_new_tokens=8, max_resample_rounds=1)), ModelConfig(path=tiny_dir),
                    tmp_path / "d", judge=always)
     rec = [json.loads(x) for x in open(res.metrics_path)][-1]
     assert rec["train/sequences"] == 0 and "too easy" in rec["notes"]
