@@ -92,6 +92,13 @@ class TrainBatch:
         """Rows counted in the denominators: forwarded and skipped."""
         return len(self.input_ids) + len(self.skipped_masks)
 
+    def tokens(self, pad_id: int, device=None) -> "TokenBatch":
+        """The forwarded rows as a :class:`TokenBatch`; a per-row advantage is spread over its row's tokens
+        (the loss mask keeps it off the prompt)."""
+        adv = [a if isinstance(a, list) else [float(a)] * len(ids) for a, ids in zip(self.advantages, self.input_ids)]
+        return TokenBatch.from_rows(self.input_ids, self.loss_mask, pad_id, device=device,
+                                    old_logprobs=self.old_logprobs, ref_logprobs=self.ref_logprobs, advantages=adv)
+
     def subset(self, rows: list[int]) -> TrainBatch:
         n = len(self.input_ids)
         fwd = [i for i in rows if i < n]
@@ -99,3 +106,55 @@ class TrainBatch:
         return TrainBatch(pick(self.input_ids), pick(self.loss_mask), pick(self.old_logprobs),
                           pick(self.ref_logprobs), pick(self.advantages),
                           [self.skipped_masks[i - n] for i in rows if i >= n])
+
+
+@dataclass
+class TokenBatch:
+    """The token batch every policy update forwards (RL, PPO, preference), right-padded to ``[B, T]``.
+
+    ``input_ids [B, T]`` long, ``attention_mask [B, T]`` long, ``loss_mask [B, T]`` float (1 on trained
+    tokens); per-token ``old_logprobs``, ``ref_logprobs``, ``advantages``, ``values``, ``returns``
+    ``[B, T]`` float (0 on prompt and padding), or None where the update does not use them;
+    ``rewards [B]`` (PPO's sequence reward), or None.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    old_logprobs: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
+    rewards: torch.Tensor | None = None
+
+    PER_TOKEN = ("old_logprobs", "ref_logprobs", "advantages", "values", "returns")
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    @classmethod
+    def from_rows(cls, seqs: list[list[int]], masks: list[list[int]], pad_id: int, device=None,
+                  **per_token: list[list[float]] | None) -> "TokenBatch":
+        """Right-pad rows of ids with their loss masks and per-token lists (each row as long as its ids, or
+        shorter: the rest is 0) to one batch on ``device``."""
+        ids, att, lm = pad_batch(seqs, pad_id, masks, left=False, device=device)
+        T = ids.shape[1]
+        extra = {k: None if v is None else torch.tensor([list(r) + [0.0] * (T - len(r)) for r in v],
+                                                        dtype=torch.float32, device=ids.device)
+                 for k, v in per_token.items()}
+        return cls(ids, att, lm, **extra)
+
+    @classmethod
+    def empty(cls) -> "TokenBatch":
+        return cls(torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1),
+                   rewards=torch.zeros(0))
+
+    def rows(self, idx: list[int]) -> "TokenBatch":
+        """The rows ``idx``, cut to their longest sequence (right padding): a micro-batch."""
+        T = int(self.attention_mask[idx].sum(dim=1).max())
+        cut = lambda t: None if t is None else t[idx, :T]  # noqa: E731
+        return TokenBatch(cut(self.input_ids), cut(self.attention_mask), cut(self.loss_mask),
+                          *(cut(getattr(self, k)) for k in self.PER_TOKEN),
+                          rewards=None if self.rewards is None else self.rewards[idx])
+

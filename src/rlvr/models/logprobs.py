@@ -84,12 +84,12 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 def sequence_logprobs(model, rows: list[tuple[list[int], list[int]]], pad_id: int, bf16: bool = False):
     """One forward pass over ``rows`` of ``(ids, loss_mask)`` -> (summed logprobs over the loss mask [R],
     completion lengths [R]) on the model's device."""
-    from rlvr.data.collate import pad_batch
+    from rlvr.data.collate import TokenBatch
 
-    ids, att, lm = pad_batch([r[0] for r in rows], pad_id, [r[1] for r in rows], left=False,
+    b = TokenBatch.from_rows([r[0] for r in rows], [r[1] for r in rows], pad_id,
                              device=next(model.parameters()).device)
-    lp, _ = token_logprobs(model, ids, att, 1.0, bf16=bf16)
-    return (lp * lm).sum(dim=-1), lm.sum(dim=1)
+    lp, _ = token_logprobs(model, b.input_ids, b.attention_mask, 1.0, bf16=bf16)
+    return (lp * b.loss_mask).sum(dim=-1), b.loss_mask.sum(dim=1)
 
 
 @torch.no_grad()

@@ -40,7 +40,7 @@ from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RewardTerm
 from rlvr.config.rlhf import PPOStage
 from rlvr.data.chat import encode_prompt
-from rlvr.data.collate import pad_batch
+from rlvr.data.collate import TokenBatch, pad_batch
 from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.errors import ConfigError
@@ -125,24 +125,6 @@ def setup_models(stage: PPOStage, model_cfg: ModelConfig, run_dir, init_path, se
 
 # ----------------------------------------------------------------------------------------- update
 
-@dataclass
-class PPOBatch:
-    """A scored rollout batch, right-padded to ``[B, T]``."""
-
-    ids: torch.Tensor
-    att: torch.Tensor
-    loss_mask: torch.Tensor
-    rewards: torch.Tensor          # [B] task reward (RM score or verifier reward)
-    old_logprobs: torch.Tensor | None = None
-    ref_logprobs: torch.Tensor | None = None
-    values: torch.Tensor | None = None
-    advantages: torch.Tensor | None = None
-    returns: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        return self.ids.shape[0]
-
-
 @torch.no_grad()
 def rm_scores(rm, rm_tok, policy_tok, tasks, prompt_ids, completion_ids, texts, micro: int) -> torch.Tensor:
     """Reward-model scores ``[B]`` of prompt + completion (re-tokenised if the RM's tokenizer differs)."""
@@ -160,36 +142,30 @@ def rm_scores(rm, rm_tok, policy_tok, tasks, prompt_ids, completion_ids, texts, 
 
 
 def build_batch(ro, rewards: torch.Tensor, valid: torch.Tensor, pad_id: int,
-                device=None) -> tuple[PPOBatch, list[int]]:
+                device=None) -> tuple[TokenBatch, list[int]]:
     """Keep valid rows with a non-empty completion; returns the batch (on ``device``) and the kept rows."""
     keep = [i for i in range(len(ro.completion_ids)) if bool(valid[i]) and ro.completion_ids[i]]
     if not keep:
-        return PPOBatch(torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long),
-                        torch.zeros(0, 1), torch.zeros(0)), keep
+        return TokenBatch.empty(), keep
     seqs = [ro.prompt_ids[i] + ro.completion_ids[i] for i in keep]
     masks = [[0] * len(ro.prompt_ids[i]) + [1] * len(ro.completion_ids[i]) for i in keep]
-    ids, att, lm = pad_batch(seqs, pad_id, masks, left=False, device=device)
-    return PPOBatch(ids, att, lm, rewards[keep].float().to(ids.device)), keep
+    b = TokenBatch.from_rows(seqs, masks, pad_id, device=device)
+    b.rewards = rewards[keep].float().to(b.input_ids.device)
+    return b, keep
 
 
 def _micro_slices(rows: list[int], micro: int):
     return [rows[s:s + micro] for s in range(0, len(rows), micro)]
 
 
-def _trim(b: PPOBatch, rows: list[int], *tensors):
-    """Rows of the batch cut to their longest sequence (right padding)."""
-    T = int(b.att[rows].sum(dim=1).max())
-    return [t[rows, :T] for t in tensors]
-
-
 @torch.no_grad()
-def evaluate_batch(b: PPOBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool) -> None:
+def evaluate_batch(b: TokenBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool) -> None:
     """Fill old logprobs (the training forward under no grad, in the training precision: the ratio starts
     at exactly 1), reference logprobs (LoRA: adapters off) and values."""
-    old, refl, vals = (torch.zeros(b.ids.shape, device=b.ids.device) for _ in range(3))
+    old, refl, vals = (torch.zeros(b.input_ids.shape, device=b.input_ids.device) for _ in range(3))
     for rows in _micro_slices(list(range(len(b))), micro):
-        ids, att = _trim(b, rows, b.ids, b.att)
-        T = ids.shape[1]
+        mb = b.rows(rows)
+        ids, att, T = mb.input_ids, mb.attention_mask, mb.input_ids.shape[1]
         old[rows, :T] = token_logprobs(policy, ids, att, temperature, bf16=bf16)[0].float()
         with reference_model(policy, ref) as model:
             refl[rows, :T] = token_logprobs(model, ids, att, temperature, bf16=bf16)[0].float()
@@ -197,7 +173,7 @@ def evaluate_batch(b: PPOBatch, policy, ref, critic, temperature: float, micro: 
     b.old_logprobs, b.ref_logprobs, b.values = old, refl, vals * b.loss_mask
 
 
-def sampler_mismatch(b: PPOBatch, ro, keep: list[int]) -> dict:
+def sampler_mismatch(b: TokenBatch, ro, keep: list[int]) -> dict:
     """``rollout/logprob_mismatch_{mean,max}``: the sampler's logprobs against the training forward's
     ``old_logprobs`` (which the update uses), over the completion tokens of the batch's rows."""
     trainer, sampler, masks = [], [], []
@@ -209,7 +185,7 @@ def sampler_mismatch(b: PPOBatch, ro, keep: list[int]) -> dict:
     return logprob_mismatch(trainer, sampler, masks)
 
 
-def compute_advantages(b: PPOBatch, kl_coef: float, gamma: float, lam: float, whiten_adv: bool) -> dict:
+def compute_advantages(b: TokenBatch, kl_coef: float, gamma: float, lam: float, whiten_adv: bool) -> dict:
     """KL-in-reward (k1 per token), GAE(γ, λ) and optional whitening; returns rollout-side metrics."""
     lm = b.loss_mask
     kl = kl_penalty(b.old_logprobs, b.ref_logprobs, kind="k1", loss_mask=lm)
@@ -224,10 +200,11 @@ def compute_advantages(b: PPOBatch, kl_coef: float, gamma: float, lam: float, wh
             "advantage/mean_raw": float((adv * lm).sum() / lm.sum().clamp(min=1))}
 
 
-def micro_loss(b: PPOBatch, rows, policy, critic, cfg, denom: float, bf16: bool):
+def micro_loss(b: TokenBatch, rows, policy, critic, cfg, denom: float, bf16: bool):
     """Token-sum of the clipped policy loss + vf_coef x clipped value loss, divided by the mini-batch's tokens."""
-    ids, att, lm, old, adv, v_old, ret = _trim(b, rows, b.ids, b.att, b.loss_mask, b.old_logprobs,
-                                               b.advantages, b.values, b.returns)
+    mb = b.rows(rows)
+    ids, att, lm, old, adv, v_old, ret = (mb.input_ids, mb.attention_mask, mb.loss_mask, mb.old_logprobs,
+                                          mb.advantages, mb.values, mb.returns)
     logprobs, entropy = token_logprobs(policy, ids, att, cfg.sampling.temperature, with_entropy=True, bf16=bf16)
     pg, pmet = clipped_surrogate(logprobs, old, adv, lm, cfg.eps, cfg.eps)
     values = token_values(critic, ids, att, bf16)
@@ -241,7 +218,7 @@ def micro_loss(b: PPOBatch, rows, policy, critic, cfg, denom: float, bf16: bool)
     return loss, met, n
 
 
-def ppo_update(b: PPOBatch, policy, critic, opts, scheds, cfg, seed: int, step: int, bf16: bool) -> dict:
+def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step: int, bf16: bool) -> dict:
     """``ppo_epochs`` x ``mini_batches`` optimizer steps on both the actor and the critic."""
     (popt, copt), (psched, csched) = opts, scheds
     agg: dict[str, float] = {}

@@ -140,14 +140,6 @@ def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_trunca
     return rows
 
 
-def advantage_tensor(advantages: list, T: int, device) -> torch.Tensor:
-    """``[B]`` from per-row advantages, or ``[B, T]`` from per-token ones (multi-turn credit, right-padded
-    with 0)."""
-    if advantages and isinstance(advantages[0], list):
-        return torch.tensor([a + [0.0] * (T - len(a)) for a in advantages], dtype=torch.float32, device=device)
-    return torch.tensor(advantages, dtype=torch.float32, device=device)
-
-
 def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) -> list[list[int]]:
     """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
     mini-batch ``batch.subset(rows)``."""
@@ -214,10 +206,8 @@ def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: boo
 
 def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_policy: bool, bf16: bool = False):
     """Loss of one micro-batch, already divided by the mini-batch's global denominator."""
-    dev = model.device
-    ids, att, lm = pad_batch(mb.input_ids, pad_id, mb.loss_mask, left=False, device=dev)
-    T = ids.shape[1]
-    old = torch.tensor([o + [0.0] * (T - len(o)) for o in mb.old_logprobs], device=dev)
+    b = mb.tokens(pad_id, device=model.device)
+    ids, att, lm, old = b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
                                        bf16=bf16, entropy_grad=bool(cfg.entropy_coef))
     gap_metrics = {}
@@ -227,12 +217,10 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
                        "rollout/logprob_mismatch_max": float(gap.max())}
         old = logprobs.detach()
     eps_low, eps_high, level = rl_variant(cfg.loss).clip(cfg.loss)
-    adv = advantage_tensor(mb.advantages, T, dev)
-    per_tok, metrics = clipped_surrogate(logprobs, old, adv, lm, eps_low, eps_high, level=level)
+    per_tok, metrics = clipped_surrogate(logprobs, old, b.advantages, lm, eps_low, eps_high, level=level)
     metrics.update(gap_metrics)
     if cfg.kl.beta > 0:
-        ref = torch.tensor([r + [0.0] * (T - len(r)) for r in mb.ref_logprobs], device=dev)
-        kl = kl_penalty(logprobs, ref, kind=cfg.kl.estimator, loss_mask=lm)
+        kl = kl_penalty(logprobs, b.ref_logprobs, kind=cfg.kl.estimator, loss_mask=lm)
         per_tok = per_tok + cfg.kl.beta * kl
         metrics["kl/ref"] = float((kl.detach() * lm).sum() / lm.sum().clamp(min=1))
     if cfg.entropy_coef:

@@ -18,7 +18,8 @@ from rlvr.models.tiny import build_tiny
 from rlvr.rollout.engine import Generation
 from rlvr.trainers.ppo import resolve_paths, setup_models, train_ppo
 from rlvr.models.heads import RM_MARKER
-from rlvr.trainers.ppo import PPOBatch, build_batch, compute_advantages
+from rlvr.data.collate import TokenBatch
+from rlvr.trainers.ppo import build_batch, compute_advantages
 from rlvr.verifiers.base import Verdict
 
 KEYS = ("reward/mean", "value/loss", "value/explained_variance", "kl/ref", "kl/coef", "clip/low_frac",
@@ -47,9 +48,9 @@ def test_kl_in_reward_and_gae_by_hand():
     # one sequence: prompt of 1 token, completion of 2 tokens; R = 1, kl_coef = 0.5
     # k1 per token = old - ref = [1, 0] -> token rewards [-0.5, 0 + 1] = [-0.5, 1]
     # values 0, gamma = lam = 1 -> advantages = returns = reward-to-go = [0.5, 1]
-    b = PPOBatch(torch.tensor([[3, 4, 5]]), torch.ones(1, 3, dtype=torch.long), torch.tensor([[0.0, 1.0, 1.0]]),
-                 torch.tensor([1.0]), old_logprobs=torch.tensor([[0.0, -1.0, -1.0]]),
-                 ref_logprobs=torch.tensor([[0.0, -2.0, -1.0]]), values=torch.zeros(1, 3))
+    b = TokenBatch(torch.tensor([[3, 4, 5]]), torch.ones(1, 3, dtype=torch.long), torch.tensor([[0.0, 1.0, 1.0]]),
+                   old_logprobs=torch.tensor([[0.0, -1.0, -1.0]]), ref_logprobs=torch.tensor([[0.0, -2.0, -1.0]]),
+                   values=torch.zeros(1, 3), rewards=torch.tensor([1.0]))
     met = compute_advantages(b, kl_coef=0.5, gamma=1.0, lam=1.0, whiten_adv=False)
     assert torch.allclose(b.advantages, torch.tensor([[0.0, 0.5, 1.0]]))
     assert torch.allclose(b.returns, torch.tensor([[0.0, 0.5, 1.0]]))
@@ -62,7 +63,7 @@ def test_build_batch_drops_infra_and_empty_rows():
     gen = Generation([[1, 2], [1, 3], [1, 4]], [[5, 6], [], [7]], [[-1.0, -1.0], [], [-1.0]], ["eos"] * 3,
                      ["a", "", "b"], [0, 1, 2])
     b, keep = build_batch(gen, torch.tensor([1.0, 0.0, 0.5]), torch.tensor([True, True, False]), 0)
-    assert keep == [0] and b.ids.tolist() == [[1, 2, 5, 6]] and b.loss_mask.tolist() == [[0, 0, 1, 1]]
+    assert keep == [0] and b.input_ids.tolist() == [[1, 2, 5, 6]] and b.loss_mask.tolist() == [[0, 0, 1, 1]]
 
 
 def test_ppo_with_the_verifier_logs_the_ppo_metrics_and_adapts_kl(tiny_dir, tmp_path):
