@@ -247,8 +247,19 @@ class RLStage(Section):
         """Make the loss's recipe defaults explicit (the resolved config shows them): ``sampling.dynamic_sampling``
         None -> the loss's default; a loss whose default includes overlong shaping gets an ``overlong`` reward
         term unless the recipe lists one (list it with weight 0 to turn it off)."""
+        multi = self.rollout.mode == "multi_turn"
+        if multi:  # the closed loop's reward is the environment's end state (+ its guards' shaping)
+            if self.sampling.dynamic_sampling not in (None, "off"):
+                raise ValueError("sampling.dynamic_sampling is for single-turn rollouts; a multi_turn stage trains "
+                                 "on every group (zero-variance groups cost no backward)")
+            extra = [t.key for t in self.rewards if t.name != "correct" and t.weight != 0]
+            if extra:
+                raise ValueError(f"reward terms {extra} apply to single-turn completions; a multi_turn stage is "
+                                 "rewarded by the environment's end state and rollout.guards (budget and tool-error "
+                                 "penalties)")
         if self.sampling.dynamic_sampling is None:
-            self.sampling = self.sampling.model_copy(update={"dynamic_sampling": self.loss.default_dynamic_sampling})
-        if self.loss.default_overlong and not any(t.name == "overlong" for t in self.rewards):
+            default = "off" if multi else self.loss.default_dynamic_sampling
+            self.sampling = self.sampling.model_copy(update={"dynamic_sampling": default})
+        if self.loss.default_overlong and not multi and not any(t.name == "overlong" for t in self.rewards):
             self.rewards = [*self.rewards, RewardTerm(name="overlong")]
         return self

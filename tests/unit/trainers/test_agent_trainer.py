@@ -91,3 +91,20 @@ def test_guards_config_is_typed():
     assert AgentGuards().budget_penalty == 0.5
     with pytest.raises(ValueError, match="max_turns must be >= 1"):
         AgentLoopConfig(max_turns=0)
+
+
+def test_single_turn_options_are_refused_or_off_in_the_closed_loop():
+    """Dynamic sampling and extra reward terms act on single-turn completions: a multi_turn stage refuses
+    them by name instead of ignoring them; DAPO's defaults stay off there."""
+    import pytest
+    from pydantic import ValidationError
+
+    from rlvr.config.rl import RLStage
+
+    base = {"data": {"type": "builtin_env", "env": "calculator", "n": 8}, "rollout": {"mode": "multi_turn"}}
+    dapo = RLStage(**base, loss={"type": "dapo"})
+    assert dapo.sampling.dynamic_sampling == "off" and [t.name for t in dapo.rewards] == ["correct"]
+    with pytest.raises(ValidationError, match="dynamic_sampling is for single-turn"):
+        RLStage(**base, sampling={"dynamic_sampling": "correct"})
+    with pytest.raises(ValidationError, match=r"reward terms \['length'\] apply to single-turn"):
+        RLStage(**base, rewards=[{"name": "correct"}, {"name": "length", "weight": 0.1}])
