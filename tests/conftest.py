@@ -1,4 +1,4 @@
-"""Shared fixtures: the smallest tiny model (hidden 64, 2 layers) saved in HF format, GPU marker."""
+"""Shared fixtures: the smallest tiny model (hidden 64, 2 layers) saved in HF format, GPU and slow markers."""
 
 from __future__ import annotations
 
@@ -12,6 +12,12 @@ import pytest  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
+    if "slow" not in (config.getoption("-m") or "") and not os.environ.get("RLVR_SLOW"):
+        # slow tests (multi-process, Ray, torchrun end to end) run with `-m slow` or RLVR_SLOW=1
+        skip_slow = pytest.mark.skip(reason="slow: run with -m slow (or RLVR_SLOW=1)")
+        for item in items:
+            if "slow" in item.keywords:
+                item.add_marker(skip_slow)
     try:
         import torch
 

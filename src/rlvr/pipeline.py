@@ -104,17 +104,38 @@ def save_config(run_dir: Path, recipe: Recipe, resume: bool, changes: dict | Non
 
 
 def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | None = None,
-                 init_path: str | None = None, changes: dict | None = None) -> dict:
+                 init_path: str | None = None, changes: dict | None = None, dist=None) -> dict:
     """Run all stages (or only those of type ``only``); returns the summary dict. ``changes``: config
-    changes accepted on resume (logged in the run)."""
+    changes accepted on resume (logged in the run). RL stages run in
+    ``dist`` (default: built from ``recipe.distributed`` — this process, Ray actors, or this torchrun rank;
+    under torchrun only rank 0 writes and evaluates, see :func:`_follow`)."""
+    own = dist is None
+    if own:
+        from rlvr.distributed import make_context
+
+        dist = make_context(recipe.distributed)
+    try:
+        return _run_stages(recipe, resume, judge, only, init_path, changes, dist)
+    finally:
+        if own:
+            dist.close()
+
+
+def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None,
+                changes: dict | None, dist) -> dict:
     from rlvr.monitoring.sinks import stage_logging
 
     run_dir = Path(recipe.run_dir)
+    state_path = run_dir / "pipeline.json"
+    state = _read_state(state_path) if resume else {"stages": {}}
+    if dist.world_size > 1:
+        _check_torchrun_stages(recipe, only)
+        dist.barrier()  # every rank has read the state before rank 0 writes it
+        if not dist.is_main:
+            return _follow(recipe, resume, only, init_path, state, dist)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, recipe, resume, changes)
     recipe = with_system_prompt(recipe)
-    state_path = run_dir / "pipeline.json"
-    state = _read_state(state_path) if resume else {"stages": {}}
     summary = {"stages": []}
     prev = init_path
     reward_model: str | None = None
@@ -147,7 +168,8 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
         t0 = time.time()
         with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name):
             result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
-                                               resume=resume, eval_cfg=recipe.eval, judge=judge)
+                                               resume=resume, eval_cfg=recipe.eval, judge=judge,
+                                               **({"dist": dist} if stage.type == "rl" else {}))
         train_wall = time.time() - t0
         if stage.type == "reward_model":  # not a policy: report its pair accuracy, pass the policy on
             reward_model, res = result.checkpoint, _rm_eval(result)
@@ -164,6 +186,31 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
         write_json_atomic(run_dir / "summary.json", summary)
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def _check_torchrun_stages(recipe: Recipe, only: str | None) -> None:
+    other = [f"{s.name} ({s.type})" for s in recipe.stages if (only is None or s.type == only) and s.type != "rl"]
+    if other:
+        raise ValueError(f"under torchrun only RL stages run data-parallel; this run also has {other}: run those "
+                         "first in one process, then the RL stages with torchrun (rlvr grpo --model ...)")
+
+
+def _follow(recipe: Recipe, resume: bool, only: str | None, init_path: str | None, state: dict, dist) -> dict:
+    """A torchrun rank other than 0: train the same RL stages from the same starting points (rank 0 alone
+    writes pipeline state, evaluates and summarises)."""
+    prev = init_path
+    for stage in recipe.stages:
+        if only is not None and stage.type != only:
+            continue
+        st = state["stages"].get(stage.name, {})
+        final = Path(recipe.run_dir) / stage.name / "final"
+        if resume and st.get("status") == "done" and final.exists():
+            prev = st.get("next_policy", str(final))
+            continue
+        result = stage_trainer(stage.type)(stage, recipe.model, recipe.run_dir, recipe.seed, init_path=prev,
+                                           resume=resume, eval_cfg=recipe.eval, dist=dist)
+        prev = result.checkpoint
+    return {"stages": [], "rank": dist.rank}
 
 
 def _notice(text: str) -> None:

@@ -98,8 +98,9 @@ def execute(
         console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
     setup_threads(r.threads)
     summary = run_pipeline(r, resume=resume, only=only, init_path=init_path, judge=judge, changes=changes)
-    print_summary(summary, console)
-    summary["report"] = str(_report(r.run_dir, summary, console))
+    if summary.get("rank", 0) == 0:  # under torchrun the other ranks only train
+        print_summary(summary, console)
+        summary["report"] = str(_report(r.run_dir, summary, console))
     return summary
 
 

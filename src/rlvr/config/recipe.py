@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import field_validator, model_validator
 
 from rlvr.config.base import Section, typed_union
+from rlvr.config.distributed import DistributedConfig
 from rlvr.config.eval import EvalConfig
 from rlvr.config.logging import LoggingConfig
 from rlvr.config.model import ModelConfig, TinyModel
@@ -62,6 +63,8 @@ class Recipe(Section):
     """Evaluate the starting model first (stage ``base`` in the summary)."""
     logging: LoggingConfig = LoggingConfig()
     """Console log lines, TensorBoard, W&B and sample completions."""
+    distributed: DistributedConfig = DistributedConfig()
+    """Where RL stages run: this process (default), a Ray cluster, torchrun ranks (docs/scaling.md)."""
     stages: list[Stage] = []
     """Stages in order. ``type`` is sft, preference, reward_model, ppo or rl, or an alias: grpo, dapo, gspo, dr_grpo, rloo, reinforce_pp (rl), dpo, ipo, simpo, kto, orpo, cpo (preference), rm (reward_model)."""
 

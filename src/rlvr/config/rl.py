@@ -181,6 +181,32 @@ class SamplingConfig(Section):
     @classmethod
     def _positive_temperature(cls, value: float) -> float:
         return positive_temperature(value)
+    row_seeds: bool = False
+    """Seed each sample by (step seed, row index): samples do not depend on how the batch is split across
+    workers (the Ray backend always does this; set it for a single-process run to compare with one)."""
+
+
+class MismatchCorrection(Section):
+    """Sampler/trainer probability mismatch correction (``rlvr.losses.mismatch``): truncated importance
+    sampling at token level and a geometric-mean sequence mask. A no-op (to float rounding) when the
+    sampler computes the trainer's own fp32 logprobs, as the in-process HF engine does."""
+
+    enabled: bool = True
+    """Weight each token by min(π_trainer/π_sampler, tis_cap) and mask sequences outside the band."""
+    tis_cap: float = 2.0
+    """Cap C of the token-level importance weight (truncated IS, Yao et al. 2025)."""
+    seq_low: float = 0.999
+    """Mask a sequence whose geometric-mean ratio exp(mean_t log π_trainer/π_sampler) is below this."""
+    seq_high: float = 1.001
+    """... or above this (masked sequences still count in the loss denominators)."""
+
+    @model_validator(mode="after")
+    def _band(self) -> "MismatchCorrection":
+        if not (0 < self.seq_low <= 1.0 <= self.seq_high):
+            raise ValueError(f"correction: need 0 < seq_low <= 1 <= seq_high, got {self.seq_low}, {self.seq_high}")
+        if self.tis_cap < 1.0:
+            raise ValueError(f"correction.tis_cap must be >= 1 (the weight of a matching token), got {self.tis_cap}")
+        return self
 
 
 class RLStage(Section):
@@ -263,3 +289,5 @@ class RLStage(Section):
         if self.loss.default_overlong and not multi and not any(t.name == "overlong" for t in self.rewards):
             self.rewards = [*self.rewards, RewardTerm(name="overlong")]
         return self
+    correction: MismatchCorrection = MismatchCorrection()
+    """Sampler/trainer mismatch correction (on by default; see docs/scaling.md)."""

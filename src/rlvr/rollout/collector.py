@@ -14,6 +14,7 @@ import torch
 from rlvr.data.chat import encode_prompt, stop_token_ids
 from rlvr.data.types import Task
 from rlvr.rollout.engine import RolloutEngine, SamplingParams
+from rlvr.rollout.seeds import row_seeds
 from rlvr.verifiers.base import INFRA_OUTCOMES
 
 
@@ -34,6 +35,7 @@ class Rollouts:
     outcomes: list[str]
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    policy_version: list[int] = field(default_factory=list)   # per trajectory; empty: the live model
 
     @property
     def num_groups(self) -> int:
@@ -48,7 +50,8 @@ class Rollouts:
             [self.tasks[g] for g in keep], G, pick(self.prompt_ids), pick(self.completion_ids),
             pick(self.old_logprobs), pick(self.finish_reason), pick(self.texts), self.rewards[keep],
             self.valid[keep], self.passed[keep], pick(self.outcomes),
-            {k: v[keep] for k, v in self.reward_terms.items()}, dict(self.seconds))
+            {k: v[keep] for k, v in self.reward_terms.items()}, dict(self.seconds),
+            pick(self.policy_version) if self.policy_version else [])
 
     @staticmethod
     def concat(parts: list["Rollouts"]) -> "Rollouts":
@@ -62,7 +65,8 @@ class Rollouts:
             cat("tasks"), first.group_size, cat("prompt_ids"), cat("completion_ids"), cat("old_logprobs"),
             cat("finish_reason"), cat("texts"), torch.cat([p.rewards for p in parts]),
             torch.cat([p.valid for p in parts]), torch.cat([p.passed for p in parts]), cat("outcomes"),
-            {k: torch.cat([p.reward_terms[k] for p in parts]) for k in first.reward_terms}, secs)
+            {k: torch.cat([p.reward_terms[k] for p in parts]) for k in first.reward_terms}, secs,
+            cat("policy_version") if all(p.policy_version for p in parts) else [])
 
 
 def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, penalty: float) -> torch.Tensor:
@@ -103,9 +107,11 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
     G = sampling.group_size
     t0 = time.perf_counter()
     prompts = [encode_prompt(tokenizer, t) for t in tasks]
+    per_row = getattr(sampling, "row_seeds", False)
     params = SamplingParams(n=G, temperature=sampling.temperature, top_p=sampling.top_p,
                             max_new_tokens=sampling.max_new_tokens, stop_token_ids=stop_token_ids(tokenizer),
-                            stop_strings=list(sampling.stop), seed=seed)
+                            stop_strings=list(sampling.stop), seed=seed,
+                            row_seeds=row_seeds(seed, len(prompts) * G) if per_row else None)
     gen = engine.generate(prompts, params)
     t1 = time.perf_counter()
     rep = [tasks[i] for i in gen.prompt_index]
@@ -120,4 +126,4 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
         tasks, G, gen.prompt_ids, gen.completion_ids, gen.old_logprobs, gen.finish_reason, gen.texts,
         total.view(shape), valid, torch.tensor([v.passed for v in verdicts]).view(shape),
         [v.outcome for v in verdicts], {k: v.view(shape) for k, v in terms.items()},
-        {"generate": t1 - t0, "verify": t2 - t1})
+        {"generate": t1 - t0, "verify": t2 - t1}, list(gen.policy_version))

@@ -4,7 +4,8 @@
 per-token logprobs of the sampling policy (``old_logprobs``, under logits / temperature) and why it
 stopped (``eos``: a stop token; ``stop``: a stop string, the completion ends with the token that
 completed it; ``length``: the budget ran out). ``sync_weights(model)`` pushes trained weights into the engine (a
-no-op for the in-process HF engine, which samples from the training model itself).
+no-op for the in-process HF engine, which samples from the training model itself). Engines that hold
+their own copy of the weights (Ray workers, vLLM) tag each sample with its ``policy_version``.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     stop_strings: list[str] = field(default_factory=list)
     seed: int | None = None
+    row_seeds: list[int] | None = None
+    """One seed per returned row (prompt-major, ``len(prompts) * n``): row i's sample depends on
+    ``row_seeds[i]`` only, not on the batch it shares (``rollout.seeds``). None: one stream from ``seed``."""
 
 
 @dataclass
@@ -37,6 +41,8 @@ class Generation:
     finish_reason: list[str]
     texts: list[str]
     prompt_index: list[int]
+    policy_version: list[int] = field(default_factory=list)
+    """Per sample: the optimizer step whose weights sampled it (empty: the live training model)."""
 
 
 @runtime_checkable

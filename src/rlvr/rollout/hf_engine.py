@@ -35,6 +35,7 @@ import torch
 from rlvr.models.logprobs import autocast_ctx
 from rlvr.rollout.engine import Generation, SamplingParams
 from rlvr.rollout.fast_decode import FastDecoder, unsupported_reason
+from rlvr.rollout.seeds import RowStream, draw_uniforms
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ class HFEngine:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Generation:
         rows = [(i, p) for i, p in enumerate(prompts) for _ in range(params.n)]
+        if params.row_seeds is not None and len(params.row_seeds) != len(rows):
+            raise ValueError(f"row_seeds has {len(params.row_seeds)} seeds for {len(rows)} rows (prompts x n)")
         dev = self.model.device
         gen = torch.Generator(dev).manual_seed(params.seed) if params.seed is not None else None
         out = Generation([], [], [], [], [], [])
@@ -73,7 +76,8 @@ class HFEngine:
         try:
             for s in range(0, len(rows), self.batch_size):
                 chunk = rows[s:s + self.batch_size]
-                ids, lps, reasons = self._generate_batch([p for _, p in chunk], params, gen)
+                rng = gen if params.row_seeds is None else RowStream(params.row_seeds[s:s + len(chunk)], dev)
+                ids, lps, reasons = self._generate_batch([p for _, p in chunk], params, rng)
                 for (pi, p), c, lp, r in zip(chunk, ids, lps, reasons):
                     out.prompt_ids.append(p)
                     out.completion_ids.append(c)
@@ -108,7 +112,7 @@ class HFEngine:
         for _ in range(N):
             logits = decoder(cur_ids, cur_pos).float()
             # one uniform per row, dropped rows included: a row's draws do not depend on when others finish
-            u = None if greedy else torch.rand(B, 1, generator=gen, device=dev)
+            u = None if greedy else draw_uniforms(gen, B, dev)
             if len(live) < B:
                 nxt_live, lp_live = _sample(logits, params, None if greedy else u.index_select(0, live))
                 nxt = torch.full((B,), pad, dtype=torch.long, device=dev).index_copy_(0, live, nxt_live)

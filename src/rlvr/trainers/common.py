@@ -225,6 +225,7 @@ class StageRun:
     evaler: EvalHook | None = None
     health: HealthMonitor | None = None
     crash_at_step: int | None = None
+    dist: Any = None                           # the DistContext; only its main process writes anything
     last: dict = field(default_factory=dict)   # every key's latest value
     progress: Any = None
     bar: Any = None
@@ -238,11 +239,14 @@ class StageRun:
 
 def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoint: Path | None = None,
                eval_cfg=None, judge=None, health=None, start: dict | None = None,
-               crash_at_step: int | None = None, label: str | None = None) -> StageRun:
+               crash_at_step: int | None = None, label: str | None = None, dist=None) -> StageRun:
     """Resume (when ``checkpoint``), truncate the metrics to its step, open the writer, the eval hook,
     the health monitor (``health``: a HealthConfig, None for stages without a policy) and the progress
-    bar; log the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run."""
-    run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step)
+    bar; log the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run. With several
+    processes (``dist``, a :class:`~rlvr.trainers.parallel.DistContext`) every one restores the checkpoint
+    but only the main one truncates and writes metrics, evaluates, draws the bar and saves checkpoints."""
+    run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist)
+    main = _is_main(run)
     run.health = HealthMonitor(health) if health is not None else None
     if checkpoint is not None:
         st = load_training_state(checkpoint, model, opt, sched)
@@ -252,16 +256,18 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
         if run.health is not None and monitor_state is not None:
             run.health.load_state_dict(monitor_state)
         run.state = st
-        truncate_metrics_after(out / "metrics.jsonl", run.step)
-    run.writer = MetricsWriter(out / "metrics.jsonl")
+        if main:
+            truncate_metrics_after(out / "metrics.jsonl", run.step)
+    run.writer = MetricsWriter(out / "metrics.jsonl") if main else _NullWriter()
     event = {"event": "resume", "checkpoint": str(checkpoint)} if checkpoint is not None else {"event": "start"}
     run.writer.log(run.step, {**event, **(start or {})})
     every = getattr(cfg, "eval_every", 0)
-    if eval_cfg is not None and every:
+    if eval_cfg is not None and every and main:
         run.evaler = EvalHook(eval_cfg, tok, judge, every)
         if run.step == 0:
             run.writer.log(0, {**run.evaler.run(model, 0), "perf/minutes": 0.0})
     run.progress = make_progress()
+    run.progress.disable = not main
     run.progress.start()
     run.bar = run.progress.add_task(f"{label or cfg.type}:{cfg.name}", total=n_steps, completed=run.step, info="")
     run._t0 = time.perf_counter()
@@ -286,12 +292,14 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
     if run.health is not None:
         hm, alerts = run.health.observe(rec)
         rec.update(hm)
-        for a in alerts:
+        for a in alerts if _is_main(run) else []:
             run.progress.console.print(f"[{'red' if a.level == 'critical' else 'yellow'}]health: {a.rule}[/] "
                                        f"{a.message}")
         if alerts:
             rec["health/alerts"] = "; ".join(f"{a.rule}: {a.message}" for a in alerts)
         stop = run.health.should_stop(alerts)
+    if run.dist is not None:
+        stop = run.dist.agree(stop)  # rank 0 (which also evaluates) decides for every process
     every = getattr(run.cfg, "log_every", 1) or 1
     if run.step % every == 0 or run.step == run.n_steps or any(k.startswith(("eval/", "heldout/")) for k in rec) or stop:
         run.writer.log(run.step, rec)
@@ -301,7 +309,7 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
     if run.health is not None:
         full["health"] = run.health.state_dict()
     save_every = getattr(run.cfg, "save_every", 0)
-    if save_every and run.step % save_every == 0 and run.step < run.n_steps:
+    if save_every and run.step % save_every == 0 and run.step < run.n_steps and _is_main(run):
         save_training_checkpoint(run.out / "checkpoints", run.step, run.model, run.tok, run.opt, run.sched, full,
                                  run.cfg.keep_last)
     if run.crash_at_step is not None and run.step == run.crash_at_step:
@@ -319,12 +327,28 @@ def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None
     callable that writes it and returns its path, e.g. SFT's keep-best) and return the result."""
     run.writer.close()
     run.progress.stop()
-    if final is not None:
-        path = final()
-    else:
-        path = save_pretrained_atomic(model if model is not None else run.model, run.tok, run.out / "final")
+    path = run.out / "final"
+    if _is_main(run):
+        path = final() if final is not None else save_pretrained_atomic(
+            model if model is not None else run.model, run.tok, path)
+    if run.dist is not None:
+        run.dist.barrier()  # the other processes return once final/ is written
     return StageResult(run.cfg.name, str(path), str(run.out / "metrics.jsonl"), run.step, run.seconds,
                        extra or {})
+
+
+def _is_main(run: StageRun) -> bool:
+    return run.dist is None or run.dist.is_main
+
+
+class _NullWriter:
+    """The metrics writer of a process that is not the main one: writes nothing."""
+
+    def log(self, step: int, metrics: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def logprob_mismatch(trainer: list[list[float]], sampler: list[list[float]], masks: list[list[int]]) -> dict:

@@ -39,11 +39,11 @@ from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
+from rlvr.losses.mismatch import mismatch_weights
 from rlvr.losses.policy import clipped_surrogate
 from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts, collect
-from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import (
     StageResult,
@@ -59,6 +59,7 @@ from rlvr.trainers.common import (
     optimizer_step,
     reference_model,
 )
+from rlvr.trainers.parallel import LOCAL, global_denominators, reduce_metrics
 from rlvr.trainers.variants import rl_variant
 from rlvr.verifiers.judge import reward_judge
 
@@ -208,6 +209,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     """Loss of one micro-batch, already divided by the mini-batch's global denominator."""
     b = mb.tokens(pad_id, device=model.device)
     ids, att, lm, old = b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs
+    sampler = old  # the engine's logprobs of the sampled tokens (or, off-policy, the recomputed ones)
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
                                        bf16=bf16, entropy_grad=bool(cfg.entropy_coef))
     gap_metrics = {}
@@ -219,6 +221,11 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     eps_low, eps_high, level = rl_variant(cfg.loss).clip(cfg.loss)
     per_tok, metrics = clipped_surrogate(logprobs, old, b.advantages, lm, eps_low, eps_high, level=level)
     metrics.update(gap_metrics)
+    if cfg.correction.enabled:  # sampler/trainer mismatch: truncated IS + geometric-mean sequence mask
+        c = cfg.correction
+        weights, mm = mismatch_weights(old, sampler, lm, c.tis_cap, c.seq_low, c.seq_high)
+        per_tok = per_tok * weights
+        metrics.update(mm)
     if cfg.kl.beta > 0:
         kl = kl_penalty(logprobs, b.ref_logprobs, kind=cfg.kl.estimator, loss_mask=lm)
         per_tok = per_tok + cfg.kl.beta * kl
@@ -231,21 +238,31 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     return loss, metrics
 
 
-def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False) -> dict:
+def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False,
+                     dist=LOCAL) -> dict:
     """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
     plan_micro_batches); every micro-batch divides by the denominators of all the mini-batch's rows,
-    skipped ones included: exact gradients."""
-    micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size)
+    skipped ones included: exact gradients.
+
+    With several processes (``dist``; every one holds the whole batch) each forwards its share of the
+    rows, divides by the whole mini-batch's denominators, and the gradients are summed across processes."""
+    total = len(batch)
     counts = global_counts(torch.tensor([m], dtype=torch.float32) for m in batch.loss_mask + batch.skipped_masks)
+    batch = batch.subset(dist.shard([len(s) for s in batch.input_ids]))
+    micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
-    return accumulate(micros, lambda m: micro_loss(model, batch.subset(m), cfg, kw, pad_id, on_policy, bf16),
-                      len(batch))
+    met = accumulate(micros, lambda m: micro_loss(model, batch.subset(m), cfg, kw, pad_id, on_policy, bf16), total)
+    dist.reduce_grads(model)
+    return reduce_metrics(met, dist)
 
 
 def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool, seed: int = 0,
-                  step: int = 0) -> dict:
+                  step: int = 0, dist=LOCAL, stale: bool = False) -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
+
+    ``stale``: the batch was sampled by older weights (asynchronous rollouts): the ratio is taken against
+    the sampler's logprobs (the behaviour policy), which are then never recomputed.
 
     Unless the update is on-policy (μ = 1, one mini-batch: the ratio is the forward's own, exactly 1),
     ``old_logprobs`` are first recomputed by the training forward (see ``recompute_old_logprobs``).
@@ -258,10 +275,10 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             warnings.simplefilter("ignore", UserWarning)
             sched.step()
         return {"train/sequences": 0}
-    on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1
+    on_policy = stage.ppo_epochs == 1 and stage.mini_batches == 1 and not stale
     minis = minibatch_rows(batch.num_rows, stage.mini_batches, stage.ppo_epochs, seed, step)
     mismatch = {}
-    if not on_policy:
+    if not on_policy and not stale:
         micros = first_update_micros(model, batch, minis[0], stage.micro_batch_size)
         mismatch = recompute_old_logprobs(model, batch, stage, pad_id, bf16, micros)
     out: dict = {}
@@ -271,7 +288,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             mini = batch.subset(rows)
             if len(mini) == 0:
                 continue
-            met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16)
+            met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16, dist)
             met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm)
             n_updates += 1
             for k, v in met.items():
@@ -296,34 +313,40 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
 
 def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
              init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
-             judge=None, crash_at_step: int | None = None) -> StageResult:
-    """Run a GRPO-family stage; returns where its final checkpoint is."""
+             judge=None, crash_at_step: int | None = None, dist=None) -> StageResult:
+    """Run a GRPO-family stage; returns where its final checkpoint is. ``dist``: where rollouts,
+    verification and training run (a :class:`~rlvr.trainers.parallel.DistContext`; default this process)."""
+    dist = dist or LOCAL
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     ref = frozen_reference(model, stage.kl.beta > 0)
-    judge = judge or reward_judge(stage.rewards, stage.verifier_workers)
-    engine = HFEngine(model, tok, bf16=model_cfg.autocast_bf16)
+    judge = dist.wrap_judge(judge or reward_judge(stage.rewards, stage.verifier_workers))
+    engine = dist.engine(model, tok, bf16=model_cfg.autocast_bf16)
     agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=judge, health=stage.health, crash_at_step=crash_at_step,
-                     label="rl")
+                     label="rl", dist=dist)
     stream.cursor = run.state.get("cursor", 0)
+    dist.publish(model, run.step)
     variant = rl_variant(stage.loss)
     needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0
     mask_trunc = stage.loss.mask_truncated
     notes: list[str] = []
+    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes), stream.cursor)
     while not run.done():
-        ro = None
+        ro, stale = None, 0
         if agent is not None:  # multi-turn closed loop (trainers/agent.py)
             batch, ro_rec = agent.step(stream, seed, run.step, needs_all)
+            cursor = stream.cursor
         else:
-            ro, extra = rollout_step(stage, engine, tok, stream, judge, seed, run.step, notes)
+            ro, extra, cursor = dist.rollouts(make, run.step)
+            stale = max((run.step - v for v in ro.policy_version), default=0)
             zv = zero_variance_groups(ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, dtype=torch.bool)
             adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
             batch = build_train_batch(ro, adv, needs_all, mask_trunc)
             ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
-                      "time/verify": ro.seconds.get("verify", 0.0)}
+                      "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale}
         if stage.kl.beta > 0 and len(batch):
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
@@ -331,11 +354,12 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                 model_cfg.autocast_bf16, first_update_micros(model, batch, first, stage.micro_batch_size))
         t0 = time.perf_counter()
         met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16, seed,
-                            run.step)
-        rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0}
+                            run.step, dist, stale > 0)
+        dist.publish(model, run.step + 1)
+        rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0, **dist.step_metrics()}
         if notes:
             rec["notes"] = notes.pop()
-        stop = log_step(run, rec, {"cursor": stream.cursor},
+        stop = log_step(run, rec, {"cursor": cursor},
                         info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
         if ro is not None:
             log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)
