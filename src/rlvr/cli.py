@@ -152,7 +152,7 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
     """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks."""
     from rlvr.commands.evaluate import eval_command
 
-    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns)
+    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns=max_turns)
 
 
 @app.command()
