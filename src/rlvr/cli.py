@@ -137,7 +137,8 @@ def ppo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOp
 
 
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
-                                             "or builtin:FAMILY[,FAMILY][:N].")
+                                             "builtin:FAMILY[,FAMILY][:N], or builtin_env:ENV[:N] (held-out "
+                                             "environment tasks, run in the closed loop).")
 
 
 @app.command("eval")
