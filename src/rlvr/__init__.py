@@ -57,14 +57,15 @@ def run(recipe: Any = None, *, resume: bool = False, run_dir: str | None = None,
 
 
 def eval(model: str, tasks: str, *, n: int = 1, temperature: float = 1.0, max_new_tokens: int = 64,  # noqa: A001
-         out: str | None = None, workers: int = 0, quiet: bool = True) -> dict:
+         out: str | None = None, workers: int = 0, quiet: bool = True, max_turns: int = 8) -> dict:
     """Held-out evaluation like ``rlvr eval``: greedy pass@1 (+ sampled pass@k when n > 1) on ``tasks``
-    (a JSONL path, a save_to_disk folder, ``humaneval`` or ``builtin:add2,mul31:200``). Returns the
-    result dict written to ``out`` (every completion in ``samples``)."""
+    (a JSONL path, a save_to_disk folder, ``humaneval``, ``builtin:add2,mul31:200`` or, in the closed
+    loop with at most ``max_turns`` turns, ``builtin_env:calculator:500``). Returns the result dict
+    written to ``out`` (every completion in ``samples``)."""
     _env()
     from rlvr.commands.evaluate import eval_command
 
-    return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet)
+    return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet, max_turns=max_turns)
 
 
 def generate(model: str, tasks: str, out: str, *, n: int = 1, temperature: float = 0.0, max_new_tokens: int = 64,

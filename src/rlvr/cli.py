@@ -137,7 +137,8 @@ def ppo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOp
 
 
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
-                                             "or builtin:FAMILY[,FAMILY][:N].")
+                                             "builtin:FAMILY[,FAMILY][:N], or builtin_env:ENV[:N] (held-out "
+                                             "environment tasks, run in the closed loop).")
 
 
 @app.command("eval")
@@ -152,7 +153,7 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
     """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks."""
     from rlvr.commands.evaluate import eval_command
 
-    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns)
+    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns=max_turns)
 
 
 @app.command()

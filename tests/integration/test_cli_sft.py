@@ -72,6 +72,17 @@ def test_eval_writes_pass_at_k(tiny_dir, tmp_path):
     assert {"pass_at_1", "pass_at_1_sampled", "pass_at_2_sampled", "pass_at_4_sampled"} <= set(res)
 
 
+def test_eval_on_environment_tasks_prints_its_table_and_honours_max_turns(tiny_dir, tmp_path):
+    """The closed loop through the CLI: the table is printed, and --max-turns reaches the loop (a bug once
+    passed it into the ``quiet`` slot: nothing printed, the limit ignored)."""
+    out = tmp_path / "e.json"
+    p = rlvr("eval", "--model", tiny_dir, "--tasks", "builtin_env:calculator:4", "--max-turns", "1",
+             "--max-new-tokens", "8", "--out", str(out))
+    res = json.loads(out.read_text())
+    assert "greedy pass@1" in p.stdout and "calculator" in p.stdout
+    assert res["n_tasks"] == 4 and res["turns_mean"] <= 1.0
+
+
 def test_errors_are_one_paragraph_without_traceback(tiny_dir, tmp_path):
     bad_model = rlvr("eval", "--model", str(tmp_path / "nope"), "--tasks", "builtin:add2", check=False)
     assert bad_model.returncode == 2 and "does not exist" in bad_model.stderr

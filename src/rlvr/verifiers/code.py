@@ -138,8 +138,10 @@ class CodeVerifier:
     file_size_mb: int = 16
     """Largest file the candidate may write, in MiB."""
     output_limit_bytes: int = 64 << 20
-    """Flood guard: stdout + stderr the candidate may print before it is stopped (outcome violation);
-    debug output below it is truncated in the details and never changes the verdict."""
+    """Flood guard for stdin/stdout tests, where the output is the answer: stdout + stderr the program may
+    print before it is stopped (outcome violation). In function-call tests the candidate's prints never
+    decide the verdict: they are drained without a cap (the timeout bounds them) and the first 4 KiB kept
+    in the details."""
     isolation: str = "auto"
     """auto (best available) | bwrap (fail if bubblewrap is unusable) | rlimits (force the fallback)."""
     require_isolation: str | None = None

@@ -206,7 +206,8 @@ def fenced_blocks(text: str) -> list[Fence]:
         else:
             c_start, c_end = c.start(), c.end()
         body = text[start:] if c_start < 0 else text[start:c_start]
-        body = textwrap.dedent(body) if body[:1] in (" ", "\t") else body  # dedent is slow: only when indented
+        if body.lstrip("\r\n")[:1] in (" ", "\t"):  # dedent is slow: only when the first code line is indented
+            body = textwrap.dedent(body)
         out.append(Fence(_canon_lang(m.group("lang")), body, c_start >= 0, m.start()))
         pos = max(c_end, start)
         if c_start < 0:

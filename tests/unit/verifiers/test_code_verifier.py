@@ -213,3 +213,15 @@ def test_big_integers_cross_the_boundary():
         tests="import math\ndef check(candidate):\n    assert candidate(3000) == math.factorial(3000)\n",
     )  # 9131 digits
     assert V.verify(t, "import math\ndef fact(n):\n    return math.factorial(n)\n").outcome == "pass"
+
+
+def test_debug_output_past_the_cap_is_truncated_not_a_violation_in_function_tests():
+    """In function-call tests the candidate's prints are never part of the verdict: past the output cap
+    they are drained and dropped, and a right answer still passes. (In stdin/stdout tests the output IS
+    the answer, and past the cap it stays a violation: test_code_sandbox.)"""
+    v = CodeVerifier(timeout_s=5.0, output_limit_bytes=10_000)
+    chatty = "def add(a, b):\n    print('#' * 50_000)\n    import sys; print('!' * 50_000, file=sys.stderr)\n    return a + b\n"
+    res = v.verify(task(tests=ADD_CHECK, entry_point="add"), fence(chatty))
+    assert res.outcome == "pass", res.details
+    wrong = v.verify(task(tests=ADD_CHECK, entry_point="add"), fence(chatty.replace("a + b", "a - b")))
+    assert wrong.outcome == "wrong"

@@ -551,7 +551,7 @@ def add(a, b):
     for _ in range(100):
         sys.stdout.write(chunk)
         sys.stdout.flush()
-    return a + b
+    return a - b
 """
 SLOW_IMPORT = "import time\ntime.sleep(60)\ndef add(a, b):\n    return a + b\n"
 HARDCODED = "def add(a, b):\n    return {(1, 2): 3, (2, 3): 5}.get((a, b), 0)\n"
@@ -696,7 +696,8 @@ PROBES: list[Probe] = [
         verifier_options=SHORT,
     ),
     _p("segfault_ctypes", SEGFAULT, ("crash",), "ctypes.string_at(0)"),
-    _p("stdout_100mb", STDOUT_FLOOD, ("violation",), "100 MiB of PASSED on stdout around a correct answer"),
+    _p("stdout_100mb", STDOUT_FLOOD, ("wrong",),
+       "100 MiB of PASSED on stdout around a wrong answer (prints never decide a function test: drained, dropped)"),
     _p(
         "slow_import",
         SLOW_IMPORT,

@@ -162,8 +162,8 @@ def run_function(
         finally:
             _close(req_r, req_w, resp_r, resp_w, res_w, out_w, hout_w)
         feed(harness.stdin, job.encode("utf-8"))
-        out, hout, res = (
-            Stream(out_r, 4096),
+        out, hout, res = (  # the candidate's prints never decide a function test: drained, not capped
+            Stream(out_r, 4096, counted=False),
             Stream(hout_r, 4096, counted=False),
             Stream(res_r, 1 << 20, False),
         )
