@@ -30,6 +30,9 @@ import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+from rlvr.verifiers.math_units import COMMA_GROUPS_RE as _COMMA_GROUPS_RE
+from rlvr.verifiers.math_units import UNIT_TEXT_RE, number_notations, split_degrees, split_percent, strip_units
+
 _SPACING_RE = re.compile(r"(\\\\)|\\(?:[,;:> ]|enspace|thinspace|medspace|thickspace|hfill)|\\h?space\s*\{[^{}]*\}|~")
 _QUAD_RE = re.compile(r"\\q?quad\b")
 _WRAPPERS_RE = re.compile(r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|big|Big|!)(?![A-Za-z])")
@@ -37,17 +40,15 @@ _TEXT_CONNECTIVE_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{((?:\s|,|;|
 _EMPTY_RE = re.compile(r"\\varnothing\b|\\emptyset\b|∅|\\O\b|\\\{\s*\\\}|\{\s*\}")
 _THOUSANDS_BRACE_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?:\.\d+)?(?![\d.])")
-_COMMA_GROUPS_RE = re.compile(r"(?<![\d.,])[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]|\.\d)")
-_SCI_RE = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
-_REPEAT_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{?\s*(\d+)\s*\}?")
-_PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|\\(?:text|mbox)\s*\{\s*percent\s*\}|\bpercent)\s*$", re.IGNORECASE)
-_DEGREE_RE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\\(?:text|mbox)\s*\{\s*degrees?\s*\}|\bdegrees?\b)\s*")
-_CURRENCY_RE = re.compile(r"^(?:\\\$|\$|\\text\s*\{\s*\\?\$\s*\}|USD\b|€|£|\\euro\b|\\pounds\b)\s*")
-_UNIT_TEXT_RE = re.compile(r"\s*\\(?:text|mathrm|mbox|textrm|textit)\s*\{\s*[A-Za-z][A-Za-z .\-/]*\s*\}"
-                           r"(?:\s*\^\s*\{?\d\}?)?(?:\s*/\s*\\?[A-Za-z]+)?\s*$")
-_UNIT_WORD_RE = re.compile(r"(?<=[\d}])\s+(?:[A-Za-z]{2,}(?:\^\{?\d\}?)?(?:\s*/\s*[A-Za-z]+)?\s*)+$")
-_UNIT_LETTER_RE = re.compile(r"(?<=\d)\s+[mgsLKJNWVAhCF](?:\^\{?\d\}?)?$")
-_ASSIGN_RE = re.compile(r"^\s*([A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?|\\[A-Za-z]+)\s*(=|\\in\b)\s*(?=\S)")
+_ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\s*\(\s*[A-Za-z]\s*\))?"
+                        r"|\\[A-Za-z]+)\s*(=|\\in\b)\s*(?=\S)")
+_STYLE_RE = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|pmb|emph|underline|textit|mathit|textnormal)\s*\{")
+_IMAG_RE = re.compile(r"\\(?:mathrm|text|mathit|textrm)\s*\{\s*i\s*\}")
+_IMAG_SPACE_RE = re.compile(r"(?<=[\d}])\s*(?:\\cdot\s*)?i(?![A-Za-z])")
+_CHOOSE_RE = re.compile(r"\{\s*(\w+)\s*\\choose\s*(\w+)\s*\}|^(\w+)\s*\\choose\s*(\w+)$")
+_SET_BUILDER_RE = re.compile(r"^\\\{\s*[A-Za-z]\s*(?:\\in\s*\\mathbb\s*\{?R\}?\s*)?(?:\\mid|\||:)\s*(.+)\\\}$")
+_SET_ASSIGN_RE = re.compile(r"^[A-Za-z]\s*(?:=|\\in)\s*(?=\\\{)")
+_TUPLE_ASSIGN_RE = re.compile(r"^\(\s*([A-Za-z](?:\s*,\s*[A-Za-z])+)\s*\)\s*=\s*(\(.*\))$")
 _NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 _TIMES_POW_RE = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\\times|\\cdot|\*|x|×)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?$")
 _POW10_RE = re.compile(r"^([-+]?)10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?$")
@@ -57,7 +58,6 @@ _RELATION_RE = re.compile(r"<|>|\\le|\\ge|\\lt|\\gt|\\leq|\\geq|≤|≥")
 _WORD_SEPS = {"or": "or", "and": "and", "lor": "or", "vee": "or", "land": "and", "wedge": "and"}
 _SEP_RE = re.compile(r",|;|\\(?:lor|vee|land|wedge)(?![A-Za-z])|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|\\q?quad(?![A-Za-z])")
 _JUXTAPOSED_RE = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:\s+[-+]?(?:\d+(?:\.\d+)?|\.\d+))+")
-_DEGREE_NUMBER_RE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)|\{[^{}]*\}|[A-Za-z])" + _DEGREE_RE.pattern.replace(r"\s*$", ""))
 _OPEN, _CLOSE = "([{", ")]}"
 MAX_ITEMS = 32
 MAX_PLAIN_CHARS = 400  # longer numbers, and powers of ten beyond MAX_PLAIN_EXPONENT, go to the worker's
@@ -113,17 +113,37 @@ def clean(s: str) -> str:
         while s.startswith(a) and s.endswith(b) and len(s) >= len(a) + len(b):
             s = s[len(a):len(s) - len(b)].strip()
     s = _WRAPPERS_RE.sub("", s)
+    s = _unwrap_styles(s)
+    s = _IMAG_RE.sub("i", s)
     s = re.sub(r"\\[dt]frac(?![A-Za-z])", r"\\frac", s)
     s = _TEXT_CONNECTIVE_RE.sub(lambda m: f" {m.group(1).strip().lower()} ", s)
     s = _THOUSANDS_BRACE_RE.sub("", s)
     s = _SPACING_RE.sub(lambda m: m.group(1) or " ", s)  # a matrix's row break \\\\ stays
     s = _EMPTY_RE.sub(r"\\emptyset", s)
+    s = _IMAG_SPACE_RE.sub("i", s)  # 3 + 4\,i, 2\cdot i: the imaginary unit
+    s = _CHOOSE_RE.sub(lambda m: rf"\binom{{{m.group(1) or m.group(3)}}}{{{m.group(2) or m.group(4)}}}", s)
     s = re.sub(r"(?<![A-Za-z\\])pi(?![A-Za-z])", r"\\pi ", s)  # a plain-text pi
     s = re.sub(r"\s+", " ", s).strip()
     while len(s) > 2 and s[0] == "{" and s[-1] == "}" and _balanced_inside(s):  # plain grouping braces
         s = s[1:-1].strip()
     s = _SPACE_GROUPS_RE.sub(lambda m: m.group().replace(" ", ""), s)
     return s[:-1].rstrip() if s.endswith(".") else s
+
+
+def _unwrap_styles(s: str) -> str:
+    """``\\mathbf{5}``, ``\\textbf{5}``, ``\\boldsymbol{x}`` ... -> their content (balanced braces)."""
+    for _ in range(8):
+        m = _STYLE_RE.search(s)
+        if m is None:
+            return s
+        depth, j = 1, m.end()
+        while j < len(s) and depth:
+            depth += {"{": 1, "}": -1}.get(s[j], 0)
+            j += 1
+        if depth:
+            return s
+        s = s[:m.start()] + s[m.end():j - 1] + s[j:]
+    return s
 
 
 def _top_level_spans(s: str) -> list[tuple[int, int, str]]:
@@ -157,7 +177,7 @@ def _split(s: str, commas_split_numbers: bool) -> tuple[list[str], set[str]]:
     parts, kinds, start = [], set(), 0
     for a, b, kind in _top_level_spans(protected):
         left, right = protected[start:a].strip(), protected[b:].strip()
-        if kind == "quad" and (not left or not right or _UNIT_TEXT_RE.fullmatch(" " + right)):
+        if kind == "quad" and (not left or not right or UNIT_TEXT_RE.fullmatch(" " + right)):
             continue  # \quad before a unit or at an end is spacing
         parts.append(protected[start:a])
         kinds.add(kind)
@@ -192,46 +212,6 @@ def _expand_pm(text: str) -> list[str]:
     return out
 
 
-def _repeating(m: re.Match) -> str:
-    whole, fixed, rep = m.group(1) or "0", m.group(2), m.group(3)
-    num = Fraction(int(whole + fixed or "0"), 10 ** len(fixed))
-    num += Fraction(int(rep), (10 ** len(rep) - 1) * 10 ** len(fixed))
-    return rf"\frac{{{num.numerator}}}{{{num.denominator}}}"
-
-
-_MATH_WORDS = frozenset({"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "inf", "infty",
-                         "infinity", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "mod", "max", "min",
-                         "or", "and", "i", "e"})
-_UNIT_LETTERS = frozenset("mgsLKJNWVAhCF")
-
-
-def _unit_words(m: re.Match) -> str:
-    words = re.findall(r"[A-Za-z]+", m.group())
-    return m.group() if any(w.lower() in _MATH_WORDS for w in words) else ""
-
-
-def _unit_text(m: re.Match) -> str:
-    content = re.sub(r"^\\[A-Za-z]+\s*\{|\}.*$", "", m.group().strip(), flags=re.DOTALL).strip()
-    letters = re.sub(r"[^A-Za-z]", "", content)
-    if content.lower() in _MATH_WORDS or (len(letters) == 1 and letters not in _UNIT_LETTERS):
-        return m.group()  # \mathrm{i}, \text{e}: a constant, not a unit
-    return ""
-
-
-def _strip_units(t: str) -> str:
-    """Currency signs in front, units behind a value (\\text{cm}, \\mathrm{m/s}, "12 apples")."""
-    t = _CURRENCY_RE.sub("", t).strip()
-    for _ in range(3):
-        before = t
-        t = _UNIT_TEXT_RE.sub(_unit_text, t).strip()
-        if re.search(r"\d", t):
-            t = _UNIT_WORD_RE.sub(_unit_words, t).strip()
-            t = _UNIT_LETTER_RE.sub("", t).strip()
-        if t == before or not t:
-            return t or before
-    return t
-
-
 def make_item(text: str) -> Item:
     """One item: flags, assignment, units and number forms normalised (see the module docstring)."""
     t = text.strip()
@@ -242,19 +222,12 @@ def make_item(text: str) -> Item:
     var = ""
     m = _ASSIGN_RE.match(t)
     if m and "=" not in t[m.end():]:
-        var, t = m.group(1), t[m.end():].strip()
-    t = _strip_units(t)
-    percent = bool(_PERCENT_RE.search(t))
-    t = _PERCENT_RE.sub("", t).strip()
-    radians = ""
-    if _DEGREE_RE.search(t) and not re.search(r"°\s*[CF]\b|\\circ\s*\}?\s*[CF]\b", t):
-        radians = _DEGREE_NUMBER_RE.sub(lambda g: rf"({g.group(1)}\cdot\frac{{\pi}}{{180}})", t)
-        radians = _DEGREE_RE.sub(" ", radians).strip()
-    t = _DEGREE_RE.sub(" ", t).strip()
-    t = _strip_units(t)
-    t = _COMMA_GROUPS_RE.sub(lambda g: g.group().replace(",", ""), t)
-    t = _SCI_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{int(g.group(2))}}}", t)
-    t = _REPEAT_RE.sub(_repeating, t)
+        var, t = re.sub(r"\s+", "", m.group(1)), t[m.end():].strip()
+    t = strip_units(t)
+    t, percent = split_percent(t)
+    t, radians = split_degrees(t)
+    t = strip_units(t)
+    t = number_notations(t)
     value, inexact = plain_value(t)
     return Item(t, value, inexact, percent, radians, var, raw if var else "")
 
@@ -309,9 +282,10 @@ def _parse_cached(text: str) -> Answer:
 
 
 def _parse(text: str, _split_numbers: bool) -> Answer:
-    s = clean(text)
+    s = _reshape(clean(text))
     delims = ""
-    if s.startswith("\\{") and s.endswith("\\}") and not re.search(r"\\mid|\||:", s):
+    if (s.startswith("\\{") and s.endswith("\\}") and not re.search(r"\\mid|\||:", s)
+            and s[2:-2].strip() != "\\emptyset"):  # {∅} is not the empty set
         s = s[2:-2].strip()
         if not s:
             s = "\\emptyset"
@@ -326,6 +300,26 @@ def _parse(text: str, _split_numbers: bool) -> Answer:
     if not _split_numbers and _COMMA_GROUPS_RE.search(s):
         ans.alt = _parse(text, True)
     return ans
+
+
+def _reshape(s: str) -> str:
+    """Whole-answer forms that say the same as a plainer one: ``x \\in \\{2, 3\\}`` -> ``\\{2, 3\\}``,
+    ``\\{x \\mid 2 < x \\le 5\\}`` -> ``2 < x \\le 5``, ``(a, b) = (3, 4)`` -> ``a = 3, b = 4``."""
+    m = _SET_ASSIGN_RE.match(s)
+    if m and s.endswith("\\}"):
+        s = s[m.end():]
+    m = _SET_BUILDER_RE.match(s)
+    if m and _RELATION_RE.search(m.group(1)):
+        return m.group(1).strip()
+    m = _TUPLE_ASSIGN_RE.match(s)
+    if m and _balanced_inside(m.group(2)):
+        names = [n.strip() for n in m.group(1).split(",")]
+        inner = m.group(2)[1:-1]
+        spans = [(a, b) for a, b, kind in _top_level_spans(inner) if kind == ","]
+        vals = [inner[a:b].strip() for a, b in zip([0] + [e for _s, e in spans], [st for st, _e in spans] + [len(inner)])]
+        if len(vals) == len(names) and all(vals):
+            return ", ".join(f"{n} = {v}" for n, v in zip(names, vals))
+    return s
 
 
 def _balanced_inside(s: str) -> bool:
