@@ -54,6 +54,16 @@ _TIMES_POW_RE = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\\times|\\cdot
 _POW10_RE = re.compile(r"^([-+]?)10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?$")
 _FRAC_RE = re.compile(r"^([-+]?)\s*(?:(\d+)\s*)?\\frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*([-+]?\d+)\s*\}$"
                       r"|^([-+]?\d+)\s*/\s*([-+]?\d+)$")
+_MIXED_SLASH_RE = re.compile(r"^([-+]?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
+_ANGLE_BRACKETS_RE = re.compile(r"\\langle\s*(.*?)\s*\\rangle")
+_CHAIN_SIDE_RE = re.compile(r"\\[A-Za-z]+")
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_PHRASES = {"all real numbers": r"(-\infty, \infty)", "all reals": r"(-\infty, \infty)",
+            "no solution": r"\emptyset", "no solutions": r"\emptyset", "no real solution": r"\emptyset",
+            "no real solutions": r"\emptyset", **_NUMBER_WORDS}
+_PHRASE_RE = re.compile(r"^(?:\\(?:text|mathrm|textrm|mbox)\s*\{\s*)?([A-Za-z ]+?)\s*\}?\.?$")
 _RELATION_RE = re.compile(r"<|>|\\le|\\ge|\\lt|\\gt|\\leq|\\geq|≤|≥")
 _WORD_SEPS = {"or": "or", "and": "and", "lor": "or", "vee": "or", "land": "and", "wedge": "and"}
 _SEP_RE = re.compile(r",|;|\\(?:lor|vee|land|wedge)(?![A-Za-z])|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|\\q?quad(?![A-Za-z])")
@@ -120,6 +130,10 @@ def clean(s: str) -> str:
     s = _THOUSANDS_BRACE_RE.sub("", s)
     s = _SPACING_RE.sub(lambda m: m.group(1) or " ", s)  # a matrix's row break \\\\ stays
     s = _EMPTY_RE.sub(r"\\emptyset", s)
+    s = _ANGLE_BRACKETS_RE.sub(r"(\1)", s)  # \langle 1, 2 \rangle: a vector
+    m = _PHRASE_RE.match(s)
+    if m and m.group(1).strip().lower() in _PHRASES:  # \text{two}, \text{all real numbers}, "no solution"
+        s = _PHRASES[m.group(1).strip().lower()]
     s = _IMAG_SPACE_RE.sub("i", s)  # 3 + 4\,i, 2\cdot i: the imaginary unit
     s = _CHOOSE_RE.sub(lambda m: rf"\binom{{{m.group(1) or m.group(3)}}}{{{m.group(2) or m.group(4)}}}", s)
     s = re.sub(r"(?<![A-Za-z\\])pi(?![A-Za-z])", r"\\pi ", s)  # a plain-text pi
@@ -215,12 +229,15 @@ def _expand_pm(text: str) -> list[str]:
 def make_item(text: str) -> Item:
     """One item: flags, assignment, units and number forms normalised (see the module docstring)."""
     t = text.strip()
-    if "\\approx" in t:  # "\sqrt{2} \approx 1.414": the value before it (or after, when alone)
+    if "\\approx" in t:  # "\sqrt{2} \approx 1.414": the value before it (after it when alone or "x")
         left, _, right = t.partition("\\approx")
-        t = left.strip() or right.strip()
+        t = right.strip() if re.fullmatch(r"\s*[A-Za-z]?\s*", left) else left.strip()
+    t = _last_of_chain(t)
     raw = t
     var = ""
     m = _ASSIGN_RE.match(t)
+    if m and "=" in t[m.end():]:  # x = 4/2 = 2
+        t = t[:m.end()] + _last_of_chain(t[m.end():])
     if m and "=" not in t[m.end():]:
         var, t = re.sub(r"\s+", "", m.group(1)), t[m.end():].strip()
     t = strip_units(t)
@@ -229,12 +246,35 @@ def make_item(text: str) -> Item:
     t = strip_units(t)
     t = number_notations(t)
     value, inexact = plain_value(t)
+    if value is not None and (_MIXED_SLASH_RE.match(t) or re.match(r"^[-+]?\s*\d+\s*\\frac", t)):
+        # a mixed number (2 1/2, 2\frac12) as the fraction it means: math-verify would read a product
+        t = rf"{'-' if value < 0 else ''}\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
     return Item(t, value, inexact, percent, radians, var, raw if var else "")
+
+
+def _last_of_chain(t: str) -> str:
+    """``\\frac{6}{8} = \\frac{3}{4}``, ``3 \\times 4 = 12``: a computation whose first side holds no
+    variable, ending in its value -> that value (an equation such as ``x^2 + y^2 = 25`` is kept)."""
+    if "=" not in t:
+        return t
+    depth, cuts = 0, []
+    for i, ch in enumerate(t):
+        depth += 1 if ch in _OPEN else -1 if ch in _CLOSE else 0
+        if ch == "=" and depth == 0:
+            cuts.append(i)
+    if not cuts or re.search(r"[A-Za-z]", _CHAIN_SIDE_RE.sub("", t[:cuts[0]])):
+        return t
+    last = t[cuts[-1] + 1:].strip()
+    return last or t
 
 
 def plain_value(t: str) -> tuple[Fraction | None, bool]:
     """The exact value of a plain number (integer, decimal, scientific notation, integer fraction,
     mixed number) and whether it was written with a decimal point; (None, False) otherwise."""
+    m = _MIXED_SLASH_RE.match(t)  # "2 1/2": a mixed number written in plain text
+    if m and 0 < int(m.group(3)) < int(m.group(4)):
+        v = int(m.group(2)) + Fraction(int(m.group(3)), int(m.group(4)))
+        return (-v if m.group(1) == "-" else v), False
     if re.search(r"\d\s+\d", t) or len(t) > MAX_PLAIN_CHARS:
         return None, False
     s = t.replace(" ", "").replace("{}", "")
@@ -416,7 +456,8 @@ def _single_side(gold: Item, ans: Answer, gold_delims: str) -> Side | str:
         return ans.items[0]
     if ans.relations and ans.joiner in ("or", "and"):
         return Union(ans.items, ans.joiner)
-    if gold_delims == "()" and ans.joiner == "list" and len(ans.items) == gold.text.count(",") + 1:
+    if gold_delims == "()" and (ans.joiner == "list" or ans.joiner == "and" and all(i.var for i in ans.items)) \
+            and len(ans.items) == gold.text.count(",") + 1:
         return Item("(" + ", ".join(i.text for i in ans.items) + ")")
     return f"hedge: {len(ans.items)} values where one is expected"
 
