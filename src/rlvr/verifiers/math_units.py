@@ -31,7 +31,10 @@ UNIT_TEXT_RE = re.compile(r"\s*(?:/|\\cdot)?\s*\\(?:text|mathrm|mbox|textrm|text
                            r"(?:\s*\^\s*\{?\d\}?)?(?:\s*/\s*\\?[A-Za-z]+)?\s*$")
 _UNIT_WORD_RE = re.compile(r"(?<=[\d}])\s+(?:[A-Za-z]{2,}(?:\^\{?\d\}?)?(?:\s*/\s*[A-Za-z]+)?\s*)+$")
 _UNIT_LETTER_RE = re.compile(r"(?<=\d)\s+[mgsLKJNWVAhCF](?:\^\{?\d\}?)?$")
-_TEXT_NUMBER_RE = re.compile(r"^\\(?:text|mbox|textrm|mathrm)\s*\{\s*([-+]?(?:\d[\d,.]*|\.\d+)\s+[A-Za-z][A-Za-z .\-/]*)\}$")
+_TEXT_NUMBER_RE = re.compile(r"^\\(?:text|mbox|textrm|mathrm)\s*\{\s*([-+]?(?:\d[\d,.]*|\.\d+)(?:\s+[A-Za-z][A-Za-z .\-/]*|\s*\\?%))\}$")
+_SCALE_WORD_RE = re.compile(r"(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mathrm)\s*\{\s*)?(thousand|million|billion|trillion)\b\s*\}?",
+                            re.IGNORECASE)
+_SCALE = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 
 MATH_WORDS = frozenset({"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "inf", "infty",
                         "infinity", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "mod", "max", "min",
@@ -55,9 +58,10 @@ def _unit_text(m: re.Match) -> str:
 def strip_units(t: str) -> str:
     """Currency signs in front, units behind a value (see the module docstring)."""
     t = _CURRENCY_RE.sub("", t).strip()
-    m = _TEXT_NUMBER_RE.match(t)  # \text{12 cm}
+    m = _TEXT_NUMBER_RE.match(t)  # \text{12 cm}, \text{72\%}
     if m:
         t = m.group(1).strip()
+    t = _SCALE_WORD_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{_SCALE[g.group(2).lower()]}}}", t)  # 1.2 million
     for _ in range(4):
         before = t
         t = UNIT_TEXT_RE.sub(_unit_text, t).strip()
