@@ -40,8 +40,11 @@ _TEXT_CONNECTIVE_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{((?:\s|,|;|
 _EMPTY_RE = re.compile(r"\\varnothing\b|\\emptyset\b|∅|\\O\b|\\\{\s*\\\}|\{\s*\}")
 _THOUSANDS_BRACE_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?:\.\d+)?(?![\d.])")
-_ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\s*\(\s*[A-Za-z]\s*\))?"
+_ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Z]{2,3}(?![A-Za-z(])|\\frac\s*\{\s*d[A-Za-z]?\s*\}\s*\{\s*d[A-Za-z]\s*\}"
+                        r"|[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\^\{?-1\}?|'{1,2})?(?:\s*\(\s*[A-Za-z]\s*\))?"
                         r"|\\[A-Za-z]+)\s*(=|\\in\b)\s*(?=\S)")
+_REMARK_RE = re.compile(r"(?:\s|\\q?quad\b|,)*\(?\s*\\text\s*\{\s*\(?\s*(?:since|because|as|where|when|if|for|rejected|"
+                        r"reject|discard|discarded|discarding|excluded|extraneous)\b.*$", re.IGNORECASE | re.DOTALL)
 _STYLE_RE = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|pmb|emph|underline|textit|mathit|textnormal)\s*\{")
 _IMAG_RE = re.compile(r"\\(?:mathrm|text|mathit|textrm)\s*\{\s*i\s*\}")
 _IMAG_SPACE_RE = re.compile(r"(?<=[\d}])\s*(?:\\cdot\s*)?i(?![A-Za-z])")
@@ -322,7 +325,11 @@ def _parse_cached(text: str) -> Answer:
 
 
 def _parse(text: str, _split_numbers: bool) -> Answer:
-    s = _reshape(clean(text))
+    s = clean(text)
+    remark = _REMARK_RE.search(s)  # "3 \; (\text{since } x > 0)", "-2 \quad \text{(rejected 3)}": a remark
+    if remark and remark.start() > 0:
+        s = s[:remark.start()].rstrip(" ,;")
+    s = _reshape(s)
     delims = ""
     if (s.startswith("\\{") and s.endswith("\\}") and not re.search(r"\\mid|\||:", s)
             and s[2:-2].strip() != "\\emptyset"):  # {∅} is not the empty set
