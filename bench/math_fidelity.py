@@ -641,6 +641,23 @@ def extra_cases() -> list[Case]:
         ('3', '3 \\text{ (or } 4)', 'wrong'),
         ('3', '3 \\text{ or } 4 \\text{ (since both work)}', 'wrong'),
         ('3', '3 \\quad \\text{(since } 4 \\text{ fails)}', 'pass'),
+        ('B', '\\textbf{(B)}', 'pass'),
+        ('B', '\\textbf{(B)}\\ 12', 'pass'),
+        ('B', '(B)\\ 12', 'pass'),
+        ('B', '\\text{(B) } 12', 'pass'),
+        ('B', '\\text{B}', 'pass'),
+        ('B', '(C)', 'wrong'),
+        ('\\text{(B)}', 'B', 'pass'),
+        ('\\textbf{(B) }12', 'B', 'pass'),
+        ('\\textbf{(B) }12', '12', 'pass'),
+        ('\\textbf{(B) }12', '\\textbf{(C) }13', 'wrong'),
+        ('2', '\\text{x = 2}', 'pass'),
+        ('12', '\\text{12 inches}', 'pass'),
+        ('\\frac{1}{2}', '\\frac{1}{2}\\text{.}', 'pass'),
+        ('\\frac{1}{2}', '\\frac{1}{2}.', 'pass'),
+        ('\\frac{1}{2}', '\\left. \\frac{1}{2} \\right.', 'pass'),
+        ('5', '\\text{The answer is } 5', 'pass'),
+        ('5', '5\\text{ is the answer}', 'pass'),
     ]
     return [("forms", g, a if "\\boxed" in a else box(a, k), w) for k, (g, a, w) in enumerate(table)]
 

@@ -43,6 +43,9 @@ _SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?:\.\d+)?(?![\d.])"
 _ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Z]{2,3}(?![A-Za-z(])|\\frac\s*\{\s*d[A-Za-z]?\s*\}\s*\{\s*d[A-Za-z]\s*\}"
                         r"|[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\^\{?-1\}?|'{1,2})?(?:\s*\(\s*[A-Za-z]\s*\))?"
                         r"|\\[A-Za-z]+)\s*(=|\\in\b)\s*(?=\S)")
+_CHOICE_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:\(([A-E])\)|([A-E]))\s*\}?\s*(?:(?<=[)}])\s*(\S.*))?$")
+_LEAD_IN_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*\}?\s*(?=\S)", re.IGNORECASE)
+_TEXT_DIGITS_RE = re.compile(r"^\\(?:text|textrm|mbox)\s*\{([^{}]*\d[^{}]*)\}$")
 _REMARK_RE = re.compile(r"(?:\s|\\q?quad\b|,)*\(?\s*\\text\s*\{\s*\(?\s*(?:since|because|as|where|when|if|for|rejected|"
                         r"reject|discard|discarded|discarding|excluded|extraneous)\b.*$", re.IGNORECASE | re.DOTALL)
 _STYLE_RE = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|pmb|emph|underline|textit|mathit|textnormal)\s*\{")
@@ -103,6 +106,7 @@ class Answer:
     joiner: str = "single"
     delims: str = ""
     alt: Answer | None = field(default=None, repr=False)
+    choice: str = ""  # a multiple-choice letter: "B", "(B)", "\\textbf{(B)} 12" (then the items are 12)
 
     @property
     def relations(self) -> bool:
@@ -326,6 +330,11 @@ def _parse_cached(text: str) -> Answer:
 
 def _parse(text: str, _split_numbers: bool) -> Answer:
     s = clean(text)
+    s = _TEXT_DIGITS_RE.sub(r"\1", _LEAD_IN_RE.sub("", s)).strip()  # "\text{The answer is } 5", "\text{x = 2}"
+    choice = _CHOICE_RE.match(s)
+    if choice and choice.group(3):  # "(B) 12": the letter, and the value after it
+        ans = _parse(choice.group(3), _split_numbers)
+        return replace(ans, choice=choice.group(1) or choice.group(2))
     remark = _REMARK_RE.search(s)  # "3 \; (\text{since } x > 0)", "-2 \quad \text{(rejected 3)}": a remark
     if remark and remark.start() > 0:
         s = s[:remark.start()].rstrip(" ,;")
@@ -343,7 +352,7 @@ def _parse(text: str, _split_numbers: bool) -> Answer:
     for p in parts[: MAX_ITEMS + 1]:
         items += [make_item(x) for x in _expand_pm(p)]
     joiner = "single" if len(items) == 1 else ("or" if kinds == {"or"} else "and" if kinds == {"and"} else "list")
-    ans = Answer(items, joiner, delims if len(parts) == 1 else "")
+    ans = Answer(items, joiner, delims if len(parts) == 1 else "", choice=(choice.group(1) or choice.group(2)) if choice else "")
     if not _split_numbers and _COMMA_GROUPS_RE.search(s):
         ans.alt = _parse(text, True)
     return ans
@@ -475,6 +484,9 @@ def plan(gold: Answer, answers: list[Answer]) -> Plan:
         return Plan(verdict=(False, "empty gold"))
     if any(len(a.items) > MAX_ITEMS for a in answers):
         return Plan(verdict=(False, f"hedge: more than {MAX_ITEMS} values"))
+    if gold.choice and all(a.choice for a in answers):  # multiple choice: the letters decide
+        ok = all(a.choice == gold.choice for a in answers)
+        return Plan(verdict=(ok, "" if ok else "another choice"))
     if len(gold.items) == 1:
         g = gold.items[0]
         pairs: list[tuple[Side, Side]] = []
