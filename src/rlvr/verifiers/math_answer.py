@@ -267,7 +267,7 @@ def _last_of_chain(t: str) -> str:
     depth, cuts = 0, []
     for i, ch in enumerate(t):
         depth += 1 if ch in _OPEN else -1 if ch in _CLOSE else 0
-        if ch == "=" and depth == 0:
+        if ch == "=" and depth == 0 and t[i - 1:i] not in ("<", ">", "!", "=") and t[i + 1:i + 2] != "=":
             cuts.append(i)
     if not cuts or re.search(r"[A-Za-z]", _CHAIN_SIDE_RE.sub("", t[:cuts[0]])):
         return t

@@ -31,6 +31,10 @@ UNIT_TEXT_RE = re.compile(r"\s*(?:/|\\cdot)?\s*\\(?:text|mathrm|mbox|textrm|text
                            r"(?:\s*\^\s*\{?\d\}?)?(?:\s*/\s*\\?[A-Za-z]+)?\s*$")
 _UNIT_WORD_RE = re.compile(r"(?<=[\d}])\s+(?:[A-Za-z]{2,}(?:\^\{?\d\}?)?(?:\s*/\s*[A-Za-z]+)?\s*)+$")
 _UNIT_LETTER_RE = re.compile(r"(?<=\d)\s+[mgsLKJNWVAhCF](?:\^\{?\d\}?)?$")
+_GREEK_UNIT_RE = re.compile(r"(?<=[\d}])\s*(?:\\(?:Omega|ohm)(?![A-Za-z])|\\mu\s*(?:\\(?:text|mathrm)\s*\{\s*[A-Za-z]{1,3}\s*\}|[A-Za-z]{1,3}))"
+                            r"(?:\s*\^\s*\{?-?\d\}?)?\s*$")  # \mu alone is a symbol (2\mu), \mu m a unit
+_FRAC_UNIT_RE = re.compile(r"(?<=[\d}\s])\s*\\frac\s*\{\s*\\(?:text|mathrm)\s*\{[A-Za-z ]+\}\s*\}\s*"
+                           r"\{\s*\\(?:text|mathrm)\s*\{[A-Za-z ]+\}\s*(?:\^\s*\{?\d\}?)?\s*\}\s*$")
 _TEXT_NUMBER_RE = re.compile(r"^\\(?:text|mbox|textrm|mathrm)\s*\{\s*([-+]?(?:\d[\d,.]*|\.\d+)(?:\s+[A-Za-z][A-Za-z .\-/]*|\s*\\?%))\}$")
 _SCALE_WORD_RE = re.compile(r"(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mathrm)\s*\{\s*)?(thousand|million|billion|trillion)\b\s*\}?",
                             re.IGNORECASE)
@@ -64,6 +68,8 @@ def strip_units(t: str) -> str:
     t = _SCALE_WORD_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{_SCALE[g.group(2).lower()]}}}", t)  # 1.2 million
     for _ in range(4):
         before = t
+        if re.search(r"\d", t):  # 50\,\Omega, 3\,\mu\text{m}, 9.81\,\frac{\text{m}}{\text{s}^2}
+            t = _FRAC_UNIT_RE.sub("", _GREEK_UNIT_RE.sub("", t)).strip()
         t = UNIT_TEXT_RE.sub(_unit_text, t).strip()
         if re.search(r"\d", t):
             t = _UNIT_WORD_RE.sub(_unit_words, t).strip()
