@@ -134,7 +134,8 @@ def clean(s: str) -> str:
     s = _IMAG_RE.sub("i", s)
     s = re.sub(r"\\[dt]frac(?![A-Za-z])", r"\\frac", s)
     s = _TEXT_CONNECTIVE_RE.sub(lambda m: f" {m.group(1).strip().lower()} ", s)
-    s = _THOUSANDS_BRACE_RE.sub("", s)
+    s = _THOUSANDS_BRACE_RE.sub("", s).replace("{:}", ":")
+    s = re.sub(r"\(([0-9A-Fa-f]+)\)_", r"\1_", s)  # (1011)_2 is 1011_2
     s = _SPACING_RE.sub(lambda m: m.group(1) or " ", s)  # a matrix's row break \\\\ stays
     s = _EMPTY_RE.sub(r"\\emptyset", s)
     s = _ANGLE_BRACKETS_RE.sub(r"(\1)", s)  # \langle 1, 2 \rangle: a vector
