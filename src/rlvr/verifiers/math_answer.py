@@ -43,11 +43,11 @@ _SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?:\.\d+)?(?![\d.])"
 _ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Z]{2,3}(?![A-Za-z(])|\\frac\s*\{\s*d[A-Za-z]?\s*\}\s*\{\s*d[A-Za-z]\s*\}"
                         r"|[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\^\{?-1\}?|'{1,2})?(?:\s*\(\s*[A-Za-z]\s*\))?"
                         r"|\\[A-Za-z]+)\s*(=|\\in\b)\s*(?=\S)")
-_CHOICE_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:\(([A-E])\)|([A-E]))\s*\}?\s*(?:(?<=[)}])\s*(\S.*))?$")
+_CHOICE_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:\(([A-E])\)|([A-E]))\s*\}?\s*(?:(?<=[)}])\s*(?!\(?[A-E]\))(\S.*))?$")
 _LEAD_IN_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*\}?\s*(?=\S)", re.IGNORECASE)
 _TEXT_DIGITS_RE = re.compile(r"^\\(?:text|textrm|mbox)\s*\{([^{}]*\d[^{}]*)\}$")
-_REMARK_RE = re.compile(r"(?:\s|\\q?quad\b|,)*\(?\s*\\text\s*\{\s*\(?\s*(?:since|because|as|where|when|if|for|rejected|"
-                        r"reject|discard|discarded|discarding|excluded|extraneous)\b.*$", re.IGNORECASE | re.DOTALL)
+_REMARK_RE = re.compile(r"\\text\s*\{\s*\(?\s*(?:since|because|as|where|when|if|for|rejected|reject|discard|discarded|"
+                        r"discarding|excluded|extraneous)\b", re.IGNORECASE)
 _STYLE_RE = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|pmb|emph|underline|textit|mathit|textnormal)\s*\{")
 _IMAG_RE = re.compile(r"\\(?:mathrm|text|mathit|textrm)\s*\{\s*i\s*\}")
 _IMAG_SPACE_RE = re.compile(r"(?<=[\d}])\s*(?:\\cdot\s*)?i(?![A-Za-z])")
@@ -338,7 +338,9 @@ def _parse(text: str, _split_numbers: bool) -> Answer:
         return replace(ans, choice=choice.group(1) or choice.group(2))
     remark = _REMARK_RE.search(s)  # "3 \; (\text{since } x > 0)", "-2 \quad \text{(rejected 3)}": a remark
     if remark and remark.start() > 0:
-        s = s[:remark.start()].rstrip(" ,;")
+        head = s[:remark.start()].rstrip()
+        head = head[:-1] if head.endswith("(") else head
+        s = re.sub(r"(?:\s|,|;|\\q?quad)+$", "", head) or s
     s = _reshape(s)
     delims = ""
     if (s.startswith("\\{") and s.endswith("\\}") and not re.search(r"\\mid|\||:", s)

@@ -36,7 +36,7 @@ _GREEK_UNIT_RE = re.compile(r"(?<=[\d}])\s*(?:\\(?:Omega|ohm)(?![A-Za-z])|\\mu\s
 _FRAC_UNIT_RE = re.compile(r"(?<=[\d}\s])\s*\\frac\s*\{\s*\\(?:text|mathrm)\s*\{[A-Za-z ]+\}\s*\}\s*"
                            r"\{\s*\\(?:text|mathrm)\s*\{[A-Za-z ]+\}\s*(?:\^\s*\{?\d\}?)?\s*\}\s*$")
 _TEXT_NUMBER_RE = re.compile(r"^\\(?:text|mbox|textrm|mathrm)\s*\{\s*([-+]?(?:\d[\d,.]*|\.\d+)(?:\s+[A-Za-z][A-Za-z .\-/]*|\s*\\?%))\}$")
-_SCALE_WORD_RE = re.compile(r"(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mathrm)\s*\{\s*)?(thousand|million|billion|trillion)\b\s*\}?",
+_SCALE_WORD_RE = re.compile(r"(?<![\d.])(\d(?:[\d.]*\d)?)\s*(?:\\(?:text|mathrm)\s*\{\s*)?(thousand|million|billion|trillion)\b\s*\}?",
                             re.IGNORECASE)
 _SCALE = {"thousand": 3, "million": 6, "billion": 9, "trillion": 12}
 
@@ -65,7 +65,8 @@ def strip_units(t: str) -> str:
     m = _TEXT_NUMBER_RE.match(t)  # \text{12 cm}, \text{72\%}
     if m:
         t = m.group(1).strip()
-    t = _SCALE_WORD_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{_SCALE[g.group(2).lower()]}}}", t)  # 1.2 million
+    if re.search(r"(?i)thousand|million|billion|trillion", t):
+        t = _SCALE_WORD_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{_SCALE[g.group(2).lower()]}}}", t)  # 1.2 million
     for _ in range(4):
         before = t
         if re.search(r"\d", t):  # 50\,\Omega, 3\,\mu\text{m}, 9.81\,\frac{\text{m}}{\text{s}^2}
