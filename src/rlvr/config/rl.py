@@ -254,6 +254,10 @@ class RLStage(Section):
     """Held-out eval every N steps for the learning curve (0: only at the end)."""
     verifier_workers: int = Field(0, ge=0)
     """Verifier worker processes (0 = inline)."""
+    max_infra_frac: float = Field(0.5, ge=0, le=1)
+    """Pause the run (stop with a message, keeping the last checkpoint) when more than this fraction of a
+    step's verifications are ``infra`` (the verifier raised, hung or crashed): training on such a batch
+    would learn from noise. ``infra`` rollouts below it are kept out of the advantages and counted."""
     health: HealthConfig = HealthConfig()
     """Training-health rules (entropy collapse, KL drift, dead groups, verifier overfitting)."""
 
