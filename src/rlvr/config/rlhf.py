@@ -49,7 +49,7 @@ class RewardModelStage(Section):
 class PPOKL(Section):
     """The KL penalty in PPO's per-token reward, with an adaptive coefficient (Ziegler et al. 2019)."""
 
-    beta: float = 0.05
+    beta: float = Field(0.05, ge=0)
     """Initial KL coefficient β (the penalty is -β · (log π - log π_ref) per token)."""
     target: float | None = 6.0
     """Target KL (nats per sequence) for the adaptive controller (None: β stays fixed)."""
