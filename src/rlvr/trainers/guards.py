@@ -19,6 +19,7 @@ import math
 import signal
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,7 +48,9 @@ def skip_update(opts, sched=None) -> None:
     for opt in opts:
         opt.zero_grad(set_to_none=True)
     if sched is not None:
-        sched.step()
+        with warnings.catch_warnings():  # "scheduler before optimizer": the skipped step is deliberate
+            warnings.simplefilter("ignore", UserWarning)
+            sched.step()
 
 
 def is_nonfinite(rec: dict) -> bool:
