@@ -39,7 +39,7 @@ def _sets(set_: list[str] | None, overrides: dict[str, Any]) -> list[str]:
 
 def run(recipe: Any = None, *, resume: bool = False, run_dir: str | None = None, set: list[str] | None = None,  # noqa: A002
         allow_config_change: bool = False, stage_type: str | None = None, model: str | None = None,
-        **overrides: Any) -> dict:
+        overwrite: bool = False, **overrides: Any) -> dict:
     """Run a recipe like ``rlvr run``: dry-run it first, write the run directory and report.html.
 
     recipe: a YAML path, a :class:`rlvr.config.recipe.Recipe`, or None with ``resume=True`` and
@@ -47,13 +47,14 @@ def run(recipe: Any = None, *, resume: bool = False, run_dir: str | None = None,
     arguments with ``__`` for dots (``stages__sft__max_steps=10``). ``stage_type`` (sft, rl,
     preference, reward_model, ppo) runs only those stages, like ``rlvr sft`` / ``rlvr grpo``; ``model``
     is then the starting checkpoint (``--model``). Returns the summary (``summary["stages"]``, one row
-    per stage, and ``summary["report"]``, the report's path).
+    per stage, and ``summary["report"]``, the report's path). ``overwrite``: the run directory holds a
+    different run (another config): move it aside to ``<run_dir>.prev-<time>`` instead of refusing.
     """
     _env()
     from rlvr.commands.run import execute
 
     return execute(recipe, _sets(set, overrides), resume, run_dir, allow_config_change, only=stage_type,
-                   init_path=model)
+                   init_path=model, overwrite=overwrite)
 
 
 def eval(model: str, tasks: str, *, n: int = 1, temperature: float = 1.0, max_new_tokens: int = 64,  # noqa: A001

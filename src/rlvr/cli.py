@@ -58,6 +58,8 @@ RunDirOpt = typer.Option(None, "--run-dir", help="Override the recipe's run_dir.
 AllowChangeOpt = flag("--allow-config-change", "With --resume: accept a recipe that differs from the run's "
                                                "saved config.yaml (the change is logged in the run).")
 InitOpt = typer.Option(None, "--model", help="Start from this checkpoint (overrides model.path).")
+OverwriteOpt = flag("--overwrite", "The run directory holds a different run: move it aside to "
+                                   "<dir>.prev-<time> (nothing is deleted) and start fresh.")
 
 
 @app.command()
@@ -72,52 +74,55 @@ def validate(recipe: str = typer.Argument(..., help="Recipe YAML."), set_: Optio
 def run(recipe: Optional[str] = typer.Argument(None, help="Recipe YAML (optional with --resume: the run's "
                                                           "saved config.yaml is used)."),
         set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt, run_dir: Optional[str] = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt) -> None:
+        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run every stage of a recipe in order (each starts from the previous stage's checkpoint)."""
     from rlvr.commands.run import run_command
 
-    run_command(recipe, _overrides(set_), resume, run_dir, allow_config_change=allow_config_change)
+    run_command(recipe, _overrides(set_), resume, run_dir, allow_config_change=allow_config_change,
+                overwrite=overwrite)
 
 
 @app.command()
 def quickstart(out: str = typer.Option("runs/quickstart", "--out", help="Run directory."),
                set_: Optional[List[str]] = SetOpt,
-               resume: bool = flag("--resume", "Resume an interrupted quickstart.")) -> None:
+               resume: bool = flag("--resume", "Resume an interrupted quickstart."),
+               overwrite: bool = OverwriteOpt) -> None:
     """The embedded default: tiny model, built-in arithmetic, SFT -> DPO -> GRPO on the CPU."""
     from rlvr.commands.run import quickstart_command
 
-    quickstart_command(out, _overrides(set_), resume)
+    quickstart_command(out, _overrides(set_), resume, overwrite)
 
 
 def _stage(kind: str, recipe: str, sets, resume: bool, init: Optional[str], run_dir: Optional[str],
-           allow: bool) -> None:
+           allow: bool, overwrite: bool = False) -> None:
     from rlvr.commands.run import stage_command
 
-    stage_command(kind, recipe, _overrides(sets), resume, init, run_dir=run_dir, allow_config_change=allow)
+    stage_command(kind, recipe, _overrides(sets), resume, init, run_dir=run_dir, allow_config_change=allow,
+                  overwrite=overwrite)
 
 
 @app.command()
 def sft(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
         model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt) -> None:
+        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's SFT stage(s)."""
-    _stage("sft", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("sft", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
 def grpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
          model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-         allow_config_change: bool = AllowChangeOpt) -> None:
+         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's RL stage(s) (GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++)."""
-    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
 def dpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
         model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt) -> None:
+        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's preference stage(s) (dpo, ipo, simpo, kto, orpo, cpo)."""
-    _stage("preference", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("preference", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
@@ -125,15 +130,15 @@ def rm(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt
        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
        allow_config_change: bool = AllowChangeOpt) -> None:
     """Train the recipe's reward model stage."""
-    _stage("reward_model", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("reward_model", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
 def ppo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
         model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt) -> None:
+        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's PPO stage."""
-    _stage("ppo", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("ppo", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
@@ -200,9 +205,19 @@ def _usage_error(e: typer.TyperException) -> None:
     typer.secho(f"error: {e.format_message()} (see '{path} --help')", fg="red", err=True)
 
 
+def resume_hint(argv: list[str]) -> str:
+    """The command that resumes this one: the same arguments with ``--resume`` (once)."""
+    import shlex
+
+    args = [a for a in argv if a != "--debug"]
+    if "--resume" not in args:
+        args.append("--resume")
+    return "rlvr " + " ".join(shlex.quote(a) for a in args)
+
+
 def main() -> None:
     from rlvr.commands import quiet_hf
-    from rlvr.errors import RlvrError
+    from rlvr.errors import Interrupted, RlvrError
 
     quiet_hf()
     _register_commands()
@@ -214,6 +229,10 @@ def main() -> None:
             raise
         typer.secho(f"error: {e}", fg="red", err=True)
         sys.exit(2)
+    except Interrupted as e:  # SIGINT/SIGTERM: a checkpoint was written at the step boundary
+        typer.secho(f"stopped: stage {e.stage} at step {e.step}, checkpoint {e.checkpoint}\n"
+                    f"resume with: {resume_hint(sys.argv[1:])}", fg="yellow", err=True)
+        sys.exit(0)
     except KeyboardInterrupt:
         typer.secho("interrupted", fg="yellow", err=True)
         sys.exit(130)

@@ -15,3 +15,11 @@ class DataError(RlvrError):
 
 class ModelLoadError(RlvrError):
     """A model or tokenizer could not be loaded."""
+
+
+class Interrupted(Exception):
+    """A stage stopped on SIGINT/SIGTERM after writing a checkpoint (the CLI exits 0 with the resume command)."""
+
+    def __init__(self, stage: str, step: int, checkpoint: str | None) -> None:
+        self.stage, self.step, self.checkpoint = stage, step, checkpoint
+        super().__init__(f"stage {stage} stopped at step {step}; checkpoint: {checkpoint}")

@@ -61,7 +61,7 @@ def check_model(recipe: Recipe, init_path: str | None) -> list[Problem]:
     if not p.exists():
         return [Problem(key, f"{path!r} does not exist (models load from local folders only)")]
     if (p / "config.json").exists():
-        return []
+        return check_tokenizer(p, key, recipe.model.chat_template)
     if (p / "adapter_config.json").exists():
         from rlvr.models.load import adapter_base
 
@@ -69,6 +69,34 @@ def check_model(recipe: Recipe, init_path: str | None) -> list[Problem]:
         _try(probs, key, lambda: adapter_base(p))
         return probs
     return [Problem(key, f"{path!r} has no config.json nor adapter_config.json: not a model folder")]
+
+
+def check_tokenizer(path: Path, key: str, template: str) -> list[Problem]:
+    """The folder's tokenizer has a chat template (unless ``model.chat_template: plain``) and fits the model's
+    vocabulary (a token id past the embedding table would crash mid-run, or silently read another row)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - reported as a problem of the key
+        return [Problem(key, f"{str(path)!r}: the tokenizer does not load ({type(e).__name__}: {str(e)[:200]})")]
+    out = []
+    if template == "required" and not getattr(tok, "chat_template", None):
+        out.append(Problem(key, f"{str(path)!r}: the tokenizer has no chat template (tokenizer_config.json "
+                                "'chat_template' or chat_template.jinja): prompts would be rendered as plain text. "
+                                "Add the template the model was tuned with, or set model.chat_template: plain "
+                                "for a base model"))
+    try:
+        cfg = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        return [*out, Problem(key, f"{path / 'config.json'}: unreadable ({e})")]
+    vocab = cfg.get("vocab_size") or (cfg.get("text_config") or {}).get("vocab_size")
+    if isinstance(vocab, int) and vocab < len(tok):
+        out.append(Problem(key, f"{path / 'config.json'}: vocab_size {vocab} is smaller than the tokenizer's "
+                                f"{len(tok)} tokens: ids >= {vocab} have no embedding row. Use the model's own "
+                                f"tokenizer, or resize the embeddings (model.resize_token_embeddings({len(tok)})) "
+                                "and save the model again"))
+    return out
 
 
 def check_batches(i: int, st: Any) -> list[Problem]:
@@ -181,7 +209,7 @@ def check_tasks(recipe: Recipe) -> list[Problem]:
     out: list[Problem] = []
     loaded: dict[str, list] = {}
     for key, src in task_sources(recipe):
-        tasks = _try(out, _source_key(key, src), lambda src=src: load_task_source(src))
+        tasks = _try(out, _source_key(key, src), lambda src=src: load_task_source(src, strict=True))
         if tasks is not None:
             loaded[key] = tasks
     for i, st in enumerate(recipe.stages):

@@ -78,9 +78,11 @@ def execute(
     init_path: str | None = None,
     judge=None,
     console: Console | None = None,
+    overwrite: bool = False,
 ) -> dict:
     """Resolve, dry-run and run a recipe (or its stages of type ``only``); returns the summary, with
-    ``summary["report"]`` the path of report.html."""
+    ``summary["report"]`` the path of report.html. A fresh run into a directory holding a different run is
+    refused unless ``overwrite`` (the old run is then moved aside, see :func:`guard_run_dir`)."""
     from rlvr.commands.preflight import preflight
     from rlvr.pipeline import run_pipeline
     from rlvr.trainers.common import setup_threads
@@ -96,6 +98,10 @@ def execute(
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     for k, (a, b) in changes.items():
         console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
+    if not resume:
+        moved = guard_run_dir(r, overwrite)
+        if moved is not None:
+            console.print(f"[yellow]--overwrite:[/yellow] the earlier run was moved to {moved}", highlight=False)
     setup_threads(r.threads)
     summary = run_pipeline(r, resume=resume, only=only, init_path=init_path, judge=judge, changes=changes)
     if summary.get("rank", 0) == 0:  # under torchrun the other ranks only train
@@ -104,21 +110,56 @@ def execute(
     return summary
 
 
+def guard_run_dir(recipe: Recipe, overwrite: bool) -> Path | None:
+    """A fresh run whose ``run_dir`` holds a run with a different ``config.yaml`` is refused (the keys that
+    differ are listed) unless ``overwrite``: then the whole old run is moved to ``<run_dir>.prev-<time>``
+    (nothing is removed) and that path is returned. The same config rerun fresh keeps the per-stage
+    archiving of :mod:`rlvr.pipeline`."""
+    import time
+
+    from rlvr.config.saved import CONFIG_FILE, config_diff, load_saved
+
+    run_dir = Path(recipe.run_dir)
+    if not (run_dir / CONFIG_FILE).exists():
+        return None
+    if not overwrite:
+        try:
+            saved = load_saved(run_dir)
+            diff = config_diff(saved, recipe) if saved is not None else {}
+        except ConfigError as e:  # written by another rlvr version, or edited by hand
+            diff = {"config.yaml": [f"unreadable ({str(e)[:200]})", "this recipe"]}
+        if not diff:
+            return None
+        shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(diff.items())[:6])
+        more = f" (and {len(diff) - 6} more)" if len(diff) > 6 else ""
+        raise ConfigError(f"{run_dir} holds a different run: its {CONFIG_FILE} differs from this recipe ({shown}"
+                          f"{more}). Nothing was written. Resume that run with --resume, start this one in another "
+                          f"--run-dir, or pass --overwrite to move the old run aside to {run_dir}.prev-<time> "
+                          "(nothing is deleted)")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    dest, n = run_dir.with_name(f"{run_dir.name}.prev-{stamp}"), 1
+    while dest.exists():
+        dest, n = run_dir.with_name(f"{run_dir.name}.prev-{stamp}-{n}"), n + 1
+    run_dir.rename(dest)
+    return dest
+
+
 def run_command(
     recipe_path: str | None,
     overrides: list[str],
     resume: bool,
     run_dir: str | None,
     allow_config_change: bool = False,
+    overwrite: bool = False,
 ) -> dict:
-    return execute(recipe_path, overrides, resume, run_dir, allow_config_change)
+    return execute(recipe_path, overrides, resume, run_dir, allow_config_change, overwrite=overwrite)
 
 
-def quickstart_command(out: str, overrides: list[str], resume: bool) -> dict:
+def quickstart_command(out: str, overrides: list[str], resume: bool, overwrite: bool = False) -> dict:
     """The embedded default recipe (tiny model, built-in arithmetic), SFT -> DPO -> GRPO."""
     if not QUICKSTART.exists():
         raise ConfigError(f"the packaged quickstart recipe is missing at {QUICKSTART}")
-    return execute(str(QUICKSTART), overrides, resume, out)
+    return execute(str(QUICKSTART), overrides, resume, out, overwrite=overwrite)
 
 
 def stage_command(
@@ -129,9 +170,11 @@ def stage_command(
     init: str | None,
     run_dir: str | None = None,
     allow_config_change: bool = False,
+    overwrite: bool = False,
 ) -> dict:
     """Run only the recipe's stages of one type (e.g. ``rlvr grpo``), from ``--model`` if given."""
-    return execute(recipe_path, overrides, resume, run_dir, allow_config_change, only=kind, init_path=init)
+    return execute(recipe_path, overrides, resume, run_dir, allow_config_change, only=kind, init_path=init,
+                   overwrite=overwrite)
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:

@@ -65,6 +65,9 @@ class ModelConfig(Section):
     """Trade compute for memory on large models."""
     device: str = "auto"
     """Where the model runs: auto (cuda when available), cpu, cuda, cuda:N."""
+    chat_template: Literal["required", "plain"] = "required"
+    """required: the tokenizer must have a chat template (a run is refused before it starts otherwise);
+    plain: a base model without one, prompted with the messages' text joined by newlines."""
 
     @model_validator(mode="after")
     def _fp32_master_weights(self) -> ModelConfig:

@@ -26,3 +26,6 @@ class OptimConfig(Section):
     """Final learning rate as a fraction of the peak."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables)."""
+    max_nonfinite_steps: int = Field(3, ge=1)
+    """A step whose loss or gradient is NaN/inf skips its update (logged with the batch's task ids); this
+    many such steps in a row stop the stage, keeping the last good checkpoint."""

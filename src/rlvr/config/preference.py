@@ -16,9 +16,9 @@ class DPOLoss(Section):
     """DPO (Rafailov et al. 2023), sigmoid loss; label smoothing gives cDPO."""
 
     type: Literal["dpo"] = "dpo"
-    beta: float = 0.1
+    beta: float = Field(0.1, gt=0)
     """Inverse temperature β."""
-    label_smoothing: float = 0.0
+    label_smoothing: float = Field(0.0, ge=0, lt=0.5)
     """cDPO label-noise rate ε."""
 
 
@@ -26,7 +26,7 @@ class IPOLoss(Section):
     """IPO (Azar et al. 2023): squared loss toward margin 1/(2β)."""
 
     type: Literal["ipo"] = "ipo"
-    beta: float = 0.1
+    beta: float = Field(0.1, gt=0)
     """Regularisation β."""
 
 
@@ -34,7 +34,7 @@ class SimPOLoss(Section):
     """SimPO (Meng et al. 2024): length-normalised, margin γ, no reference model."""
 
     type: Literal["simpo"] = "simpo"
-    beta: float = 2.0
+    beta: float = Field(2.0, gt=0)
     """Reward scale β."""
     gamma: float = 0.5
     """Target margin γ."""
@@ -44,7 +44,7 @@ class KTOLoss(Section):
     """KTO (Ethayarajh et al. 2024): unpaired desirable/undesirable labels."""
 
     type: Literal["kto"] = "kto"
-    beta: float = 0.1
+    beta: float = Field(0.1, gt=0)
     """β."""
     lambda_d: float = 1.0
     """Weight of desirable examples."""
@@ -64,7 +64,7 @@ class CPOLoss(Section):
     """CPO (Xu et al. 2024): reference-free DPO-style term + NLL on chosen."""
 
     type: Literal["cpo"] = "cpo"
-    beta: float = 0.1
+    beta: float = Field(0.1, gt=0)
     """β."""
     nll_weight: float = 1.0
     """Weight of the NLL term on chosen."""

@@ -24,6 +24,15 @@ class PolicyLossBase(Section):
     """What every GRPO-family loss shares: overlong filtering, and the recipe defaults a variant turns on
     (``default_dynamic_sampling``, ``default_overlong``; DAPO's are on, everyone else's off)."""
 
+    @model_validator(mode="after")
+    def _clip_order(self):
+        """A decoupled clip needs ε_high ≥ ε_low (clip-higher widens the upper side, never inverts it)."""
+        lo, hi = getattr(self, "eps_low", None), getattr(self, "eps_high", None)
+        if lo is not None and hi is not None and hi < lo:
+            raise ValueError(f"eps_high {hi} < eps_low {lo}: the upper clip must be at least the lower one "
+                             "(DAPO's clip-higher: eps_low 0.2, eps_high 0.28)")
+        return self
+
     mask_truncated: bool = False
     """Overlong filtering: exclude completions cut at max_new_tokens from the loss (DAPO's overlong filtering)."""
     default_dynamic_sampling: ClassVar[str] = "off"
@@ -34,7 +43,7 @@ class GRPOLoss(PolicyLossBase):
     """GRPO (Shao et al. 2024): group-normalised advantages, token-level symmetric clip."""
 
     type: Literal["grpo"] = "grpo"
-    eps: float = 0.2
+    eps: float = Field(0.2, ge=0)
     """Clip range ε (ratio clipped to [1-ε, 1+ε])."""
     scale: Literal["group", "batch", "none"] = "group"
     """Advantage std normalisation: per group, over the batch, or none."""
@@ -54,9 +63,9 @@ class DAPOLoss(PolicyLossBase):
     """
 
     type: Literal["dapo"] = "dapo"
-    eps_low: float = 0.2
+    eps_low: float = Field(0.2, ge=0)
     """Lower clip ε_low."""
-    eps_high: float = 0.28
+    eps_high: float = Field(0.28, ge=0)
     """Upper clip ε_high (clip-higher keeps low-probability tokens exploring)."""
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     """How per-token losses are averaged."""
@@ -68,9 +77,9 @@ class GSPOLoss(PolicyLossBase):
     """GSPO (Zheng et al. 2025): length-normalised sequence-level ratio, sequence-level clip."""
 
     type: Literal["gspo"] = "gspo"
-    eps_low: float = 3e-4
+    eps_low: float = Field(3e-4, ge=0)
     """Lower sequence-ratio clip."""
-    eps_high: float = 4e-4
+    eps_high: float = Field(4e-4, ge=0)
     """Upper sequence-ratio clip."""
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-mean"
     """How per-token losses are averaged."""
@@ -80,7 +89,7 @@ class DrGRPOLoss(PolicyLossBase):
     """Dr.GRPO (Liu et al. 2025): no std normalisation, no length normalisation."""
 
     type: Literal["dr_grpo"] = "dr_grpo"
-    eps: float = 0.2
+    eps: float = Field(0.2, ge=0)
     """Clip range."""
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "seq-mean-token-sum-norm"
     """How per-token losses are averaged (Dr.GRPO: sum / constant)."""
@@ -90,7 +99,7 @@ class RLOOLoss(PolicyLossBase):
     """RLOO (Ahmadian et al. 2024): leave-one-out baseline."""
 
     type: Literal["rloo"] = "rloo"
-    eps: float = 0.2
+    eps: float = Field(0.2, ge=0)
     """Clip range."""
     aggregation: Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     """How per-token losses are averaged."""
@@ -100,7 +109,7 @@ class ReinforcePPLoss(PolicyLossBase):
     """REINFORCE++ (Hu 2025): batch-normalised advantages."""
 
     type: Literal["reinforce_pp"] = "reinforce_pp"
-    eps: float = 0.2
+    eps: float = Field(0.2, ge=0)
     """Clip range."""
     group_baseline: bool = True
     """Subtract the group mean before batch normalisation (REINFORCE++-baseline)."""
@@ -114,8 +123,8 @@ RLLoss = typed_union(GRPOLoss, DAPOLoss, GSPOLoss, DrGRPOLoss, RLOOLoss, Reinfor
 class KLConfig(Section):
     """KL to the frozen reference. beta = 0 loads no reference model at all."""
 
-    beta: float = 0.0
-    """KL coefficient β."""
+    beta: float = Field(0.0, ge=0)
+    """KL coefficient β (a negative β would reward moving away from the reference)."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
     """Schulman's estimator of KL(π || π_ref) per token."""
 
@@ -254,6 +263,10 @@ class RLStage(Section):
     """Held-out eval every N steps for the learning curve (0: only at the end)."""
     verifier_workers: int = Field(0, ge=0)
     """Verifier worker processes (0 = inline)."""
+    max_infra_frac: float = Field(0.5, ge=0, le=1)
+    """Pause the run (stop with a message, keeping the last checkpoint) when more than this fraction of a
+    step's verifications are ``infra`` (the verifier raised, hung or crashed): training on such a batch
+    would learn from noise. ``infra`` rollouts below it are kept out of the advantages and counted."""
     health: HealthConfig = HealthConfig()
     """Training-health rules (entropy collapse, KL drift, dead groups, verifier overfitting)."""
 

@@ -49,7 +49,7 @@ class RewardModelStage(Section):
 class PPOKL(Section):
     """The KL penalty in PPO's per-token reward, with an adaptive coefficient (Ziegler et al. 2019)."""
 
-    beta: float = 0.05
+    beta: float = Field(0.05, ge=0)
     """Initial KL coefficient β (the penalty is -β · (log π - log π_ref) per token)."""
     target: float | None = 6.0
     """Target KL (nats per sequence) for the adaptive controller (None: β stays fixed)."""
@@ -104,6 +104,10 @@ class PPOStage(Section):
     """Critic optimiser (None: same as ``optim``)."""
     verifier_workers: int = Field(0, ge=0)
     """Verifier worker processes (0 = inline)."""
+    max_infra_frac: float = Field(0.5, ge=0, le=1)
+    """Pause the run (stop with a message, keeping the last checkpoint) when more than this fraction of a
+    step's verifications are ``infra`` (the verifier raised, hung or crashed): training on such a batch
+    would learn from noise. ``infra`` rollouts below it are kept out of the advantages and counted."""
     save_every: int = Field(0, ge=0)
     """Checkpoint every N steps (0: end only)."""
     keep_last: int = Field(2, ge=0)

@@ -24,8 +24,13 @@ def read_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     p = Path(path)
     if not p.exists():
         raise DataError(f"{p}: file not found")
-    with p.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    with p.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{p}:{lineno}: not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                                "save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
             if not line.strip():
                 continue
             try:
@@ -106,7 +111,8 @@ def task_from_record(obj: dict[str, Any], where: str, base_dir: Path | None = No
         raise DataError(f"{where}: field 'id' must be a string or integer, got {type(tid).__name__}")
     kind = obj.get("kind", "math")
     if kind not in TASK_KINDS:
-        raise DataError(f"{where}: field 'kind' is {kind!r}; expected one of {list(TASK_KINDS)}")
+        raise DataError(f"{where}: field 'kind' is {kind!r}: no verifier judges that kind; expected one of "
+                        f"{list(TASK_KINDS)}")
     unknown = sorted(set(obj) - set(TASK_FIELDS) - set(GOLD_FIELDS))
     meta = dict(obj.get("meta") or {})
     if unknown and extra == "meta":
@@ -143,15 +149,44 @@ def _resolve(value: Any, base_dir: Path) -> Any:
     return value
 
 
-def load_tasks(path: str | os.PathLike) -> list[Task]:
-    """Load tasks from a JSONL file; relative database paths resolve against the file's folder."""
+def payload_problem(task: Task) -> str | None:
+    """What a task's verifier needs and the task lacks (None when complete): a code task's tests, a SQL
+    task's gold query and databases (which must exist)."""
+    g = task.gold
+    if task.kind == "code" and not any(g.get(k) for k in ("tests", "io_tests", "hidden_tests")):
+        return ("field 'tests': a code task needs 'tests' (asserts or check() source) or 'io_tests' "
+                "([{input, output}]): without them nothing can judge a completion")
+    if task.kind == "sql":
+        if not g.get("gold_sql"):
+            return "field 'gold_sql': a SQL task needs the gold query"
+        dbs = g.get("databases") or ([g["database"]] if g.get("database") else [])
+        if not dbs and not g.get("schema_sql"):
+            return "field 'database': a SQL task needs 'database', 'databases' or 'schema_sql'"
+        key = "databases" if g.get("databases") else "database"
+        missing = [d for d in dbs if not os.path.isfile(d)]
+        if missing:
+            return f"field {key!r}: database file {missing[0]} not found (relative paths start at the JSONL's folder)"
+    return None
+
+
+def load_tasks(path: str | os.PathLike, strict: bool = False) -> list[Task]:
+    """Load tasks from a JSONL file; relative database paths resolve against the file's folder. ``strict``
+    (a recipe's dry run): a task its verifier cannot judge (:func:`payload_problem`) is an error too."""
     p = Path(path)
-    tasks = [task_from_record(obj, f"{p}:{ln}", p.parent) for ln, obj in read_jsonl(p)]
+    lines = list(read_jsonl(p))
+    if not lines:
+        raise DataError(f"{p}: no tasks: the file is empty (one JSON object per line expected, see docs/data.md)")
+    tasks = [task_from_record(obj, f"{p}:{ln}", p.parent) for ln, obj in lines]
+    for (ln, _), t in zip(lines, tasks) if strict else ():
+        why = payload_problem(t)
+        if why:
+            raise DataError(f"{p}:{ln}: {why}")
     seen: dict[str, int] = {}
-    for i, t in enumerate(tasks):
+    for (ln, _), t in zip(lines, tasks):
         if t.id in seen:
-            raise DataError(f"{p}: duplicate task id {t.id!r}")
-        seen[t.id] = i
+            raise DataError(f"{p}:{ln}: field 'id': duplicate task id {t.id!r} (first on line {seen[t.id]}); "
+                            "ids must be unique (results and held-out checks are keyed by them)")
+        seen[t.id] = ln
     return tasks
 
 

@@ -160,6 +160,9 @@ def record_from_dict(obj: dict[str, Any], where: str) -> Record:
         chosen, ctx = _completion(obj, "chosen", where)
         rejected, _ = _completion(obj, "rejected", where)
         prompt, msgs = _prompt(obj, where, ctx)
+        if chosen == rejected:
+            raise DataError(f"{where}: fields 'chosen' and 'rejected' are the same text: the pair prefers nothing "
+                            "(its loss gradient is zero); drop the line or fix the rejected completion")
         return PreferencePair(prompt, chosen, rejected, msgs, str(rid), _number(obj, "margin", where, 1.0),
                               _number(obj, "chosen_score", where), _number(obj, "rejected_score", where),
                               _votes(obj, where), meta, where)
@@ -179,7 +182,7 @@ def load_preference_jsonl(path: str | os.PathLike) -> list[Record]:
     """Every record of a preference JSONL file, in order; a bad line raises DataError naming file:line."""
     out = [record_from_dict(obj, f"{path}:{lineno}") for lineno, obj in read_jsonl(path)]
     if not out:
-        raise DataError(f"{path}: no preference records")
+        raise DataError(f"{path}: no preference records: the file is empty")
     return out
 
 

@@ -1,8 +1,20 @@
-"""Checkpoints: HF format (safetensors) written atomically (temp dir + rename), keep-last-N, and the
-training state (optimizer, scheduler, RNG states, data position) needed for exact resume."""
+"""Checkpoints: HF format (safetensors) written atomically (temp dir + fsync + rename) with a checksum
+manifest, keep-last-N, and the training state (optimizer, scheduler, RNG states, data position) needed
+for exact resume.
+
+Trust: every file of a checkpoint is listed in ``manifest.json`` with its size and sha256, each file and
+the directory are fsynced before the rename, so a crash leaves either the old checkpoint or the new one.
+:func:`verify_checkpoint` refuses a checkpoint whose manifest is missing or does not match (naming the
+file); a resume from it is refused with the previous checkpoint offered. A full disk while saving
+(``ENOSPC``) leaves the previous checkpoint in place and raises :class:`CheckpointError`. Weights holding a
+NaN/inf are never written.
+"""
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import json
 import os
 import random
 import shutil
@@ -14,9 +26,81 @@ import numpy as np
 import torch
 
 from rlvr.data.jsonl import umask_mode
+from rlvr.errors import RlvrError
 
 STEP_PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"
+MANIFEST = "manifest.json"
+
+
+class CheckpointError(RlvrError):
+    """A checkpoint could not be written (disk full) or is not what was written (corrupt, half-written)."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(root: Path) -> None:
+    """``manifest.json``: every file under ``root`` with its size and sha256; every file and dir fsynced."""
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for n in sorted(names):
+            f = Path(dirpath) / n
+            rel = str(f.relative_to(root))
+            if rel == MANIFEST:
+                continue
+            _fsync(f)
+            files[rel] = {"bytes": f.stat().st_size, "sha256": _sha256(f)}
+    with open(root / MANIFEST, "w", encoding="utf-8") as fh:
+        json.dump({"files": files}, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    for dirpath, _, _ in os.walk(root):
+        _fsync(Path(dirpath))
+
+
+def verify_checkpoint(path: str | Path) -> None:
+    """Raise :class:`CheckpointError` naming the file when ``path`` is not the checkpoint that was written:
+    no manifest (half-written, or copied without it), a listed file missing, or a size or sha256 mismatch."""
+    path = Path(path)
+    man = path / MANIFEST
+    if not man.is_file():
+        raise CheckpointError(f"{man}: missing: the checkpoint {path} is half-written or was copied without its "
+                              "manifest")
+    try:
+        files = json.loads(man.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{man}: unreadable manifest ({e}): the checkpoint {path} is damaged") from None
+    for rel, want in files.items():
+        f = path / rel
+        if not f.is_file():
+            raise CheckpointError(f"{f}: listed in {man} but missing: the checkpoint is incomplete")
+        size = f.stat().st_size
+        if size != want["bytes"]:
+            raise CheckpointError(f"{f}: {size} bytes, the manifest says {want['bytes']}: the file is truncated "
+                                  "or damaged")
+        if _sha256(f) != want["sha256"]:
+            raise CheckpointError(f"{f}: sha256 does not match {man}: the file is damaged")
+
+
+def assert_finite_weights(model, where: Path) -> None:
+    """Refuse to write weights holding a NaN or inf (a non-finite update must never reach a checkpoint)."""
+    for name, p in model.named_parameters():
+        if p.is_floating_point() and not bool(torch.isfinite(p.detach()).all()):
+            raise CheckpointError(f"{where}: not written: parameter {name} holds NaN/inf")
 
 
 def _atomic_dir(out_dir: Path, write) -> Path:
@@ -27,17 +111,30 @@ def _atomic_dir(out_dir: Path, write) -> Path:
     try:
         write(tmp)
         _readable(tmp)
+        write_manifest(tmp)
         old = None
         if out_dir.exists():
             old = out_dir.parent / f".{out_dir.name}.old-{os.getpid()}"
             os.replace(out_dir, old)
         os.replace(tmp, out_dir)
+        _fsync(out_dir.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise CheckpointError(f"{out_dir}: not written, the disk is full ({e.strerror}); nothing was "
+                                  f"replaced: {_previous_note(out_dir)}. Free space, then resume with --resume"
+                                  ) from e
         raise
     return out_dir
+
+
+def _previous_note(out_dir: Path) -> str:
+    if out_dir.exists():
+        return f"the previous {out_dir.name} is intact"
+    earlier = list_checkpoints(out_dir.parent) if out_dir.name.startswith(STEP_PREFIX) else []
+    return f"the previous checkpoint {earlier[-1]} is intact" if earlier else "no earlier checkpoint exists"
 
 
 ADAPTER_DIR = "adapter"
@@ -58,6 +155,7 @@ def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[st
     """Save an HF-format model + tokenizer atomically. A peft model is saved merged (loads with
     ``AutoModelForCausalLM``) and its LoRA adapter beside it in ``adapter/`` (loads with peft, or as a
     starting point ``model.path: .../adapter``)."""
+    assert_finite_weights(model, Path(out_dir))
     def write(tmp: Path) -> None:
         m = model
         if hasattr(m, "merge_and_unload") and hasattr(m, "peft_config"):
@@ -128,6 +226,7 @@ def load_training_state(ckpt: str | Path, model, optimizer, scheduler) -> dict[s
     from safetensors.torch import load_file
 
     ckpt = Path(ckpt)
+    verify_checkpoint(ckpt)
     extra = torch.load(ckpt / STATE_FILE, weights_only=False)
     if extra.get("adapter") is not None:  # LoRA: the base is frozen; only the adapters were trained
         missing, unexpected = model.load_state_dict(extra["adapter"], strict=False)

@@ -28,9 +28,8 @@ from typing import Any
 import torch
 
 from rlvr.config.optim import OptimConfig
-from rlvr.errors import ConfigError
+from rlvr.errors import ConfigError, Interrupted
 from rlvr.models.checkpoint import (
-    latest_checkpoint,
     load_training_state,
     save_pretrained_atomic,
     save_training_checkpoint,
@@ -41,6 +40,8 @@ from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
+from rlvr.trainers.guards import NonFiniteError, SignalLatch, VerifierStormError, checked_latest, grads_finite, is_nonfinite, \
+    nonfinite_message, skip_update
 
 
 def setup_threads(threads: int | None) -> None:
@@ -96,8 +97,14 @@ def clip_grads(model, max_norm: float) -> float:
     return float(torch.norm(torch.stack([p.grad.detach().norm() for p in params])))
 
 
-def optimizer_step(model, opt, sched, max_grad_norm: float) -> float:
-    """Clip, step the optimizer and (when given) the schedule, clear grads; returns the grad norm."""
+def optimizer_step(model, opt, sched, max_grad_norm: float, loss: float | None = None) -> float:
+    """Clip, step the optimizer and (when given) the schedule, clear grads; returns the grad norm.
+
+    A non-finite ``loss`` or gradient skips the update (see :mod:`rlvr.trainers.guards`): the gradients
+    are dropped, the schedule still advances, and the returned norm is NaN/inf so the step's record shows it."""
+    if (loss is not None and not math.isfinite(loss)) or not grads_finite(model):
+        skip_update([opt], sched)
+        return float("nan")
     norm = clip_grads(model, max_grad_norm)
     opt.step()
     if sched is not None:
@@ -202,8 +209,9 @@ def reference_model(policy, ref):
 
 
 def find_checkpoint(out: Path, resume: bool) -> Path | None:
-    """The checkpoint a resumed stage continues from (None for a fresh run or nothing saved yet)."""
-    return latest_checkpoint(out / "checkpoints") if resume else None
+    """The checkpoint a resumed stage continues from (None for a fresh run or nothing saved yet); a corrupt
+    latest checkpoint is refused, naming the file and offering the previous one."""
+    return checked_latest(out / "checkpoints") if resume else None
 
 
 @dataclass
@@ -229,6 +237,8 @@ class StageRun:
     last: dict = field(default_factory=dict)   # every key's latest value
     progress: Any = None
     bar: Any = None
+    nonfinite: list = field(default_factory=list)  # the current streak of skipped non-finite steps
+    latch: Any = None                             # SIGINT/SIGTERM -> checkpoint at the next step boundary
     _t0: float = 0.0
 
     def done(self) -> bool:
@@ -252,6 +262,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
         st = load_training_state(checkpoint, model, opt, sched)
         run.step, run.checkpoint = st.pop("step"), checkpoint
         run.seconds = st.pop("seconds", 0.0)
+        run.nonfinite = st.pop("nonfinite", [])
         monitor_state = st.pop("health", None)
         if run.health is not None and monitor_state is not None:
             run.health.load_state_dict(monitor_state)
@@ -270,14 +281,16 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     run.progress.disable = not main
     run.progress.start()
     run.bar = run.progress.add_task(f"{label or cfg.type}:{cfg.name}", total=n_steps, completed=run.step, info="")
+    run.latch = SignalLatch().install()
     run._t0 = time.perf_counter()
     return run
 
 
-def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = "") -> bool:
+def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = "", ids=None) -> bool:
     """Close step ``run.step + 1``: timing, lr, held-out eval when due, health, one metrics row, the
-    progress bar, the periodic checkpoint (holding ``state``, the trainer's own resumable state) and the
-    simulated crash of the resume tests. Returns True when the health monitor asks the stage to stop."""
+    progress bar, the periodic checkpoint (holding ``state``, the trainer's own resumable state), the
+    non-finite guard (``ids``: the step's task ids, logged when its update was skipped), a stop signal,
+    and the simulated crash of the resume tests. Returns True when the health monitor asks the stage to stop."""
     run.step += 1
     dt = time.perf_counter() - run._t0
     run.seconds += dt
@@ -305,16 +318,27 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
         run.writer.log(run.step, rec)
     run.last.update(rec)
     run.progress.update(run.bar, advance=1, info=info)
-    full = {**(state or {}), "seconds": run.seconds}
+    _guard_nonfinite(run, rec, ids)
+    full = {**(state or {}), "seconds": run.seconds, "nonfinite": run.nonfinite}
     if run.health is not None:
         full["health"] = run.health.state_dict()
     save_every = getattr(run.cfg, "save_every", 0)
+    saved = None
     if save_every and run.step % save_every == 0 and run.step < run.n_steps and _is_main(run):
-        save_training_checkpoint(run.out / "checkpoints", run.step, run.model, run.tok, run.opt, run.sched, full,
-                                 run.cfg.keep_last)
+        saved = _save(run, full)
+    limit = getattr(getattr(run.cfg, "optim", None), "max_nonfinite_steps", 0)
+    if limit and len(run.nonfinite) >= limit:
+        kept = saved or (_save(run, full) if _is_main(run) else None)  # the weights of the last finite update
+        _shut(run, {"event": "nonfinite_stop", "checkpoint": str(kept)})
+        raise NonFiniteError(nonfinite_message(run.cfg.name, run.nonfinite, kept))
+    if run.latch is not None and run.latch.signum is not None and run.step < run.n_steps:
+        kept = saved or (_save(run, full) if _is_main(run) else None)
+        _shut(run, {"event": "interrupted", "signal": run.latch.signum, "checkpoint": str(kept)})
+        raise Interrupted(run.cfg.name, run.step, str(kept) if kept else None)
     if run.crash_at_step is not None and run.step == run.crash_at_step:
         run.progress.stop()
         run.writer.close()
+        run.latch.restore()
         raise KeyboardInterrupt(f"simulated crash at step {run.step}")
     if stop:
         run.writer.log(run.step, {"event": "health_stop", "alerts": rec.get("health/alerts", "")})
@@ -327,6 +351,8 @@ def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None
     callable that writes it and returns its path, e.g. SFT's keep-best) and return the result."""
     run.writer.close()
     run.progress.stop()
+    if run.latch is not None:
+        run.latch.restore()
     path = run.out / "final"
     if _is_main(run):
         path = final() if final is not None else save_pretrained_atomic(
@@ -335,6 +361,52 @@ def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None
         run.dist.barrier()  # the other processes return once final/ is written
     return StageResult(run.cfg.name, str(path), str(run.out / "metrics.jsonl"), run.step, run.seconds,
                        extra or {})
+
+
+def _save(run: StageRun, full: dict) -> Path:
+    return save_training_checkpoint(run.out / "checkpoints", run.step, run.model, run.tok, run.opt, run.sched,
+                                    full, run.cfg.keep_last)
+
+
+def _shut(run: StageRun, event: dict) -> None:
+    """Stop the stage before its end (signal, non-finite streak): log why, close the writer and the bar."""
+    run.writer.log(run.step, event)
+    run.writer.close()
+    run.progress.stop()
+    if run.latch is not None:
+        run.latch.restore()
+
+
+def pause_on_infra(run: StageRun, rec: dict, total: int) -> None:
+    """Stop the stage (keeping its last checkpoint) when more than ``max_infra_frac`` of this step's ``total``
+    verifications are infra (``rec["verifier/infra"]``); nothing of this batch is trained on."""
+    n = int(rec.get("verifier/infra", 0))
+    limit = getattr(run.cfg, "max_infra_frac", 1.0)
+    if not total or n / total <= limit:
+        return
+    kept = checked_latest(run.out / "checkpoints") if _is_main(run) else None
+    outcomes = {k.split("/", 1)[1]: v for k, v in rec.items() if k.startswith("verifier/") and isinstance(v, int)}
+    _shut(run, {"event": "paused_infra", "infra": n, "total": total, "outcomes": outcomes})
+    raise VerifierStormError(
+        f"stage {run.cfg.name}, step {run.step + 1}: {n} of {total} verifications were infra ({n / total:.0%} > "
+        f"max_infra_frac {limit}; outcomes {outcomes}): the verifier is failing (raising, hanging or crashing), "
+        f"so the run paused instead of training on this batch. "
+        + (f"The last checkpoint is {kept}; " if kept else "No checkpoint was written yet; ")
+        + "fix the verifier (see the stage's samples.jsonl and 'rlvr verify'), then resume with --resume")
+
+
+def _guard_nonfinite(run: StageRun, rec: dict, ids) -> None:
+    """Track the streak of steps whose update was skipped for a non-finite loss or gradient; log each one."""
+    if not is_nonfinite(rec):
+        run.nonfinite = []
+        return
+    task_ids = [str(i) for i in (ids or [])][:64]
+    run.nonfinite.append({"step": run.step, "task_ids": task_ids})
+    run.writer.log(run.step, {"event": "nonfinite", "task_ids": task_ids,
+                              **{k: rec[k] for k in ("train/loss", "train/grad_norm") if k in rec}})
+    if _is_main(run):
+        run.progress.console.print(f"[yellow]step {run.step}: non-finite loss or gradient, update skipped[/] "
+                                   f"(task ids: {', '.join(task_ids[:8]) or 'not recorded'})")
 
 
 def _is_main(run: StageRun) -> bool:

@@ -70,10 +70,12 @@ from rlvr.trainers.common import (
     frozen_reference,
     log_step,
     open_stage,
+    pause_on_infra,
     reference_model,
     set_train_mode,
     stage_dir,
 )
+from rlvr.trainers.guards import grads_finite, skip_update
 from rlvr.verifiers.judge import default_judge
 
 CORRECT = [RewardTerm()]  # the verifier's reward (logged as the pass rate even when an RM scores)
@@ -230,15 +232,23 @@ def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step
         for s in range(0, len(b), size):
             mini = perm[s:s + size]
             denom = float(b.loss_mask[mini].sum().clamp(min=1))
+            mini_agg, mini_tokens, finite = {}, 0.0, True
             for rows in _micro_slices(mini, cfg.micro_batch_size):
                 loss, met, n = micro_loss(b, rows, policy, critic, cfg, denom, bf16)
                 if not torch.isfinite(loss):
-                    skipped += 1
-                    continue
+                    finite = False
+                    break
                 loss.backward()
-                tokens += n
+                mini_tokens += n
                 for k, v in met.items():
-                    agg[k] = agg.get(k, 0.0) + v * n
+                    mini_agg[k] = mini_agg.get(k, 0.0) + v * n
+            if not finite or not grads_finite(policy, critic):  # a non-finite mini-batch: no update at all
+                skip_update((popt, copt))
+                skipped += 1
+                continue
+            tokens += mini_tokens
+            for k, v in mini_agg.items():
+                agg[k] = agg.get(k, 0.0) + v
             agg["train/grad_norm"] = agg.get("train/grad_norm", 0.0) + clip_grads(policy, cfg.optim.max_grad_norm)
             copt_cfg = cfg.critic_optim or cfg.optim
             agg["critic/grad_norm"] = agg.get("critic/grad_norm", 0.0) + clip_grads(critic, copt_cfg.max_grad_norm)
@@ -249,7 +259,7 @@ def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step
     out = {k: v / max(tokens, 1.0) for k, v in agg.items() if not k.endswith("grad_norm")}
     out.update({k: v / max(updates, 1) for k, v in agg.items() if k.endswith("grad_norm")})
     out["train/updates"] = updates
-    out["train/nonfinite_skipped"] = skipped
+    out["train/nonfinite_skipped"] = skipped  # mini-batch updates skipped for a NaN/inf loss or gradient
     return out
 
 
@@ -302,6 +312,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                "rollout/length_mean": float(np.mean([len(c) for c in ro.completion_ids])),
                "rollout/truncation_rate": float(np.mean([r == "length" for r in ro.finish_reason])),
                "kl/coef": kl_coef, "train/sequences": len(batch)}
+        pause_on_infra(run, rec, len(tasks))
         if len(batch):
             evaluate_batch(batch, policy, ref, critic, stage.sampling.temperature, stage.micro_batch_size, bf16)
             rec.update(sampler_mismatch(batch, ro, keep))
@@ -313,7 +324,8 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
             psched.step(), csched.step()
         state = {"cursor": stream.cursor, "kl_coef": kl_coef, "critic": critic.state_dict(),
                  "critic_optimizer": copt.state_dict(), "critic_scheduler": csched.state_dict()}
-        if log_step(run, rec, state, info=f"reward {rec['reward/mean']:.3f} kl {rec.get('kl/ref', 0.0):.2f}"):
+        if log_step(run, rec, state, info=f"reward {rec['reward/mean']:.3f} kl {rec.get('kl/ref', 0.0):.2f}",
+                     ids=[t.id for t in tasks]):
             break
     save_pretrained_atomic(critic, tok, out / "critic")
     return close_stage(run, extra={"critic": str(out / "critic"), "kl_coef": kl_coef, "reward": stage.reward})

@@ -368,12 +368,12 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
     while not run.done():
         idx = data_order(len(data), seed, run.step, min(stage.batch_size, len(data)))
         rec = step_fn(model, data, idx, stage, tok.pad_token_id, bf16)
-        rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm)
+        rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec.get("train/loss"))
         rec["train/epoch"] = (run.step + 1) * stage.batch_size / len(data)
         displacement_flag(rec, stage.displacement_tol)
         if (stage.monitor_every and (run.step + 1) % stage.monitor_every == 0) or run.step + 1 == n_steps:
             rec.update(monitor(model, stage, held, probe, tok, bf16))
-        log_step(run, rec, {"probe_start": probe.start_ratio},
+        log_step(run, rec, {"probe_start": probe.start_ratio}, ids=[f"row {i}" for i in idx],
                  info=f"loss {rec.get('train/loss', float('nan')):.3f} acc {rec.get('rewards/accuracy', float('nan')):.2f}")
     extra = {"pairs": pair_stats, "reference": ref_source,
              **{k: v for k, v in run.last.items() if k.startswith(("heldout/", "pathology/", "length/"))}}

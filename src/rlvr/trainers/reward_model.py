@@ -148,12 +148,13 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
                      start=start, label="rm")
     per_epoch = math.ceil(len(encs) / stage.batch_size)
     while not run.done():
-        rec = rm_step(rm, encs, data_order(len(encs), seed, run.step, min(stage.batch_size, len(encs))), stage,
-                      pad, bf16)
-        rec["train/grad_norm"] = optimizer_step(rm, opt, sched, stage.optim.max_grad_norm)
+        idx = data_order(len(encs), seed, run.step, min(stage.batch_size, len(encs)))
+        rec = rm_step(rm, encs, idx, stage, pad, bf16)
+        rec["train/grad_norm"] = optimizer_step(rm, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         if (run.step + 1) % per_epoch == 0 or run.step + 1 == n_steps:
             rec.update(heldout_accuracy(rm, held, pad, micro, bf16))
-        log_step(run, rec, info=f"loss {rec['train/loss']:.3f} acc {rec['rm/accuracy']:.2f}")
+        log_step(run, rec, info=f"loss {rec['train/loss']:.3f} acc {rec['rm/accuracy']:.2f}",
+                 ids=[f"row {i}" for i in idx])
     result = close_stage(run)
     write_json_atomic(Path(result.checkpoint) / RM_MARKER, {"policy": init_path, "backbone": stage.backbone or init_path,
                                                            "heldout_accuracy": run.last.get("heldout/accuracy")})

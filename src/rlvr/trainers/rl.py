@@ -54,9 +54,10 @@ from rlvr.trainers.common import (
     frozen_reference,
     load_policy,
     log_step,
-    open_stage,
     logprob_mismatch,
+    open_stage,
     optimizer_step,
+    pause_on_infra,
     reference_model,
 )
 from rlvr.trainers.parallel import LOCAL, global_denominators, reduce_metrics
@@ -289,7 +290,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             if len(mini) == 0:
                 continue
             met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16, dist)
-            met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm)
+            met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm, met.get("train/loss"))
             n_updates += 1
             for k, v in met.items():
                 out[k] = out.get(k, 0.0) + v
@@ -347,6 +348,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             batch = build_train_batch(ro, adv, needs_all, mask_trunc)
             ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
                       "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale}
+        pause_on_infra(run, ro_rec, ro.valid.numel() if ro is not None else
+                       stage.tasks_per_step * stage.sampling.group_size)
         if stage.kl.beta > 0 and len(batch):
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
@@ -359,7 +362,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0, **dist.step_metrics()}
         if notes:
             rec["notes"] = notes.pop()
-        stop = log_step(run, rec, {"cursor": cursor},
+        stop = log_step(run, rec, {"cursor": cursor}, ids=[t.id for t in ro.tasks] if ro is not None else None,
                         info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
         if ro is not None:
             log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)

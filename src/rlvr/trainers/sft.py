@@ -90,10 +90,10 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     while not run.done():
         idx = data_order(len(examples), seed, run.step, stage.batch_size)
         rec = sft_step(model, examples, idx, stage, tok.pad_token_id, model_cfg.autocast_bf16)
-        rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm)
+        rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         rec.update(heldout.measure(model, run.step + 1, stage.max_steps))
         stop = heldout.observe(model, tok, run.step + 1, rec)
-        log_step(run, rec, heldout.state(), info=f"loss {rec['train/loss']:.3f}")
+        log_step(run, rec, heldout.state(), info=f"loss {rec['train/loss']:.3f}", ids=[f"row {i}" for i in idx])
         if stop:  # patience ran out
             run.writer.log(run.step, {"event": "early_stop", "best_step": heldout.best_step, "best": heldout.best})
             break

@@ -8,6 +8,12 @@ OOM kill, ``os._exit``) gives outcome ``infra``; in both cases the worker -- its
 is replaced and the batch goes on. ``workers=0`` runs inline in the caller (no hard timeout there:
 the verifier's own limits apply; an exception still becomes ``infra``).
 
+**Storms.** A worker busy for longer than a short stall time (a tenth of the timeout, at most 0.5 s) no longer
+counts against the N: the next items go to a warm **spare** (max(N, 4) of them are started with the pool;
+while a worker is stuck, more start so that as many stay ready, up to 16 beyond), so when many verifications hang at once (sleeping or spinning on the CPU) they run
+out their timeouts side by side instead of in N-wide waves, and a batch takes about one timeout plus its
+normal time (docs/faults.md has the measurement). Spares beyond the warm ones are stopped after the batch.
+
 Pools are cached per verifier object and worker count, so the RL trainer pays process start-up once;
 the verifier is re-pickled on each call and a changed verifier gets a fresh pool. ``close_pools()``
 (also run at exit) stops them all.
@@ -36,6 +42,10 @@ from rlvr.verifiers.base import Verdict, Verifier
 
 STARTUP_TIMEOUT_S = 120.0
 MAX_START_FAILURES = 3
+STALL_FRAC = 0.1    # a worker busy past this fraction of the timeout (at most STALL_MAX_S) counts as stuck
+STALL_MAX_S = 0.5
+MAX_EXTRA = 16      # spares started on demand in a storm, beyond the warm ones
+MIN_SPARES = 4      # warm spares started with a pool (at least its worker count)
 
 
 @dataclass
@@ -167,7 +177,7 @@ class _Slot:
 class VerifierPool:
     """N persistent worker processes judging items with a hard per-item timeout (see module doc)."""
 
-    def __init__(self, verifier: Verifier, workers: int = 2) -> None:
+    def __init__(self, verifier: Verifier, workers: int = 2, spares: int | None = None) -> None:
         if workers < 1:
             raise ValueError("a VerifierPool needs workers >= 1 (use workers=0 in verify_batch to run inline)")
         try:
@@ -177,9 +187,11 @@ class VerifierPool:
                             f"worker processes: {e}") from e
         self.verifier = verifier
         self.workers = workers
+        self.spares = max(workers, MIN_SPARES) if spares is None else spares  # warm spares, kept between batches
         self.stats = PoolStats()
-        self._slots = [_Slot(self.verifier_bytes) for _ in range(workers)]
+        self._slots = [_Slot(self.verifier_bytes) for _ in range(workers + self.spares)]
         self._start_failures = 0
+        self._stall = STALL_MAX_S
 
     def map(self, tasks: Sequence[Task], completions: Sequence[str], timeout_s: float = 30.0,
             progress: Any = None) -> list[Verdict]:
@@ -189,6 +201,7 @@ class VerifierPool:
         results: list[Verdict | None] = [None] * len(tasks)
         pending = deque(range(len(tasks)))
         done = 0
+        self._stall = min(STALL_MAX_S, STALL_FRAC * timeout_s)
         while done < len(tasks):
             done_now = self._dispatch(pending, tasks, completions, results, timeout_s)
             done_now += self._collect(results)
@@ -198,6 +211,7 @@ class VerifierPool:
                     progress(done)
             if self._start_failures >= MAX_START_FAILURES * self.workers:
                 done += self._fail_pending(pending, results, "worker processes could not be started")
+        self._trim()
         for v in results:
             assert v is not None
             self.stats.outcomes[v.outcome] += 1
@@ -206,10 +220,13 @@ class VerifierPool:
 
     def _dispatch(self, pending: deque, tasks: Sequence[Task], completions: Sequence[str],
                   results: list, timeout_s: float) -> int:
-        """Give idle workers an item each; returns how many items were settled here (unsendable)."""
+        """Give idle workers an item each, at most ``workers`` running that are not stuck; start spares for
+        the stuck ones (see the module doc); returns how many items were settled here (unsendable)."""
         settled = 0
+        now = time.monotonic()
+        active = sum(1 for s in self._slots if s.item is not None and now - s.sent_at < self._stall)
         for slot in list(self._slots):
-            if not pending:
+            if not pending or active >= self.workers:
                 break
             if not slot.ready or slot.item is not None or slot.conn is None:
                 continue
@@ -225,6 +242,13 @@ class VerifierPool:
                 self._replace(slot)
                 continue
             slot.item, slot.sent_at, slot.deadline = idx, time.monotonic(), time.monotonic() + timeout_s
+            active += 1
+        free = sum(1 for s in self._slots if s.item is None)  # idle or starting
+        stuck = any(s.item is not None and now - s.sent_at >= self._stall for s in self._slots)
+        need = min(len(pending), self.workers + (self.spares if stuck else 0)) - free  # keep a warm reserve
+        room = self.workers + self.spares + MAX_EXTRA - len(self._slots)
+        for _ in range(max(0, min(need, room))):
+            self._slots.append(_Slot(self.verifier_bytes))
         return settled
 
     def _collect(self, results: list) -> int:
@@ -236,6 +260,7 @@ class VerifierPool:
         now = time.monotonic()
         busy = [s for s in self._slots if s.item is not None]
         waits = [s.deadline for s in busy] + [s.started + STARTUP_TIMEOUT_S for s in self._slots if not s.ready]
+        waits += [s.sent_at + self._stall for s in busy if now < s.sent_at + self._stall]  # wake to start a spare
         timeout = max(0.0, min(waits, default=now + 1.0) - now)
         conns = [s.conn for s in self._slots if s.conn is not None]
         ready = wait(conns, timeout=min(timeout, 1.0)) if conns else []
@@ -251,7 +276,7 @@ class VerifierPool:
                 self.stats.timeouts += 1
                 finished += 1
                 slot.item = None
-                self._replace(slot)
+                self._retire_or_replace(slot)
             elif not slot.ready and now > slot.started + STARTUP_TIMEOUT_S:
                 self._start_failures += 1
                 self._replace(slot)
@@ -291,6 +316,21 @@ class VerifierPool:
         i = self._slots.index(slot)
         self._slots[i] = _Slot(self.verifier_bytes)
         self.stats.restarts += 1
+
+    def _retire_or_replace(self, slot: _Slot) -> None:
+        """A killed worker: replaced, unless the pool holds more than its workers + warm spares (a storm)."""
+        if len(self._slots) > self.workers + self.spares:
+            slot.kill()
+            self._slots.remove(slot)
+            self.stats.restarts += 1  # its capacity is back through the spares
+        else:
+            self._replace(slot)
+
+    def _trim(self) -> None:
+        """After a batch: stop the idle workers started on demand beyond the workers + warm spares."""
+        for slot in [s for s in self._slots if s.item is None][: max(0, len(self._slots) - self.workers - self.spares)]:
+            slot.stop()
+            self._slots.remove(slot)
 
     def _fail_pending(self, pending: deque, results: list, why: str) -> int:
         n = 0

@@ -17,6 +17,9 @@ class Hostile:
     def verify(self, task, completion):
         if completion == "hang":
             time.sleep(3600)
+        if completion == "spin":  # hangs on the CPU
+            while True:
+                pass
         if completion == "die":
             os._exit(3)
         if completion == "raise":

@@ -119,3 +119,27 @@ def test_workers_that_cannot_start_settle_the_batch_as_infra(monkeypatch):
     with VerifierPool(Hostile(), workers=1) as pool:
         out = pool.map(tasks(3), ["ok"] * 3, timeout_s=5)
     assert [v.outcome for v in out] == ["infra"] * 3 and "could not be started" in out[0].details["error"]
+
+
+def test_storm_of_hanging_verifications_costs_one_timeout_not_waves_of_them():
+    # 30% of a batch hang past the 2 s timeout, half sleeping, half spinning on the CPU. Without spares two
+    # workers would serve them in three 2 s waves (>= 6 s); with them every hang runs its timeout side by side.
+    T = 2.0
+    comps = ["ok"] * 20
+    for i in (1, 4, 7):
+        comps[i] = "hang"
+    for i in (2, 9, 15):
+        comps[i] = "spin"
+    with VerifierPool(Hostile(), workers=2) as pool:
+        pool.map(tasks(4), ["ok"] * 4, timeout_s=T)  # started
+        t0 = time.perf_counter()
+        pool.map(tasks(20), ["ok"] * 20, timeout_s=T)
+        normal = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        out = pool.map(tasks(20), comps, timeout_s=T)
+        storm = time.perf_counter() - t0
+        slots_after = len(pool._slots)
+    assert [v.outcome for v in out] == ["timeout" if c != "ok" else "pass" for c in comps]
+    print(f"storm: {storm:.2f} s (normal batch {normal:.2f} s, timeout {T} s, bound {1.5 * T + normal:.2f} s)")
+    assert storm <= 1.5 * T + normal, (storm, normal)
+    assert slots_after == 6  # the on-demand spares were stopped after the batch: 2 workers + 4 warm spares
