@@ -18,14 +18,15 @@ def healthy(i):
 
 def test_healthy_run_is_ok():
     res = feed(HealthMonitor(HealthConfig(window=3)), [healthy(i) for i in range(12)])
-    assert all(m["health/status"] == 0 and not a for m, a in res)
+    assert all(m["health/status"] == "healthy" and m["health/code"] == 0 and not a for m, a in res)
 
 
 def test_entropy_collapse_is_critical_and_can_stop():
     mon = HealthMonitor(HealthConfig(window=3, stop_on_critical=True))
     recs = [healthy(i) for i in range(3)] + [{**healthy(i), "policy/entropy": 0.01} for i in range(3, 9)]
     metrics, alerts = feed(mon, recs)[-1]
-    assert metrics["health/entropy_collapse"] == 1 and metrics["health/status"] == 2
+    assert metrics["health/entropy_collapse"] == 1 and metrics["health/code"] == 2
+    assert metrics["health/status"] == "ENTROPY COLLAPSE"
     assert mon.should_stop(alerts)
 
 
@@ -37,7 +38,8 @@ def test_dead_groups_names_too_easy():
 
 def test_kl_drift_and_nan():
     m, a = HealthMonitor().observe({**healthy(0), "kl/ref": 2.0, "train/loss": float("nan")})
-    assert {x.rule for x in a} == {"kl_drift", "nan"} and m["health/status"] == 2
+    assert {x.rule for x in a} == {"kl_drift", "nan"} and m["health/code"] == 2
+    assert m["health/status"] == "NaN + KL drifting"
 
 
 def test_verifier_overfitting_train_up_heldout_down():
