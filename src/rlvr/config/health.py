@@ -94,7 +94,8 @@ class HealthConfig(Section):
     """verifier_overfit: train pass rate up and held-out pass@1 down by at least this between the first
     and the latest held-out evals (10 points: several standard errors of a 100-task held-out set)."""
     trunc_max: float = 0.2
-    """length_blowup: smoothed truncation rate above this (DAPO's overlong shaping starts a fifth of the
+    """length_blowup: smoothed truncation rate above this and above its starting value + half of it (a
+    rate that was always high is a budget choice, not a blow-up; DAPO's overlong shaping starts a fifth of the
     budget before the end: a fifth of the samples at the limit is a budget problem)."""
     length_rise: float = 1.5
     """length_blowup: smoothed mean completion length above this multiple of its starting value."""

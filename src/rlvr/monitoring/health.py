@@ -14,7 +14,8 @@ Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`)
   dead_groups            smoothed zero-variance group fraction >= ``dead_frac``
   verifier_overfit       train pass rate (or training-test pass rate) up while held-out pass@1 (held-out
                          tests) down, by ``overfit_gap`` (critical)
-  length_blowup          smoothed truncation rate > ``trunc_max`` or mean length > ``length_rise`` × start
+  length_blowup          smoothed truncation rate > ``trunc_max`` and risen by half of it, or mean length
+                         > ``length_rise`` × start
   reward_length_corr     smoothed reward/length correlation > ``length_corr_max`` while lengths grew
   nan                    a loss or gradient norm is NaN/inf (critical)
   tool_collapse          (multi-turn) tool calls fell while the pass rate stalled
@@ -82,7 +83,7 @@ class HealthMonitor:
     KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref",
             "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean",
             "rollout/length_mean", "rollout/truncation_rate", "rollout/reward_length_corr",
-            "verifier/train_tests_pass", "eval/heldout_tests_pass")
+            "verifier/train_tests_pass", "eval/heldout_tests_pass", "rollout/entropy")
 
     def observe(self, rec: dict) -> tuple[dict, list[Alert]]:
         """Add one step's metrics; return the ``health/*`` metrics and the alerts raised at this step."""
@@ -144,10 +145,15 @@ class HealthMonitor:
                 return Alert("nan", "critical", f"{k} is {v}")
         return None
 
+    def entropy_values(self) -> list[float]:
+        """The entropy the rules read: the sampled tokens' (``rollout/entropy``, every step) when the stage
+        logs it, else the trained tokens' (``policy/entropy``; steps without an update are skipped)."""
+        vals = self._values("rollout/entropy")
+        return vals if vals else self._values("policy/entropy", updated_only=True)
+
     def _entropy(self) -> tuple[float, list[float]] | None:
-        """(starting entropy, smoothed series) once a window of updates is known (steps without an
-        update, whose entropy is not measured, are skipped)."""
-        vals = self._values("policy/entropy", updated_only=True)
+        """(starting entropy, smoothed series) once more than a window of it is known."""
+        vals = self.entropy_values()
         if len(vals) <= self.cfg.window:
             return None
         return self._start(vals), ema_series(vals, self.cfg.window)
@@ -218,9 +224,12 @@ class HealthMonitor:
         return None
 
     def _length(self) -> Alert | None:
-        t = self._ema("rollout/truncation_rate")
-        if len(t) >= self.cfg.window and t[-1] > self.cfg.trunc_max:
-            return Alert("length_blowup", "warn", f"{t[-1]:.0%} of completions hit the generation budget")
+        tv = self._values("rollout/truncation_rate")
+        if len(tv) > self.cfg.window:
+            start, now = self._start(tv), ema_series(tv, self.cfg.window)[-1]
+            if now > max(self.cfg.trunc_max, start + self.cfg.trunc_max / 2):
+                return Alert("length_blowup", "warn", f"{now:.0%} of completions hit the generation budget "
+                             f"(from {start:.0%})")
         vals = self._values("rollout/length_mean")
         if len(vals) > self.cfg.window:
             start, now = self._start(vals), ema_series(vals, self.cfg.window)[-1]

@@ -9,7 +9,7 @@ after step k acts from step k + 1 — in a resumed run too.
 
 from __future__ import annotations
 
-from rlvr.monitoring.health import Alert, HealthMonitor
+from rlvr.monitoring.health import Alert, HealthMonitor, ema_series
 
 KNOB_OF = {"entropy_bonus": "entropy_coef", "entropy_floor": "entropy_coef", "raise_temperature": "temperature",
            "adaptive_beta": "beta", "grow_group": "group_size", "dynamic_sampling": "dynamic_sampling"}
@@ -73,7 +73,7 @@ def _do(mon: HealthMonitor, action: str) -> str:
         k["entropy_coef"] = min(cfg.entropy_bonus_max, k["entropy_coef"] + cfg.entropy_bonus_step)
         return f"entropy_coef {k['entropy_coef']:g}"
     if action == "entropy_floor":
-        vals = mon._values("policy/entropy", updated_only=True)
+        vals = mon.entropy_values()
         k["entropy_target"] = cfg.entropy_trend_frac * mon._start(vals) if len(vals) >= cfg.window else 0.0
         k["entropy_coef"] = max(k["entropy_coef"], cfg.entropy_bonus_step)
         return f"entropy floor {k['entropy_target']:.4f} (entropy_coef {k['entropy_coef']:g}, adapted each step)"
@@ -96,7 +96,7 @@ def _floor_step(mon: HealthMonitor) -> None:
     target = mon.knobs.get("entropy_target")
     if not target:
         return
-    s = mon._ema("policy/entropy", updated_only=True)
+    s = ema_series(mon.entropy_values(), mon.cfg.window)
     if not s:
         return
     step = mon.cfg.entropy_bonus_step if s[-1] < target else -mon.cfg.entropy_bonus_step

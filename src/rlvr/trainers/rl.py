@@ -116,6 +116,14 @@ def reward_length_corr(rewards: torch.Tensor, lens: torch.Tensor) -> float:
     return float(torch.corrcoef(torch.stack([r, n]))[0, 1])
 
 
+def sampled_entropy(logprobs: list[list[float]]) -> dict:
+    """``rollout/entropy``: mean −log π(token) over the sampled tokens, the Monte-Carlo estimate of the
+    sampling distribution's per-token entropy (measured every step, dead groups included, unlike
+    ``policy/entropy``, which only the forwarded rows give)."""
+    n = sum(len(x) for x in logprobs)
+    return {"rollout/entropy": -sum(sum(x) for x in logprobs) / n} if n else {}
+
+
 def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
     lens = torch.tensor([len(c) for c in ro.completion_ids], dtype=torch.float32)
     m = {"rollout/pass_rate": float(ro.passed.float().mean()) if ro.num_groups else 0.0,
@@ -126,6 +134,7 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
          "rollout/length_max": float(lens.max()) if len(lens) else 0.0,
          "rollout/truncation_rate": float(np.mean([r == "length" for r in ro.finish_reason])) if lens.numel() else 0.0,
          "rollout/reward_length_corr": reward_length_corr(ro.rewards, lens) if ro.num_groups else 0.0,
+         **sampled_entropy(ro.old_logprobs),
          "verifier/infra": int((~ro.valid).sum())}
     for k, v in ro.reward_terms.items():
         m[f"reward/{k}"] = float(v.mean()) if v.numel() else 0.0
