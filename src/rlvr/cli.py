@@ -185,12 +185,14 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
 
 
 def _register_commands() -> None:
-    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe)."""
+    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen)."""
     from rlvr.commands.probe import register as reg_probe
+    from rlvr.commands.screen import register as reg_screen
     from rlvr.commands.verify import register as reg_verify
 
     reg_verify(app)
     reg_probe(app)
+    reg_screen(app)
 
 
 def _usage_error(e: typer.TyperException) -> None:

@@ -43,6 +43,7 @@ from rlvr.losses.mismatch import mismatch_weights
 from rlvr.losses.policy import clipped_surrogate
 from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
+from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.trainers.agent import AgentRollout
@@ -114,14 +115,6 @@ def reward_length_corr(rewards: torch.Tensor, lens: torch.Tensor) -> float:
     if r.numel() < 2 or r.std() == 0 or n.std() == 0:
         return 0.0
     return float(torch.corrcoef(torch.stack([r, n]))[0, 1])
-
-
-def sampled_entropy(logprobs: list[list[float]]) -> dict:
-    """``rollout/entropy``: mean −log π(token) over the sampled tokens, the Monte-Carlo estimate of the
-    sampling distribution's per-token entropy (measured every step, dead groups included, unlike
-    ``policy/entropy``, which only the forwarded rows give)."""
-    n = sum(len(x) for x in logprobs)
-    return {"rollout/entropy": -sum(sum(x) for x in logprobs) / n} if n else {}
 
 
 def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
