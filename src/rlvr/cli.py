@@ -185,7 +185,8 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
 
 
 def _register_commands() -> None:
-    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen)."""
+    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen, plan)."""
+    from rlvr.commands.plan import register as reg_plan
     from rlvr.commands.probe import register as reg_probe
     from rlvr.commands.screen import register as reg_screen
     from rlvr.commands.verify import register as reg_verify
@@ -193,6 +194,7 @@ def _register_commands() -> None:
     reg_verify(app)
     reg_probe(app)
     reg_screen(app)
+    reg_plan(app)
 
 
 def _usage_error(e: typer.TyperException) -> None:
