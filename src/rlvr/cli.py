@@ -190,12 +190,18 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
 
 
 def _register_commands() -> None:
-    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe)."""
+    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen, plan, report, watch)."""
+    from rlvr.commands.plan import register as reg_plan
     from rlvr.commands.probe import register as reg_probe
+    from rlvr.commands.report import register as reg_report
+    from rlvr.commands.screen import register as reg_screen
     from rlvr.commands.verify import register as reg_verify
 
     reg_verify(app)
     reg_probe(app)
+    reg_screen(app)
+    reg_plan(app)
+    reg_report(app)
 
 
 def _usage_error(e: typer.TyperException) -> None:

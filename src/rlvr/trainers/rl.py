@@ -42,6 +42,8 @@ from rlvr.losses.kl import kl_penalty
 from rlvr.losses.mismatch import mismatch_weights
 from rlvr.losses.policy import clipped_surrogate
 from rlvr.models.logprobs import token_logprobs
+from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
+from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.trainers.agent import AgentRollout
@@ -101,6 +103,21 @@ def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: i
     return merged, {"rollout/groups_drawn": drawn, "rollout/resample_rounds": rnd}
 
 
+def tracks_kl(health) -> bool:
+    """Measure KL to the reference at β = 0 too: asked for, or an ``adaptive_beta`` action may start β."""
+    if health.track_kl is not None:
+        return health.track_kl
+    return any("adaptive_beta" in getattr(health.actions, r) for r in type(health.actions).model_fields)
+
+
+def reward_length_corr(rewards: torch.Tensor, lens: torch.Tensor) -> float:
+    """Pearson correlation of the batch's rewards and completion lengths (0 when either is constant)."""
+    r, n = rewards.reshape(-1).float(), lens.reshape(-1).float()
+    if r.numel() < 2 or r.std() == 0 or n.std() == 0:
+        return 0.0
+    return float(torch.corrcoef(torch.stack([r, n]))[0, 1])
+
+
 def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
     lens = torch.tensor([len(c) for c in ro.completion_ids], dtype=torch.float32)
     m = {"rollout/pass_rate": float(ro.passed.float().mean()) if ro.num_groups else 0.0,
@@ -110,6 +127,8 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
          "rollout/length_mean": float(lens.mean()) if len(lens) else 0.0,
          "rollout/length_max": float(lens.max()) if len(lens) else 0.0,
          "rollout/truncation_rate": float(np.mean([r == "length" for r in ro.finish_reason])) if lens.numel() else 0.0,
+         "rollout/reward_length_corr": reward_length_corr(ro.rewards, lens) if ro.num_groups else 0.0,
+         **sampled_entropy(ro.old_logprobs),
          "verifier/infra": int((~ro.valid).sum())}
     for k, v in ro.reward_terms.items():
         m[f"reward/{k}"] = float(v.mean()) if v.numel() else 0.0
@@ -227,9 +246,11 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
         weights, mm = mismatch_weights(old, sampler, lm, c.tis_cap, c.seq_low, c.seq_high)
         per_tok = per_tok * weights
         metrics.update(mm)
-    if cfg.kl.beta > 0:
-        kl = kl_penalty(logprobs, b.ref_logprobs, kind=cfg.kl.estimator, loss_mask=lm)
-        per_tok = per_tok + cfg.kl.beta * kl
+    if b.ref_logprobs is not None:  # β > 0, or KL measured for the health monitor (no gradient at β = 0)
+        kl = kl_penalty(logprobs if cfg.kl.beta > 0 else logprobs.detach(), b.ref_logprobs,
+                        kind=cfg.kl.estimator, loss_mask=lm)
+        if cfg.kl.beta > 0:
+            per_tok = per_tok + cfg.kl.beta * kl
         metrics["kl/ref"] = float((kl.detach() * lm).sum() / lm.sum().clamp(min=1))
     if cfg.entropy_coef:
         per_tok = per_tok - cfg.entropy_coef * entropy
@@ -319,7 +340,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     verification and training run (a :class:`~rlvr.trainers.parallel.DistContext`; default this process)."""
     dist = dist or LOCAL
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
-    ref = frozen_reference(model, stage.kl.beta > 0)
+    track_kl = stage.kl.beta > 0 or tracks_kl(stage.health)
+    ref = frozen_reference(model, track_kl)
     judge = dist.wrap_judge(judge or reward_judge(stage.rewards, stage.verifier_workers))
     engine = dist.engine(model, tok, bf16=model_cfg.autocast_bf16)
     agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
@@ -327,15 +349,17 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=judge, health=stage.health, crash_at_step=crash_at_step,
-                     label="rl", dist=dist)
+                     label="rl", dist=dist, knobs=rl_knobs(stage))
     stream.cursor = run.state.get("cursor", 0)
     dist.publish(model, run.step)
     variant = rl_variant(stage.loss)
-    needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0
     mask_trunc = stage.loss.mask_truncated
     notes: list[str] = []
+    base = stage
     make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes), stream.cursor)
     while not run.done():
+        stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
+        needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0
         ro, stale = None, 0
         if agent is not None:  # multi-turn closed loop (trainers/agent.py)
             batch, ro_rec = agent.step(stream, seed, run.step, needs_all)
@@ -350,7 +374,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                       "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale}
         pause_on_infra(run, ro_rec, ro.valid.numel() if ro is not None else
                        stage.tasks_per_step * stage.sampling.group_size)
-        if stage.kl.beta > 0 and len(batch):
+        if track_kl and len(batch):
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
                 ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
