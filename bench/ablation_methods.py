@@ -45,7 +45,7 @@ ROWS: dict[str, list[str]] = {
     "double_rollout": [f"{S}double_rollout.enabled=true"],
     "guidance": [f"{S}guidance.enabled=true"],
     "tcr": [f"{S}rewards=[{{name: correct}}, {{name: checklist, weight: 0.5}}]"],
-    "residual": [f"{S}residual.enabled=true", f"{S}residual.teacher={{teacher}}"],
+    "residual": [f"{S}residual={{enabled: true, teacher: '{{teacher}}'}}"],
 }
 NEEDS_TEACHER = {"residual"}
 
@@ -61,12 +61,12 @@ def tail_mean(metrics: Path, key: str, n: int = 5) -> float | None:
     return statistics.fmean(vals[-n:]) if vals else None
 
 
-def run_row(row: str, seed: int, sft: str, out: Path, minutes: float) -> dict:
+def run_row(row: str, seed: int, sft: str, out: Path, minutes: float, eval_n: int = 854) -> dict:
     run_dir = out / f"{row}-s{seed}"
     teacher = out / f"grpo-s{seed}" / "grpo" / "final"
     sets = [s.replace("{teacher}", str(teacher)) for s in ROWS[row]]
     sets += ["threads=1", f"seed={seed}", f"{S}max_minutes={minutes}", f"{S}max_steps=100000", f"{S}eval_every=0",
-             f"{S}save_every=0", "eval.tasks.n=854"]
+             f"{S}save_every=0", f"eval.tasks.n={eval_n}"]
     cmd = [sys.executable, "-m", "rlvr.cli", "grpo", str(RECIPE), "--model", sft, "--run-dir", str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--rows", nargs="+", default=list(ROWS))
+    ap.add_argument("--eval-n", type=int, default=854, help="held-out problems (854: all of mul31's)")
     ap.add_argument("--table", action="store_true")
     a = ap.parse_args()
     if a.table:
@@ -121,7 +122,7 @@ def main() -> None:
         for seed in a.seeds:
             if (row, seed) in done(results):
                 continue
-            rec = run_row(row, seed, a.sft, a.out, a.minutes)
+            rec = run_row(row, seed, a.sft, a.out, a.minutes, a.eval_n)
             with results.open("a") as fh:
                 fh.write(json.dumps(rec) + "\n")
             print(json.dumps(rec), flush=True)
