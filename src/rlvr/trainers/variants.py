@@ -174,6 +174,19 @@ def policy_loss(loss_cfg, x: PolicyInputs) -> tuple[torch.Tensor, dict]:
     return clipped_surrogate(x.logprobs, x.old_logprobs, x.advantages, x.loss_mask, eps_low, eps_high, level=level)
 
 
+# ------------------------------------------------------------------------------------------ SFT
+
+SFT_VARIANTS: dict[str, Callable[..., dict]] = {
+    "nll": lambda c: {},
+    "trim": lambda c: {"trim_confidence": c.confidence},
+}
+"""``loss.type`` of an SFT stage -> the keyword arguments of ``rlvr.losses.sft.sft_loss`` it sets."""
+
+
+def sft_loss_kwargs(loss_cfg) -> dict:
+    return SFT_VARIANTS[loss_cfg.type](loss_cfg)
+
+
 # ------------------------------------------------------------------------------ multi-turn credit
 
 
