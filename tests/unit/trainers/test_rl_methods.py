@@ -137,3 +137,21 @@ def test_nonsensical_combinations_are_rejected(kw, key, words):
     probs = check_rl_combination(st)
     assert any(k == key and words in why for k, why in probs), probs
     assert check_rl_combination(stage()) == []
+
+
+def test_rlvr_validate_names_file_line_and_reason(tmp_path):
+    from rlvr.commands.run import validate_command
+    from rlvr.errors import ConfigError
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nmodel: {tiny: {size: test}}\nstages:\n  - type: rl\n    loss: {type: dar}\n"
+                   "    kl: {beta: 0.1}\n    off_context: {enabled: true}\n")
+    with pytest.raises(ConfigError) as e:
+        validate_command(str(bad), [])
+    msg = str(e.value)
+    assert "bad.yaml:6: stages.0.kl.beta" in msg and "counts it twice" in msg
+    assert "bad.yaml:7: stages.0.off_context.enabled" in msg
+    good = tmp_path / "good.yaml"
+    good.write_text("name: good\nmodel: {tiny: {size: test}}\nstages:\n  - type: rl\n    loss: {type: steer}\n"
+                    "    eden: {enabled: true}\n")
+    assert validate_command(str(good), []) == []
