@@ -111,6 +111,8 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--rows", nargs="+", default=list(ROWS))
     ap.add_argument("--eval-n", type=int, default=854, help="held-out problems (854: all of mul31's)")
+    ap.add_argument("--reverse", action="store_true", help="run the rows last to first (a second lane: every "
+                    "row gets its first seed soonest)")
     ap.add_argument("--table", action="store_true")
     a = ap.parse_args()
     if a.table:
@@ -118,7 +120,10 @@ def main() -> None:
         return
     a.out.mkdir(parents=True, exist_ok=True)
     results = a.out / "results.jsonl"
-    for row in a.rows:
+    for row in (a.rows[::-1] if a.reverse else a.rows):
+        if row in NEEDS_TEACHER and not any((out := a.out / f"grpo-s{s}" / "grpo" / "final").exists() for s in a.seeds):
+            print(f"skip {row}: needs the grpo row's final policy as its teacher", flush=True)
+            continue
         for seed in a.seeds:
             if (row, seed) in done(results):
                 continue

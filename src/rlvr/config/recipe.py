@@ -21,7 +21,8 @@ Stage = typed_union(SFTStage, PreferenceStage, RewardModelStage, PPOStage, RLSta
 STAGE_TYPES: tuple[str, ...] = ("sft", "preference", "reward_model", "ppo", "rl", "onpolicy_distill")
 # ``type: grpo`` is ``type: rl`` with ``loss: {type: grpo}`` (and, unless named, ``name: grpo``).
 STAGE_ALIASES: dict[str, tuple[str, str | None]] = {
-    **{a: ("rl", a) for a in ("grpo", "dapo", "gspo", "dr_grpo", "rloo", "reinforce_pp")},
+    **{a: ("rl", a) for a in ("grpo", "dapo", "gspo", "dr_grpo", "rloo", "reinforce_pp", "sign_balance", "asym_grpo",
+                              "steer", "cispo", "sapo", "dar")},
     **{a: ("preference", a) for a in ("dpo", "ipo", "simpo", "kto", "orpo", "cpo")},
     "rm": ("reward_model", None),
 }
