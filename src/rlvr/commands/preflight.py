@@ -125,6 +125,9 @@ def check_batches(i: int, st: Any) -> list[Problem]:
                     "within a group, so a group of 1 has zero advantage and trains on nothing; use >= 2",
                 )
             )
+        from rlvr.trainers.variants import check_rl_combination
+
+        out += [Problem(f"{pre}.{key}", why) for key, why in check_rl_combination(st)]
         if st.mini_batches > st.tasks_per_step * g:
             out.append(
                 Problem(

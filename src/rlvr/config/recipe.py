@@ -11,16 +11,18 @@ from rlvr.config.distributed import DistributedConfig
 from rlvr.config.eval import EvalConfig
 from rlvr.config.logging import LoggingConfig
 from rlvr.config.model import ModelConfig, TinyModel
+from rlvr.config.onpolicy import OnPolicyDistillStage
 from rlvr.config.preference import PreferenceStage
 from rlvr.config.rl import RLStage
 from rlvr.config.rlhf import PPOStage, RewardModelStage
 from rlvr.config.sft import SFTStage
 
-Stage = typed_union(SFTStage, PreferenceStage, RewardModelStage, PPOStage, RLStage)
-STAGE_TYPES: tuple[str, ...] = ("sft", "preference", "reward_model", "ppo", "rl")
+Stage = typed_union(SFTStage, PreferenceStage, RewardModelStage, PPOStage, RLStage, OnPolicyDistillStage)
+STAGE_TYPES: tuple[str, ...] = ("sft", "preference", "reward_model", "ppo", "rl", "onpolicy_distill")
 # ``type: grpo`` is ``type: rl`` with ``loss: {type: grpo}`` (and, unless named, ``name: grpo``).
 STAGE_ALIASES: dict[str, tuple[str, str | None]] = {
-    **{a: ("rl", a) for a in ("grpo", "dapo", "gspo", "dr_grpo", "rloo", "reinforce_pp")},
+    **{a: ("rl", a) for a in ("grpo", "dapo", "gspo", "dr_grpo", "rloo", "reinforce_pp", "sign_balance", "asym_grpo",
+                              "steer", "cispo", "sapo", "dar")},
     **{a: ("preference", a) for a in ("dpo", "ipo", "simpo", "kto", "orpo", "cpo")},
     "rm": ("reward_model", None),
 }

@@ -31,6 +31,7 @@ from rlvr.trainers.common import (
     open_stage,
     optimizer_step,
 )
+from rlvr.trainers.variants import sft_loss_kwargs
 
 
 def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
@@ -65,10 +66,10 @@ def sft_step(model, examples, idx, stage: SFTStage, pad_id: int, bf16: bool) -> 
         with autocast_ctx(bf16, ids.device.type):
             logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
                            use_cache=False).logits
-        nll_sum, _, _ = sft_loss(logits, ids, lm, shift=True)
-        return nll_sum / max(1, total_tokens), {}
+        nll_sum, _, met = sft_loss(logits, ids, lm, shift=True, **sft_loss_kwargs(stage.loss))
+        return nll_sum / max(1, total_tokens), {k: v for k, v in met.items() if k == "sft/trimmed_frac"}
     met = accumulate(micro_batches(examples, idx, stage.micro_batch_size, stage.bucketing), forward, len(idx))
-    return {"train/loss": met["train/loss"], "train/tokens": total_tokens}
+    return {**met, "train/tokens": total_tokens}
 
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
