@@ -12,12 +12,13 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.logging import LoggingConfig
 from rlvr.config.model import ModelConfig, TinyModel
 from rlvr.config.preference import PreferenceStage
+from rlvr.config.rft import DistillStage, RFTStage
 from rlvr.config.rl import RLStage
 from rlvr.config.rlhf import PPOStage, RewardModelStage
 from rlvr.config.sft import SFTStage
 
-Stage = typed_union(SFTStage, PreferenceStage, RewardModelStage, PPOStage, RLStage)
-STAGE_TYPES: tuple[str, ...] = ("sft", "preference", "reward_model", "ppo", "rl")
+Stage = typed_union(SFTStage, PreferenceStage, RewardModelStage, PPOStage, RLStage, RFTStage, DistillStage)
+STAGE_TYPES: tuple[str, ...] = ("sft", "preference", "reward_model", "ppo", "rl", "rft", "distill")
 # ``type: grpo`` is ``type: rl`` with ``loss: {type: grpo}`` (and, unless named, ``name: grpo``).
 STAGE_ALIASES: dict[str, tuple[str, str | None]] = {
     **{a: ("rl", a) for a in ("grpo", "dapo", "gspo", "dr_grpo", "rloo", "reinforce_pp")},
@@ -66,7 +67,7 @@ class Recipe(Section):
     distributed: DistributedConfig = DistributedConfig()
     """Where RL stages run: this process (default), a Ray cluster, torchrun ranks (docs/scaling.md)."""
     stages: list[Stage] = []
-    """Stages in order. ``type`` is sft, preference, reward_model, ppo or rl, or an alias: grpo, dapo, gspo, dr_grpo, rloo, reinforce_pp (rl), dpo, ipo, simpo, kto, orpo, cpo (preference), rm (reward_model)."""
+    """Stages in order. ``type`` is sft, preference, reward_model, ppo, rl, rft (rejection-sampling fine-tuning) or distill (off-policy distillation from a teacher), or an alias: grpo, dapo, gspo, dr_grpo, rloo, reinforce_pp (rl), dpo, ipo, simpo, kto, orpo, cpo (preference), rm (reward_model)."""
 
     @field_validator("stages", mode="before")
     @classmethod
