@@ -279,6 +279,18 @@ class ToolEnv:
         raise NotImplementedError
 
     @classmethod
+    def checklist(cls, end_state: dict[str, Any], gold: dict[str, Any], family: str) -> float | None:
+        """Step score of a state (a process checklist): the fraction in [0, 1] of the task's intermediate
+        conditions the state meets; None when the environment has none (StepPO needs one)."""
+        return None
+
+    def progress(self) -> float | None:
+        """:meth:`checklist` of the live state (None before ``reset`` or without a checklist)."""
+        if self._task is None:
+            return None
+        return self.checklist(self.end_state(), self._task.gold, self._task.family)
+
+    @classmethod
     def secrets_guardable(cls, gold: dict[str, Any], prompt: str, min_chars: int = 3) -> bool:
         """True when every secret is long enough to scan for and absent from the prompt (generators)."""
         return all(len(s) >= min_chars and s not in prompt for s in cls.secret_values(gold))
