@@ -2,10 +2,13 @@
 
 The store maps short keys (a letter and a digit, ``q3``) to values. From the start key named in the
 prompt, each key's value is the next key of the chain; after ``hops`` keys the value is a number, the
-answer. The only tool is ``get(key)``, and its observation is the bare value (``<tool_output>k7
-</tool_output>``): to know which key to read next the policy must copy it from the last observation, so
-a successful trajectory is ``hops`` dependent ``get`` turns and one answer turn (31 turns at the default
-30 hops). Decoy keys hold values that look like chain links, so nothing can be guessed.
+answer. The only tool is ``get(key)``. Everything is terse so that a tiny model's context holds a whole
+trajectory (~10 tokens a turn): a turn that is just a key (``q3``) is ``get(q3)`` (the documented
+``<tool>`` markup works too), and the observation is the bare value (``k7``, framed by the chat
+template's tool turn). To know which key to read next the policy must copy it from the last
+observation, so a successful trajectory is ``hops`` dependent ``get`` turns and one answer turn (31
+turns at the default 30 hops). Decoy keys hold values that look like chain links, so nothing can be
+guessed.
 
 State: ``{"answer": str or None, "reached": k}`` — the answer is the last integer of the final turn (a
 turn without a tool call); ``reached``: how many chain keys have been read in chain order. Goal
@@ -22,7 +25,7 @@ from typing import Any, ClassVar
 from rlvr.data.sources import register_env_tasks
 from rlvr.data.types import Task
 from rlvr.envs.base import ArgSpec, GoalResult, ToolEnv, ToolError, ToolSpec, generate_env_tasks
-from rlvr.envs.calculator import compact_call
+from rlvr.envs.tools import ParsedTurn, ToolCall, neutralise
 from rlvr.errors import DataError
 
 DEFAULT_HOPS = 30
@@ -42,6 +45,15 @@ class KVChainEnv(ToolEnv):
         self.chain: list[str] = list(init["chain"])
         self.reached = 0
 
+    def _parse_turn(self, action_text: str) -> ParsedTurn:
+        key = action_text.strip()
+        if _KEY.fullmatch(key):  # the terse form: a bare key is get(key)
+            return ParsedTurn([ToolCall("get", {"key": key})])
+        return super()._parse_turn(action_text)
+
+    def _render(self, text: str) -> str:
+        return neutralise(text)
+
     def tool_get(self, key: str) -> str:
         if key not in self.store:
             raise ToolError(f"no key {key[:8]}")
@@ -54,8 +66,8 @@ class KVChainEnv(ToolEnv):
         return {"answer": found[-1] if found else None, "reached": self.reached}
 
     def _instructions(self, task: Task) -> str:
-        return ("Tool: get(key). Each value is the next key; get keys until a value is a number, then answer "
-                f"it.\n{task.prompt}")
+        return ("Reply with a key to get its value. Each value is the next key; go on until a value is a "
+                f"number, then reply with that number.\n{task.prompt}")
 
     @classmethod
     def validate_gold(cls, gold: dict[str, Any]) -> None:
@@ -98,7 +110,7 @@ def _chain_builder(hops: int, decoys: int):
         for k in extra:  # decoys: links into the chain or other decoys, and numbers
             store[k] = rng.choice(keys) if rng.random() < 0.7 else str(rng.randint(100, 999))
         init = {"store": dict(sorted(store.items())), "chain": chain}
-        actions = [compact_call("get", key=k) for k in chain] + [answer]
+        actions = list(chain) + [answer]
         return f"start: {chain[0]}", init, {"answer": answer}, actions
     return build
 

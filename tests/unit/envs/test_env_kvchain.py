@@ -27,8 +27,8 @@ def test_oracle_passes_in_31_dependent_turns():
     chain = task.gold["init"]["chain"]
     # each observation names the key the next turn reads (terse: the bare value), the 30th the answer
     for k in range(29):
-        assert chain[k + 1] in obs[k] and f'"{chain[k + 1]}"' in turns[k + 1]
-    assert task.gold["goal"]["answer"] in obs[29]
+        assert obs[k] == chain[k + 1] == turns[k + 1]
+    assert obs[29] == task.gold["goal"]["answer"]
     assert scores == [i / 31 for i in range(32)]
     assert EnvPredicateVerifier().verify(task, task.solution).passed  # the replaying verifier agrees
 
@@ -42,6 +42,21 @@ def test_skipping_a_link_fails_and_stalls_the_checklist():
         env.step(t)
     assert env.end_state()["reached"] == 3
     assert env.progress() == pytest.approx((3 + 1) / 31)  # the answer was still right (read at the end)
+
+
+def test_the_tool_markup_works_too_and_a_demo_fits_the_tiny_context():
+    from rlvr.envs.calculator import compact_call
+    from rlvr.models.tiny import build_tiny
+    from rlvr.rollout.multiturn import demo_example
+
+    task = generate_kvchain_tasks(1, seed=2)[0]
+    env = KVChainEnv()
+    env.reset(task)
+    first = task.gold["init"]["chain"][0]
+    assert env.step(compact_call("get", key=first)).observation == task.gold["init"]["store"][first]
+    _, tok = build_tiny(size="test")
+    ids, mask = demo_example(tok, task, "tool", 4096)
+    assert len(ids) < 512 and sum(mask) > 31  # 31 turns in the default context
 
 
 def test_source_options_and_bad_gold():
