@@ -168,6 +168,8 @@ def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
         paths.append(("pairs.reward_model_path", pairs.reward_model_path))
     if st.type == "reward_model":
         paths.append(("backbone", st.backbone))
+    if st.type == "distill":
+        paths.append(("teacher", st.teacher))
     for k, p in paths:
         if p is not None and not (Path(p) / "config.json").exists():
             out.append(Problem(f"{pre}.{k}", f"{p!r} is not a local model folder (no config.json)"))

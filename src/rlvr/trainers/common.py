@@ -28,7 +28,9 @@ from typing import Any
 import torch
 
 from rlvr.config.optim import OptimConfig
+from rlvr.data.collate import pad_batch
 from rlvr.errors import ConfigError, Interrupted
+from rlvr.losses.sft import sft_loss
 from rlvr.models.checkpoint import (
     copy_checkpoint_atomic,
     load_training_state,
@@ -37,6 +39,7 @@ from rlvr.models.checkpoint import (
     seed_everything,
 )
 from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
+from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
@@ -144,6 +147,33 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
                 agg[k] = agg.get(k, 0.0) + v * w
     agg["train/loss"] = total
     return agg
+
+
+def micro_batches(examples, idx: list[int], micro: int, bucketing: bool):
+    """Split a step's examples into micro-batches (sorted by length first when bucketing)."""
+    if bucketing:
+        idx = sorted(idx, key=lambda i: (len(examples[i][0]), i))
+    return [idx[s:s + micro] for s in range(0, len(idx), micro)]
+
+
+def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_id: int, bf16: bool,
+             loss_kwargs: dict | None = None) -> dict:
+    """Forward/backward over micro-batches of ``examples[idx]`` (``(ids, loss_mask)`` pairs); the loss is the
+    token mean over the whole step's batch (SFT, and the SFT update of rejection sampling / distillation).
+    ``loss_kwargs``: the SFT variant's options for ``losses.sft.sft_loss`` (``variants.sft_loss_kwargs``)."""
+    total_tokens = sum(sum(examples[i][1]) for i in idx)
+
+    def forward(mb):
+        ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
+                                 device=model.device)
+        with autocast_ctx(bf16, ids.device.type):
+            logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
+                           use_cache=False).logits
+        nll_sum, _, met = sft_loss(logits, ids, lm, shift=True, **(loss_kwargs or {}))
+        return nll_sum / max(1, total_tokens), {k: v for k, v in met.items() if k == "sft/trimmed_frac"}
+    met = accumulate(micro_batches(examples, idx, micro_batch_size, bucketing), forward, len(idx))
+    return {**met, "train/tokens": total_tokens}
+
 
 
 @dataclass

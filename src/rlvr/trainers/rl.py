@@ -356,6 +356,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                      eval_cfg=eval_cfg, judge=judge, health=stage.health, crash_at_step=crash_at_step,
                      label="rl", dist=dist, knobs=rl_knobs(stage))
     stream.cursor = run.state.get("cursor", 0)
+    if agent is not None:
+        agent.load_state_dict(run.state)  # the turn-level critic of ARPO / Turn-PPO
     dist.publish(model, run.step)
     mask_trunc = stage.loss.mask_truncated
     notes: list[str] = []
@@ -393,10 +395,14 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0, **dist.step_metrics()}
         if notes:
             rec["notes"] = notes.pop()
-        stop = log_step(run, rec, {"cursor": cursor}, ids=[t.id for t in ro.tasks] if ro is not None else None,
+        stop = log_step(run, rec, {"cursor": cursor, **(agent.state_dict() if agent is not None else {})},
+                        ids=[t.id for t in ro.tasks] if ro is not None else None,
                         info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
         if ro is not None:
             log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)
         if stop:
             break
-    return close_stage(run)
+    result = close_stage(run)
+    if agent is not None and dist.is_main:
+        agent.save(result.checkpoint)
+    return result

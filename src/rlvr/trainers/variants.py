@@ -20,6 +20,7 @@ import torch
 from rlvr import advantages as adv
 from rlvr.advantages.corrections import asymmetric, sign_balance
 from rlvr.advantages.credit import hgpo_credit, trajectory_credit, turn_discounted_credit
+from rlvr.advantages.turn_credit import arpo_credit, outcome_targets, steppo_credit, turn_gae, turn_ppo_credit
 from rlvr.losses import policy_variants as pv
 from rlvr.losses import preference as pl
 from rlvr.losses.pair_weights import uni_dpo_calibrated_nll, uni_dpo_weights
@@ -192,12 +193,17 @@ def sft_loss_kwargs(loss_cfg) -> dict:
 
 @dataclass(frozen=True)
 class CreditInput:
-    """The turns of a batch, flat (a trajectory's turns in order): group, trajectory, depth and state of each."""
+    """The turns of a batch, flat (a trajectory's turns in order): group, trajectory, depth and state of each;
+    where the estimator needs them, the learned critic's V(s_t) (``values``) and the environment's step
+    scores before / after each turn (``score_before``, ``score_after``)."""
 
     groups: list
     traj_ids: list
     turn_index: list[int]
     states: list
+    values: list | None = None
+    score_before: list | None = None
+    score_after: list | None = None
 
 
 CREDIT_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
@@ -207,13 +213,36 @@ CREDIT_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
     "hgpo": lambda c, r, t: hgpo_credit(r, t.groups, t.traj_ids, t.states, gamma=c.gamma,
                                         max_history=c.max_history, alpha=c.alpha, step_weight=c.step_weight,
                                         scale=c.scale),
+    "arpo": lambda c, r, t: arpo_credit(r, t.groups, t.traj_ids, t.values, mix=c.mix, scale=c.scale),
+    "steppo": lambda c, r, t: steppo_credit(r, t.groups, t.traj_ids, t.score_before, t.score_after,
+                                            step_weight=c.step_weight, scale=c.scale),
+    "turn_ppo": lambda c, r, t: turn_ppo_credit(r, t.traj_ids, t.values, gamma=c.gamma, lam=c.lam, scale=c.scale),
 }
 """``rollout.credit.type`` -> ``(cfg, turn_rewards [N], CreditInput) -> [N]`` per-turn advantages
-(``rlvr.advantages.credit``)."""
+(``rlvr.advantages.credit``, ``rlvr.advantages.turn_credit``)."""
+
+CREDIT_CRITIC_TARGETS: dict[str, Callable[..., torch.Tensor]] = {
+    "arpo": lambda c, r, t: outcome_targets(r, t.traj_ids),
+    "turn_ppo": lambda c, r, t: turn_gae(r, t.traj_ids, t.values, gamma=c.gamma, lam=c.lam)[1],
+}
+"""The estimators with a learned turn-level critic (``credit.critic``): ``(cfg, turn_rewards, CreditInput)
+-> [N]`` regression targets of V(s_t) (ARPO: the trajectory's outcome; Turn-PPO: the GAE returns)."""
+
+CREDIT_STEP_SCORES: frozenset[str] = frozenset({"steppo"})
+"""The estimators that read the environment's step scores (a process checklist on intermediate states)."""
 
 
 def credit_estimator(credit_cfg) -> Callable[..., torch.Tensor]:
     return CREDIT_ESTIMATORS[credit_cfg.type]
+
+
+def credit_critic_targets(credit_cfg) -> Callable[..., torch.Tensor] | None:
+    """The critic's target function of an estimator with a learned critic (None: no critic)."""
+    return CREDIT_CRITIC_TARGETS.get(credit_cfg.type)
+
+
+def credit_needs_step_scores(credit_cfg) -> bool:
+    return credit_cfg.type in CREDIT_STEP_SCORES
 
 
 # ---------------------------------------------------------------------------------- preference
