@@ -78,7 +78,7 @@ class Recipe(Section):
         return [expand_stage_alias(s) for s in v] if isinstance(v, list) else v
 
     @model_validator(mode="after")
-    def _unique_stage_names(self) -> "Recipe":
+    def _unique_stage_names(self) -> Recipe:
         names = [s.name for s in self.stages]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.data.collate import TrainBatch
 from rlvr.errors import ConfigError
 from rlvr.models.turn_critic import TurnCritic, boundary_features, fit_critic, save_critic
 from rlvr.rollout.agent_stats import agent_metrics, horizon_note
 from rlvr.rollout.multiturn import MultiTurnCollector, Trajectory
-from rlvr.data.collate import TrainBatch
-from rlvr.trainers.variants import CreditInput, credit_critic_targets, credit_estimator, credit_needs_step_scores
+from rlvr.trainers.variants import (
+    CreditInput,
+    credit_critic_targets,
+    credit_estimator,
+    credit_needs_step_scores,
+)
 
 
 def assign_turn_rewards(trajs: list[Trajectory], budget_penalty: float, tool_error_penalty: float) -> None:

@@ -45,8 +45,16 @@ from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.guards import NonFiniteError, SignalLatch, VerifierStormError, checked_latest, grads_finite, is_nonfinite, \
-    nonfinite_message, skip_update
+from rlvr.trainers.guards import (
+    NonFiniteError,
+    SignalLatch,
+    VerifierStormError,
+    checked_latest,
+    grads_finite,
+    is_nonfinite,
+    nonfinite_message,
+    skip_update,
+)
 
 
 def setup_threads(threads: int | None) -> None:
@@ -424,7 +432,7 @@ def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None
         run.latch.restore()
     path = run.out / "final"
     if _ships_healthy(run):
-        final = lambda: copy_checkpoint_atomic(run.out / "healthy", path)  # noqa: E731
+        final = lambda: copy_checkpoint_atomic(run.out / "healthy", path)
     if _is_main(run):
         path = final() if final is not None else save_pretrained_atomic(
             model if model is not None else run.model, run.tok, path)

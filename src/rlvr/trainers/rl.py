@@ -40,11 +40,11 @@ from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.mismatch import mismatch_weights
+from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
 from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
-from rlvr.models.load import load_pretrained
 from rlvr.rollout.collector import Rollouts
 from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
 from rlvr.trainers.agent import AgentRollout
@@ -63,7 +63,7 @@ from rlvr.trainers.common import (
     pause_on_infra,
     reference_model,
 )
-from rlvr.trainers.parallel import LOCAL, global_denominators, reduce_metrics
+from rlvr.trainers.parallel import LOCAL, reduce_metrics
 from rlvr.trainers.variants import PolicyInputs, policy_loss, rl_variant
 from rlvr.verifiers.judge import reward_judge
 

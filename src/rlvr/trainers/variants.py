@@ -12,8 +12,8 @@ can use (``sampling.dynamic_sampling``, the ``overlong`` reward term, ``loss.mas
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
