@@ -35,7 +35,7 @@ class PolicyLossBase(Section):
     def _clip_order(self):
         """A decoupled clip needs ε_high ≥ ε_low (clip-higher widens the upper side, never inverts it)."""
         lo, hi = getattr(self, "eps_low", None), getattr(self, "eps_high", None)
-        if lo is not None and hi is not None and hi < lo:
+        if self.clip_order_checked and lo is not None and hi is not None and hi < lo:
             raise ValueError(f"eps_high {hi} < eps_low {lo}: the upper clip must be at least the lower one "
                              "(DAPO's clip-higher: eps_low 0.2, eps_high 0.28)")
         return self
@@ -44,6 +44,8 @@ class PolicyLossBase(Section):
     """Overlong filtering: exclude completions cut at max_new_tokens from the loss (DAPO's overlong filtering)."""
     default_dynamic_sampling: ClassVar[str] = "off"
     default_overlong: ClassVar[bool] = False
+    clip_order_checked: ClassVar[bool] = True
+    """Refuse ε_high < ε_low (a trust-region clip); a loss whose ε bound something else turns it off."""
 
 
 class GRPOLoss(PolicyLossBase):
@@ -177,6 +179,9 @@ class CISPOLoss(PolicyLossBase):
     ``loss_t = −sg(clip(r_t, 1−ε_low, 1+ε_high)) A_t log π_t``."""
 
     type: Literal["cispo"] = "cispo"
+    clip_order_checked: ClassVar[bool] = False
+    """CISPO's bounds clip an importance weight, not a trust region: ε_low = 1 (no lower bound) above
+    ε_high is its paper's setting, so the clip-order check does not apply."""
     eps_low: float = Field(1.0, ge=0, le=1)
     """Lower IS-weight clip (1.0: no lower bound, as in the paper)."""
     eps_high: float = Field(0.28, ge=0)
