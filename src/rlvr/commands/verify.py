@@ -115,6 +115,10 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
     return summary
 
 
+VerifierOptionOpt = typer.Option(None, "--option", help="A verifier option KIND.NAME=VALUE (repeatable), "
+                                 "e.g. --option math.rel_tol=1e-6.")
+
+
 def verify_command(
     tasks: str = typer.Option(..., "--tasks", help="Tasks JSONL (or 'humaneval')."),
     completions: str = typer.Option(..., "--completions", help="Completions JSONL: {task_id, completion}."),
@@ -122,8 +126,7 @@ def verify_command(
     workers: int = typer.Option(2, "--workers", help="Worker processes (0 = inline)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Hard time limit per completion, seconds."),
     details: bool = typer.Option(False, "--details", help="Also write each verdict's details.", metavar=""),
-    option: list[str] = typer.Option(None, "--option", help="A verifier option KIND.NAME=VALUE (repeatable), "
-                                     "e.g. --option math.rel_tol=1e-6."),
+    option: list[str] | None = VerifierOptionOpt,
 ) -> None:
     """Judge completions against tasks with the verifiers; write one verdict line per completion."""
     summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details,

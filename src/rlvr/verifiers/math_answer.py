@@ -31,7 +31,13 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from rlvr.verifiers.math_units import COMMA_GROUPS_RE as _COMMA_GROUPS_RE
-from rlvr.verifiers.math_units import UNIT_TEXT_RE, number_notations, split_degrees, split_percent, strip_units
+from rlvr.verifiers.math_units import (
+    UNIT_TEXT_RE,
+    number_notations,
+    split_degrees,
+    split_percent,
+    strip_units,
+)
 
 _SPACING_RE = re.compile(r"(\\\\)|\\(?:[,;:> ]|enspace|thinspace|medspace|thickspace|hfill)|\\h?space\s*\{[^{}]*\}|~")
 _QUAD_RE = re.compile(r"\\q?quad\b")
@@ -63,9 +69,9 @@ _FRAC_RE = re.compile(r"^([-+]?)\s*(?:(\d+)\s*)?\\frac\s*\{\s*([-+]?\d+)\s*\}\s*
 _MIXED_SLASH_RE = re.compile(r"^([-+]?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
 _ANGLE_BRACKETS_RE = re.compile(r"\\langle\s*(.*?)\s*\\rangle")
 _CHAIN_SIDE_RE = re.compile(r"\\[A-Za-z]+")
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate((
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"))}
 _PHRASES = {"all real numbers": r"(-\infty, \infty)", "all reals": r"(-\infty, \infty)",
             "no solution": r"\emptyset", "no solutions": r"\emptyset", "no real solution": r"\emptyset",
             "no real solutions": r"\emptyset", **_NUMBER_WORDS}
@@ -339,7 +345,7 @@ def _parse(text: str, _split_numbers: bool) -> Answer:
     remark = _REMARK_RE.search(s)  # "3 \; (\text{since } x > 0)", "-2 \quad \text{(rejected 3)}": a remark
     if remark and remark.start() > 0:
         head = s[:remark.start()].rstrip()
-        head = head[:-1] if head.endswith("(") else head
+        head = head.removesuffix("(")
         s = re.sub(r"(?:\s|,|;|\\q?quad)+$", "", head) or s
     s = _reshape(s)
     delims = ""
