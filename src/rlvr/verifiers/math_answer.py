@@ -52,7 +52,7 @@ _ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Z]{2,3}(?![A-
 _CHOICE_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:\(([A-E])\)|([A-E]))\s*\}?\s*(?:(?<=[)}])\s*(?!\(?[A-E]\))(\S.*))?$")
 _LEAD_IN_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*\}?\s*(?=\S)", re.IGNORECASE)
 _TEXT_DIGITS_RE = re.compile(r"^\\(?:text|textrm|mbox)\s*\{([^{}]*\d[^{}]*)\}$")
-_REMARK_RE = re.compile(r"\\text\s*\{\s*\(?\s*(?:since|because|as|where|when|if|for|rejected|reject|discard|discarded|"
+_REMARK_RE = re.compile(r"\\text\s*\{\s*\(?\s*(?:since|because|as|where|rejected|reject|discard|discarded|"
                         r"discarding|excluded|extraneous)\b", re.IGNORECASE)
 _STYLE_RE = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|pmb|emph|underline|textit|mathit|textnormal)\s*\{")
 _IMAG_RE = re.compile(r"\\(?:mathrm|text|mathit|textrm)\s*\{\s*i\s*\}")
