@@ -16,7 +16,14 @@ Normalisation (the same for gold and answer):
     ``^\circ``/``°``/``\degree`` are flags (each comparison tries the value with and without them:
     ``25\%`` is 25 and 0.25, ``30°`` is 30 and pi/6); units in ``\text{}``/``\mathrm{}`` and plain
     unit words after a number, and currency signs, are dropped; ``3e8`` -> ``3\times10^{8}``;
-    ``0.\overline{3}`` -> ``\frac{1}{3}``.
+    ``0.\overline{3}`` -> ``\frac{1}{3}`` (all of these in :mod:`rlvr.verifiers.math_units`);
+  * whole-answer forms read as the plainer one they mean: ``\mathbf{}``/``\textbf{}`` dropped,
+    ``\text{The answer is } 5``, ``x \in \{2, 3\}``, set-builder ``\{x \mid 2 < x \le 5\}``,
+    ``(a, b) = (3, 4)``, ``\langle 1, 2 \rangle``, ``\text{all real numbers}``/``\text{no solution}``,
+    number words, a remark after the value (``\text{(since } x > 0)``), a multiple-choice letter with
+    its value (``\textbf{(B)}\ 12``: letters decide when both sides have one); in an item, a chain
+    ``3 \times 4 = 12`` whose first side has no variable is its last side, and named values
+    (``\angle A =``, ``f(x) =``, ``AB =``, ``\frac{dy}{dx} =``) are assignments.
 
 An item is a *plain number* when it is an integer, a decimal, ``a\times10^{k}``, ``a\cdot10^{k}``,
 ``10^{k}`` or an integer fraction (``\frac{p}{q}``, ``p/q``, mixed ``2\frac{1}{2}``): its exact
