@@ -505,6 +505,9 @@ def plan(gold: Answer, answers: list[Answer]) -> Plan:
         return Plan(verdict=(ok, "" if ok else "another choice"))
     if len(gold.items) == 1:
         g = gold.items[0]
+        if gold.delims == "()" and 1 < len(answers) == g.text.count(",") + 1 and all(len(a.items) == 1 for a in answers):
+            # "x = \boxed{5}, y = \boxed{3}" for the pair (5, 3): one box per coordinate, in order
+            answers = [Answer([Item("(" + ", ".join(a.items[0].text for a in answers) + ")")])]
         pairs: list[tuple[Side, Side]] = []
         for a in answers:
             side = _single_side(g, a, gold.delims)
