@@ -740,6 +740,14 @@ def extra_cases() -> list[Case]:
         ('5', '5 \\text{ (answer)}', 'pass'),
         ('-1', '-1 \\text{ (double root)}', 'pass'),
         ('2', 'x = 2 \\text{ (double root)}', 'pass'),
+        ('x=5, y=3', '$\\boxed{x=5}$ and $\\boxed{y=3}$', 'pass'),
+        ('(5, 3)', 'So $x = \\boxed{5}$ and $y = \\boxed{3}$.', 'pass'),
+        ('(5, 3)', 'So $x = \\boxed{3}$ and $y = \\boxed{5}$.', 'wrong'),
+        ('5, 3', 'The solutions are $\\boxed{5}$ and $\\boxed{3}$.', 'pass'),
+        ('5', 'The answer is $\\boxed{5}$ apples.', 'pass'),
+        ('5', 'So, $x = \\boxed{5}$.', 'pass'),
+        ('5', '$\\boxed{5}$ Wait, let me double-check: yes, $\\boxed{5}$.', 'pass'),
+        ('5', 'First I got $\\boxed{4}$, but correcting the error the answer is $\\boxed{5}$.', 'wrong'),
     ]
     return [("forms", g, a if "\\boxed" in a else box(a, k), w) for k, (g, a, w) in enumerate(table)]
 

@@ -32,21 +32,21 @@ INSERT INTO products VALUES {products};
 INSERT INTO orders VALUES {orders};
 """
 VARIANTS = [
-    dict(customers="(1,'Ann','Oslo','2020-01-05'),(2,'Bo','Rome','2021-03-10'),(3,'Cy','Oslo','2021-03-10'),"
+    {"customers": "(1,'Ann','Oslo','2020-01-05'),(2,'Bo','Rome','2021-03-10'),(3,'Cy','Oslo','2021-03-10'),"
                    "(4,'Di',NULL,'2022-07-01'),(5,'Ed','Rome','2019-11-30'),(6,'Flo','Lima','2022-07-01')",
-         products="(1,'pen','office',1.5),(2,'ink','office',7.25),(3,'desk','furniture',120.0),"
+         "products": "(1,'pen','office',1.5),(2,'ink','office',7.25),(3,'desk','furniture',120.0),"
                   "(4,'lamp','furniture',35.0),(5,'mug','kitchen',7.25),(6,'tea',NULL,3.1)",
-         orders="(1,1,1,10,'2023-01-02'),(2,1,3,1,'2023-01-02'),(3,2,2,3,'2023-02-11'),(4,3,5,2,'2023-02-11'),"
+         "orders": "(1,1,1,10,'2023-01-02'),(2,1,3,1,'2023-01-02'),(3,2,2,3,'2023-02-11'),(4,3,5,2,'2023-02-11'),"
                 "(5,3,1,5,'2023-03-01'),(6,5,4,1,'2023-03-15'),(7,2,5,4,'2023-03-15'),(8,1,2,3,'2023-04-20'),"
-                "(9,NULL,6,2,'2023-04-21')"),
-    dict(customers="(1,'Ann','Rome','2021-02-02'),(2,'Bo','Rome','2020-06-06'),(3,'Cy','Lima','2020-06-06'),"
+                "(9,NULL,6,2,'2023-04-21')"},
+    {"customers": "(1,'Ann','Rome','2021-02-02'),(2,'Bo','Rome','2020-06-06'),(3,'Cy','Lima','2020-06-06'),"
                    "(4,'Di','Oslo','2023-01-01'),(5,'Ed',NULL,'2018-08-08'),(6,'Flo','Oslo','2019-09-09'),"
                    "(7,'Gus','Lima','2022-02-02')",
-         products="(1,'pen','office',2.0),(2,'ink','office',2.0),(3,'desk','furniture',99.9),"
+         "products": "(1,'pen','office',2.0),(2,'ink','office',2.0),(3,'desk','furniture',99.9),"
                   "(4,'lamp','furniture',99.9),(5,'mug','kitchen',4.5),(6,'tea','kitchen',4.5),(7,'box',NULL,0.75)",
-         orders="(1,2,1,4,'2023-05-01'),(2,2,3,1,'2023-05-01'),(3,3,4,2,'2023-05-02'),(4,4,5,6,'2023-05-03'),"
+         "orders": "(1,2,1,4,'2023-05-01'),(2,2,3,1,'2023-05-01'),(3,3,4,2,'2023-05-02'),(4,4,5,6,'2023-05-03'),"
                 "(5,6,6,6,'2023-05-03'),(6,6,1,1,'2023-05-04'),(7,7,7,3,'2023-05-05'),(8,1,2,2,'2023-05-05'),"
-                "(9,NULL,5,1,'2023-05-06'),(10,3,3,2,'2023-05-06')"),
+                "(9,NULL,5,1,'2023-05-06'),(10,3,3,2,'2023-05-06')"},
 ]
 
 # gold, [correct rewrites], [near misses]
@@ -147,8 +147,8 @@ TABLE: list[tuple[str, str, list[str], list[str]]] = [
      ["SELECT COUNT(*) FROM orders WHERE date(day) >= date('2023-05-03')", "SELECT COUNT(1) FROM orders WHERE day > '2023-05-02'"],
      ["SELECT COUNT(*) FROM orders WHERE day > '2023-05-03'"]),
     ("per_group_top", "SELECT category, MAX(price) FROM products WHERE category IS NOT NULL GROUP BY category ORDER BY category",
-     ["SELECT p.category, (SELECT MAX(q.price) FROM products q WHERE q.category = p.category) FROM products p "
-      "WHERE p.category IS NOT NULL GROUP BY p.category ORDER BY p.category",
+     [("SELECT p.category, (SELECT MAX(q.price) FROM products q WHERE q.category = p.category) FROM products p "
+       "WHERE p.category IS NOT NULL GROUP BY p.category ORDER BY p.category"),
       "SELECT category, MAX(price) AS top FROM products GROUP BY category HAVING category IS NOT NULL ORDER BY 1"],
      ["SELECT category, MIN(price) FROM products WHERE category IS NOT NULL GROUP BY category ORDER BY category",
       "SELECT category, MAX(price) FROM products GROUP BY category ORDER BY category"]),

@@ -16,10 +16,10 @@ import typer
 
 from rlvr.data.jsonl import load_tasks, read_jsonl, require, write_jsonl_atomic
 from rlvr.data.types import Task
-from rlvr.errors import DataError
+from rlvr.errors import ConfigError, DataError
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.pool import outcome_counts, verify_batch
-from rlvr.verifiers.registry import TaskRouter
+from rlvr.verifiers.registry import TaskRouter, get_verifier
 
 PROGRESS_MIN_ITEMS = 50  # show a progress bar for batches at least this long
 
@@ -55,9 +55,30 @@ def verdict_record(task_id: str, v: Verdict, details: bool = False) -> dict[str,
     return rec
 
 
+def parse_verifier_options(items: list[str] | None) -> dict[str, dict[str, Any]]:
+    """``["math.rel_tol=1e-6", "sql.timeout_s=2"]`` -> ``{"math": {"rel_tol": 1e-6}, "sql": {"timeout_s": 2}}``
+    (a value is read as JSON when it parses, else kept as text); a malformed item is a DataError."""
+    import json
+
+    options: dict[str, dict[str, Any]] = {}
+    for item in items or []:
+        key, eq, raw = item.partition("=")
+        kind, dot, name = key.strip().partition(".")
+        if not (eq and dot and kind and name.isidentifier()):
+            raise DataError(f"--option {item!r}: expected KIND.NAME=VALUE, e.g. --option math.rel_tol=1e-6")
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        options.setdefault(kind, {})[name] = value
+    return options
+
+
 def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout_s: float = 60.0,
-               details: bool = False, progress: bool | None = None, console: Any = None) -> dict[str, Any]:
-    """Verify, write ``out``, print a summary; returns the summary (counts, seconds, rate)."""
+               details: bool = False, progress: bool | None = None, console: Any = None,
+               options: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Verify, write ``out``, print a summary; returns the summary (counts, seconds, rate). ``options``:
+    per-kind verifier constructor options (``{"math": {"rel_tol": 1e-6}}``)."""
     from rich.console import Console
 
     console = console or Console()
@@ -67,7 +88,12 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
         raise DataError(f"--timeout must be > 0 seconds, got {timeout_s}")
     task_list = load_task_source(tasks)
     pairs = read_completions(completions, {t.id: t for t in task_list}, tasks)
-    router = TaskRouter()
+    for kind, opts in (options or {}).items():  # bad options fail here, before any work
+        try:
+            get_verifier(kind, **opts)
+        except (ConfigError, ValueError) as e:
+            raise DataError(f"--option {kind}.{','.join(opts)}: {e}") from None
+    router = TaskRouter(options)
     t0 = time.perf_counter()
     show = len(pairs) >= PROGRESS_MIN_ITEMS if progress is None else progress
     verdicts = verify_batch(router, [t for t, _ in pairs], [c for _, c in pairs], workers=workers,
@@ -89,6 +115,10 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
     return summary
 
 
+VerifierOptionOpt = typer.Option(None, "--option", help="A verifier option KIND.NAME=VALUE (repeatable), "
+                                 "e.g. --option math.rel_tol=1e-6.")
+
+
 def verify_command(
     tasks: str = typer.Option(..., "--tasks", help="Tasks JSONL (or 'humaneval')."),
     completions: str = typer.Option(..., "--completions", help="Completions JSONL: {task_id, completion}."),
@@ -96,9 +126,11 @@ def verify_command(
     workers: int = typer.Option(2, "--workers", help="Worker processes (0 = inline)."),
     timeout: float = typer.Option(60.0, "--timeout", help="Hard time limit per completion, seconds."),
     details: bool = typer.Option(False, "--details", help="Also write each verdict's details.", metavar=""),
+    option: list[str] | None = VerifierOptionOpt,
 ) -> None:
     """Judge completions against tasks with the verifiers; write one verdict line per completion."""
-    summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details)
+    summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details,
+                         options=parse_verifier_options(option))
     if summary["n"] and summary["counts"].get("infra", 0) == summary["n"]:
         typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier itself failed on every "
                     "completion, so nothing was judged; run with --details to see why", fg="red", err=True)

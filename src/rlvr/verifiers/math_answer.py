@@ -16,7 +16,14 @@ Normalisation (the same for gold and answer):
     ``^\circ``/``°``/``\degree`` are flags (each comparison tries the value with and without them:
     ``25\%`` is 25 and 0.25, ``30°`` is 30 and pi/6); units in ``\text{}``/``\mathrm{}`` and plain
     unit words after a number, and currency signs, are dropped; ``3e8`` -> ``3\times10^{8}``;
-    ``0.\overline{3}`` -> ``\frac{1}{3}``.
+    ``0.\overline{3}`` -> ``\frac{1}{3}`` (all of these in :mod:`rlvr.verifiers.math_units`);
+  * whole-answer forms read as the plainer one they mean: ``\mathbf{}``/``\textbf{}`` dropped,
+    ``\text{The answer is } 5``, ``x \in \{2, 3\}``, set-builder ``\{x \mid 2 < x \le 5\}``,
+    ``(a, b) = (3, 4)``, ``\langle 1, 2 \rangle``, ``\text{all real numbers}``/``\text{no solution}``,
+    number words, a remark after the value (``\text{(since } x > 0)``), a multiple-choice letter with
+    its value (``\textbf{(B)}\ 12``: letters decide when both sides have one); in an item, a chain
+    ``3 \times 4 = 12`` whose first side has no variable is its last side, and named values
+    (``\angle A =``, ``f(x) =``, ``AB =``, ``\frac{dy}{dx} =``) are assignments.
 
 An item is a *plain number* when it is an integer, a decimal, ``a\times10^{k}``, ``a\cdot10^{k}``,
 ``10^{k}`` or an integer fraction (``\frac{p}{q}``, ``p/q``, mixed ``2\frac{1}{2}``): its exact
@@ -31,7 +38,13 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from rlvr.verifiers.math_units import COMMA_GROUPS_RE as _COMMA_GROUPS_RE
-from rlvr.verifiers.math_units import UNIT_TEXT_RE, number_notations, split_degrees, split_percent, strip_units
+from rlvr.verifiers.math_units import (
+    UNIT_TEXT_RE,
+    number_notations,
+    split_degrees,
+    split_percent,
+    strip_units,
+)
 
 _SPACING_RE = re.compile(r"(\\\\)|\\(?:[,;:> ]|enspace|thinspace|medspace|thickspace|hfill)|\\h?space\s*\{[^{}]*\}|~")
 _QUAD_RE = re.compile(r"\\q?quad\b")
@@ -46,7 +59,7 @@ _ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Z]{2,3}(?![A-
 _CHOICE_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:\(([A-E])\)|([A-E]))\s*\}?\s*(?:(?<=[)}])\s*(?!\(?[A-E]\))(\S.*))?$")
 _LEAD_IN_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*\}?\s*(?=\S)", re.IGNORECASE)
 _TEXT_DIGITS_RE = re.compile(r"^\\(?:text|textrm|mbox)\s*\{([^{}]*\d[^{}]*)\}$")
-_REMARK_RE = re.compile(r"\\text\s*\{\s*\(?\s*(?:since|because|as|where|when|if|for|rejected|reject|discard|discarded|"
+_REMARK_RE = re.compile(r"\\text\s*\{\s*\(?\s*(?:since|because|as|where|rejected|reject|discard|discarded|"
                         r"discarding|excluded|extraneous)\b", re.IGNORECASE)
 _STYLE_RE = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|pmb|emph|underline|textit|mathit|textnormal)\s*\{")
 _IMAG_RE = re.compile(r"\\(?:mathrm|text|mathit|textrm)\s*\{\s*i\s*\}")
@@ -63,9 +76,9 @@ _FRAC_RE = re.compile(r"^([-+]?)\s*(?:(\d+)\s*)?\\frac\s*\{\s*([-+]?\d+)\s*\}\s*
 _MIXED_SLASH_RE = re.compile(r"^([-+]?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
 _ANGLE_BRACKETS_RE = re.compile(r"\\langle\s*(.*?)\s*\\rangle")
 _CHAIN_SIDE_RE = re.compile(r"\\[A-Za-z]+")
-_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate((
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+    "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"))}
 _PHRASES = {"all real numbers": r"(-\infty, \infty)", "all reals": r"(-\infty, \infty)",
             "no solution": r"\emptyset", "no solutions": r"\emptyset", "no real solution": r"\emptyset",
             "no real solutions": r"\emptyset", **_NUMBER_WORDS}
@@ -339,7 +352,7 @@ def _parse(text: str, _split_numbers: bool) -> Answer:
     remark = _REMARK_RE.search(s)  # "3 \; (\text{since } x > 0)", "-2 \quad \text{(rejected 3)}": a remark
     if remark and remark.start() > 0:
         head = s[:remark.start()].rstrip()
-        head = head[:-1] if head.endswith("(") else head
+        head = head.removesuffix("(")
         s = re.sub(r"(?:\s|,|;|\\q?quad)+$", "", head) or s
     s = _reshape(s)
     delims = ""
@@ -492,6 +505,9 @@ def plan(gold: Answer, answers: list[Answer]) -> Plan:
         return Plan(verdict=(ok, "" if ok else "another choice"))
     if len(gold.items) == 1:
         g = gold.items[0]
+        if gold.delims == "()" and 1 < len(answers) == g.text.count(",") + 1 and all(len(a.items) == 1 for a in answers):
+            # "x = \boxed{5}, y = \boxed{3}" for the pair (5, 3): one box per coordinate, in order
+            answers = [Answer([Item("(" + ", ".join(a.items[0].text for a in answers) + ")")])]
         pairs: list[tuple[Side, Side]] = []
         for a in answers:
             side = _single_side(g, a, gold.delims)

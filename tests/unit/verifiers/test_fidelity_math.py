@@ -55,3 +55,24 @@ def test_math_fidelity_suite_is_broad():
     assert len(CASES) >= 300 and len(per) >= 20, per
     assert verdicts["wrong"] >= 100, verdicts  # a near miss or hedge for every class of correct form
     assert all(any(c[0] == cat and c[3] == "wrong" for c in CASES) for cat in per if cat != "format"), per
+
+
+def _bench_sample(step: int = 20) -> list[tuple[str, str, str, str]]:
+    """Every ``step``-th case of ``bench/math_fidelity.py`` (the generated suite: ~1,900 completions)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[3] / "bench" / "math_fidelity.py"
+    spec = importlib.util.spec_from_file_location("math_fidelity_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod.all_cases()[::step]
+
+
+BENCH = _bench_sample()
+
+
+@pytest.mark.parametrize("case", BENCH, ids=[f"bench-{c[0]}-{i}" for i, c in enumerate(BENCH)])
+def test_math_bench_sample(mv, case):
+    category, gold, comp, expected = case
+    v = mv.verify(Task(id=category, prompt="?", kind="math", gold={"answer": gold}), comp)
+    assert (v.outcome == "pass") == (expected == "pass"), f"gold {gold!r}, {comp!r}: {v.outcome} ({v.details})"

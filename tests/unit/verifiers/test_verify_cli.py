@@ -137,3 +137,22 @@ def test_probe_sql_prints_the_table_and_exits_zero(tmp_path):
 def test_probe_unknown_kind(tmp_path):
     r = rlvr_cli("probe", "chess", cwd=tmp_path)
     assert r.returncode == 2 and "unknown probe kind 'chess'" in r.stderr
+
+
+def test_verify_option_sets_the_math_tolerance(tmp_path):
+    """--option math.rel_tol=1e-4 reaches the verifier: 1.00005 for 1 passes with it, not without;
+    an out-of-range tolerance or a malformed option is refused before any work, naming the option."""
+    write_jsonl(tmp_path / "tasks.jsonl", [{"id": "m", "kind": "math", "prompt": "one?", "answer": "1"}])
+    write_jsonl(tmp_path / "comps.jsonl", [{"task_id": "m", "completion": "\\boxed{1.00005}"}])
+    base = ["verify", "--tasks", str(tmp_path / "tasks.jsonl"), "--completions", str(tmp_path / "comps.jsonl"),
+            "--out", str(tmp_path / "v.jsonl"), "--workers", "0"]
+    outcomes = []
+    for extra in ([], ["--option", "math.rel_tol=1e-4"]):
+        r = rlvr_cli(*base, *extra)
+        assert r.returncode == 0, r.stderr
+        outcomes.append(json.loads((tmp_path / "v.jsonl").read_text())["outcome"])
+    assert outcomes == ["wrong", "pass"]
+    r = rlvr_cli(*base, "--option", "math.rel_tol=0.01")
+    assert r.returncode != 0 and "math.rel_tol" in r.stderr and "1e-4" in r.stderr, r.stderr
+    r = rlvr_cli(*base, "--option", "rel_tol=1e-6")
+    assert r.returncode != 0 and "KIND.NAME=VALUE" in r.stderr, r.stderr
