@@ -291,6 +291,10 @@ def isolation_report(mode: str = "auto") -> dict:
         if iso.uid_switch
         else "process group only (setsid children escape)"
     )
+    from rlvr.verifiers.sandbox.cgroups import tree_limit_report
+
     d["cgroup_v1"] = {c: os.path.isdir(f"/sys/fs/cgroup/{c}") for c in ("pids", "memory")}
-    d["cgroup_used"] = False
+    d.update(tree_limit_report())
+    d["cgroup_used"] = not d["tree_limits"].startswith("none")
+    d["harness"] = "own unprivileged uid + no_new_privs" if iso.uid_switch else "caller's uid (rlimits only)"
     return d
