@@ -621,7 +621,7 @@ PROBES: list[Probe] = [
     _p(
         "fork_bomb",
         FORK_BOMB,
-        ("timeout", "crash"),
+        ("timeout", "crash", "violation"),  # violation: the run's cgroup refused a fork (whole-tree limit)
         "fork until the process cap; children renamed",
         setup=setup_forkbomb,
         host_check=check_forkbomb,

@@ -16,7 +16,7 @@ from typing import Any
 from rlvr.verifiers.sandbox.cgroups import open_tree_cgroup
 from rlvr.verifiers.sandbox.harness import limit_hit
 from rlvr.verifiers.sandbox.isolation import Isolation, detect_isolation
-from rlvr.verifiers.sandbox.launch import feed, kill_tree, spawn_candidate, spawn_harness
+from rlvr.verifiers.sandbox.launch import feed, harness_can_drop_root, kill_tree, spawn_candidate, spawn_harness
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.supervise import Stream, pump
 from rlvr.verifiers.sandbox.uids import acquire_uid, kill_uid, remove_uid_files
@@ -49,8 +49,9 @@ class _Session:
             self.lease = acquire_uid(self.iso.uid_base)
             if not self.iso.uses_bwrap:  # leftovers of a verifier killed mid-run (bubblewrap: died with it)
                 kill_uid(self.lease.uid)
-            self.harness_lease = acquire_uid(self.iso.uid_base)  # the harness drops root too
-            kill_uid(self.harness_lease.uid)
+            if harness_can_drop_root():  # the harness drops root too, where it can still import its modules
+                self.harness_lease = acquire_uid(self.iso.uid_base)
+                kill_uid(self.harness_lease.uid)
         if self.limits.tree_limits:
             self.cgroup = open_tree_cgroup(self.limits.tree_memory, self.limits.max_procs)
         self.root = tempfile.mkdtemp(prefix="rlvr-sbx-")

@@ -122,6 +122,30 @@ def spawn_candidate(
     )
 
 
+@functools.cache
+def harness_can_drop_root() -> bool:
+    """The harness may run under an unprivileged uid only if that uid can still import what the tests import:
+    every directory of the interpreter's stdlib and site-packages (and each of their parents) must be
+    traversable by others. An interpreter under ``/root`` (pyenv's default) or in a private venv is not."""
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths |= set(site_dirs(sys.executable)) | {os.path.dirname(os.path.realpath(sys.executable))}
+    for p in paths:
+        p = os.path.realpath(p)
+        while True:
+            try:
+                if not os.stat(p).st_mode & 0o001:
+                    return False
+            except OSError:
+                break
+            parent = os.path.dirname(p)
+            if parent == p:
+                break
+            p = parent
+    return True
+
+
 def spawn_harness(
     limits: SandboxLimits, cwd: str, fd_to: int, fd_from: int, fd_result: int, stdout: int,
     lease: UidLease | None = None,
