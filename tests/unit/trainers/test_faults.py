@@ -319,3 +319,14 @@ def test_an_infra_storm_pauses_the_run_with_a_clear_message(tiny_dir, tmp_path):
     assert "step 3: 6 of 8 verifications were infra (75% > max_infra_frac 0.5" in msg
     assert f"The last checkpoint is {tmp_path / 'rl' / 'checkpoints' / 'step-000002'}" in msg and "--resume" in msg
     assert events(tmp_path / "rl" / "metrics.jsonl", "paused_infra")[0]["infra"] == 6
+
+
+def test_a_prompt_filling_the_token_budget_ends_its_trajectory_instead_of_crashing(tmp_path):
+    # before the fix: max_new_tokens <= 0 reached the engine, which raised on an empty generation
+    st = RLStage(data=BuiltinEnvTasks(env="calculator", n=8, split="train", seed=1),
+                 rollout=RolloutConfig(mode="multi_turn",
+                                       loop=AgentLoopConfig(max_turns=2, max_new_tokens=8, max_total_tokens=64)),
+                 sampling=SamplingConfig(group_size=2), max_steps=1, tasks_per_step=2, save_every=0)
+    res = train_rl(st, ModelConfig(tiny={"size": "test", "seed": 0}), tmp_path, seed=0)
+    row = [r for r in map(json.loads, open(res.metrics_path)) if r.get("step") == 1][0]
+    assert res.steps == 1 and row["train/sequences"] == 0
