@@ -77,8 +77,11 @@ def test_soak_hostile_stream_leaves_the_host_untouched():
         close_pools()
         effects = {p.name: p.host_check(states[p.name]) for p in PROBES if p.host_check}
     seconds = time.perf_counter() - t0
-    time.sleep(0.5)
     after = _leftovers(uid_base())
+    time.sleep(15)  # other sessions on a shared machine verify too: a leftover is one that is still there later
+    later = _leftovers(uid_base())
+    after = {k: [x for x in v if x in later[k] and x not in before[k]] for k, v in after.items()}
+    before = {k: [] for k in before}
     hostile = [(p, v) for p, v in results if p is not None]
     honest = [v for p, v in results if p is None]
     rewarded = [(p.name, v.outcome, v.details) for p, v in hostile if v.reward != 0.0]
