@@ -3,6 +3,7 @@ under the per-process memory limit are stopped together; the run's cgroup is gon
 cgroups the fallback is loud; the harness, where it can, judges under its own unprivileged uid."""
 
 import glob
+import os
 
 import pytest
 
@@ -37,7 +38,8 @@ def test_a_tree_of_processes_is_held_to_one_memory_limit():
     v = CodeVerifier(timeout_s=2.0, memory_mb=256)
     res = v.verify(TASK, TREE_BOMB)
     assert (res.outcome, res.reward) == ("violation", 0.0) and res.details["limit"] == "memory (whole process tree)"
-    assert not glob.glob("/sys/fs/cgroup/*/rlvr-sbx-*") + glob.glob("/sys/fs/cgroup/*/*/*/rlvr-sbx-*")
+    mine = f"rlvr-sbx-{os.getpid()}-*"  # the runs of this process (other sessions may be verifying right now)
+    assert not glob.glob(f"/sys/fs/cgroup/*/{mine}") + glob.glob(f"/sys/fs/cgroup/*/*/*/{mine}")
     assert v.verify(TASK, GOOD).outcome == "pass"
 
 
