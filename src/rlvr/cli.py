@@ -141,6 +141,22 @@ def ppo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOp
     _stage("ppo", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
+@app.command()
+def rft(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
+        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+        allow_config_change: bool = AllowChangeOpt) -> None:
+    """Run the recipe's rejection-sampling fine-tuning stage(s) (expert iteration)."""
+    _stage("rft", recipe, set_, resume, model, run_dir, allow_config_change)
+
+
+@app.command()
+def distill(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
+            model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+            allow_config_change: bool = AllowChangeOpt) -> None:
+    """Run the recipe's distillation stage(s) (SFT on a teacher's verified samples)."""
+    _stage("distill", recipe, set_, resume, model, run_dir, allow_config_change)
+
+
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
                                              "builtin:FAMILY[,FAMILY][:N], or builtin_env:ENV[:N] (held-out "
                                              "environment tasks, run in the closed loop).")
@@ -190,12 +206,18 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
 
 
 def _register_commands() -> None:
-    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe)."""
+    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen, plan, report, watch)."""
+    from rlvr.commands.plan import register as reg_plan
     from rlvr.commands.probe import register as reg_probe
+    from rlvr.commands.report import register as reg_report
+    from rlvr.commands.screen import register as reg_screen
     from rlvr.commands.verify import register as reg_verify
 
     reg_verify(app)
     reg_probe(app)
+    reg_screen(app)
+    reg_plan(app)
+    reg_report(app)
 
 
 def _usage_error(e: typer.TyperException) -> None:

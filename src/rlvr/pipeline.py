@@ -51,6 +51,12 @@ def stage_trainer(kind: str):
         from rlvr.trainers.reward_model import train_reward_model as fn
     elif kind == "ppo":
         from rlvr.trainers.ppo import train_ppo as fn
+    elif kind == "onpolicy_distill":
+        from rlvr.trainers.onpolicy_distill import train_onpolicy_distill as fn
+    elif kind == "rft":
+        from rlvr.trainers.rft import train_rft as fn
+    elif kind == "distill":
+        from rlvr.trainers.distill import train_distill as fn
     else:
         raise ValueError(f"unknown stage type {kind!r}")
     return fn

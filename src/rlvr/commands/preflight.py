@@ -125,6 +125,9 @@ def check_batches(i: int, st: Any) -> list[Problem]:
                     "within a group, so a group of 1 has zero advantage and trains on nothing; use >= 2",
                 )
             )
+        from rlvr.trainers.variants import check_rl_combination
+
+        out += [Problem(f"{pre}.{key}", why) for key, why in check_rl_combination(st)]
         if st.mini_batches > st.tasks_per_step * g:
             out.append(
                 Problem(
@@ -165,6 +168,8 @@ def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
         paths.append(("pairs.reward_model_path", pairs.reward_model_path))
     if st.type == "reward_model":
         paths.append(("backbone", st.backbone))
+    if st.type == "distill":
+        paths.append(("teacher", st.teacher))
     for k, p in paths:
         if p is not None and not (Path(p) / "config.json").exists():
             out.append(Problem(f"{pre}.{k}", f"{p!r} is not a local model folder (no config.json)"))

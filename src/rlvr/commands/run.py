@@ -18,7 +18,8 @@ from rlvr.config.recipe import Recipe
 from rlvr.errors import ConfigError, ModelLoadError
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "recipes" / "quickstart.yaml"
-STAGE_COMMANDS = {"sft": "sft", "rl": "grpo", "preference": "dpo", "reward_model": "rm", "ppo": "ppo"}
+STAGE_COMMANDS = {"sft": "sft", "rl": "grpo", "preference": "dpo", "reward_model": "rm", "ppo": "ppo", "rft": "rft",
+                  "distill": "distill", "onpolicy_distill": "run"}
 
 
 def validate_command(recipe: str, overrides: list[str]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from rlvr.config.base import Section, typed_union
 
@@ -83,7 +83,61 @@ class HGPOCredit(Section):
     """Std normalisation of both parts."""
 
 
-Credit = typed_union(TrajectoryCredit, TurnCredit, HGPOCredit, default="trajectory")
+class TurnCritic(Section):
+    """A small learned value head on turn-level states: an MLP on the policy's final hidden state at the
+    token before each turn (detached: the critic never moves the policy), trained inside the stage by MSE
+    and saved in its checkpoints (``turn_critic.pt`` in ``final/``)."""
+
+    hidden: int = Field(64, ge=1)
+    """Width of the MLP's hidden layer."""
+    lr: float = Field(1e-3, gt=0)
+    """Adam learning rate of the critic."""
+    steps: int = Field(4, ge=1)
+    """Critic optimizer steps per rollout batch (full batch of the batch's turns)."""
+
+
+class ARPOCredit(Section):
+    """ARPO: a light critic on turn-level states redistributes the trajectory's GRPO advantage across its
+    turns by how much each turn moved the expected value toward the outcome (advantages/turn_credit.py)."""
+
+    type: Literal["arpo"] = "arpo"
+    mix: float = Field(0.5, ge=0.0, le=1.0)
+    """λ: 0 is trajectory GRPO, 1 is fully redistributed by the critic's value changes."""
+    scale: Literal["group", "none"] = "group"
+    """Std normalisation of the trajectory advantage."""
+    critic: TurnCritic = TurnCritic()
+    """The turn-level critic."""
+
+
+class StepPOCredit(Section):
+    """StepPO: per-step advantages from step scores, a process checklist the environment evaluates on its
+    state after every turn (fraction of the goal's conditions met), added to the trajectory's GRPO
+    advantage. Needs an environment with a checklist (kvstore, kvchain, calculator)."""
+
+    type: Literal["steppo"] = "steppo"
+    step_weight: float = Field(1.0, ge=0.0)
+    """ω: weight of the step advantage."""
+    scale: Literal["group", "none"] = "group"
+    """Std normalisation of both parts."""
+
+
+class TurnPPOCredit(Section):
+    """Turn-PPO: the turn is the MDP step; a small learned per-turn value gives GAE advantages over turns
+    (no group baseline), applied to every token of the turn in the clipped PPO loss."""
+
+    type: Literal["turn_ppo"] = "turn_ppo"
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """Discount per turn."""
+    lam: float = Field(0.95, ge=0.0, le=1.0)
+    """GAE λ over turns."""
+    scale: Literal["batch", "none"] = "batch"
+    """Whiten the advantages over the batch's turns, or not."""
+    critic: TurnCritic = TurnCritic()
+    """The per-turn value head."""
+
+
+Credit = typed_union(TrajectoryCredit, TurnCredit, HGPOCredit, ARPOCredit, StepPOCredit, TurnPPOCredit,
+                     default="trajectory")
 
 
 class AgentGuards(Section):
@@ -104,6 +158,6 @@ class RolloutConfig(Section):
     loop: AgentLoopConfig = AgentLoopConfig()
     """Limits of the closed loop (multi_turn)."""
     credit: Credit = TrajectoryCredit()
-    """Credit assignment over turns (multi_turn)."""
+    """Credit assignment over turns (multi_turn): trajectory, turn, hgpo, arpo, steppo, turn_ppo."""
     guards: AgentGuards = AgentGuards()
     """Penalties and alerts (multi_turn)."""

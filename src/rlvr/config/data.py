@@ -81,10 +81,10 @@ class HFTasks(Section):
 
 
 class BuiltinEnvTasks(Section):
-    """Built-in tool-environment tasks (rlvr.envs): files, kvstore, calculator, sql."""
+    """Built-in tool-environment tasks (rlvr.envs): files, kvstore, kvchain, calculator, sql."""
 
     type: Literal["builtin_env"] = "builtin_env"
-    env: Literal["files", "kvstore", "calculator", "sql"] = "files"
+    env: Literal["files", "kvstore", "kvchain", "calculator", "sql"] = "files"
     """Which environment."""
     n: int = Field(1000, ge=1)
     """Number of tasks."""
@@ -99,6 +99,9 @@ class BuiltinEnvTasks(Section):
     shortcut_rate: float = 0.6
     """calculator: how often the demonstrating teacher does a final add/sub in its head instead of
     calling the tool (its demonstrations are then not the student's best path)."""
+    hops: int | None = Field(None, ge=1, le=31)
+    """kvchain: dependent ``get`` turns per task (None: 30; a trajectory is hops + 1 turns, and the
+    environment ends an episode at 32)."""
 
 
 TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks, default="builtin")

@@ -1,27 +1,135 @@
-"""Thresholds of the training-health rules (rlvr.monitoring.health) and whether they act."""
+"""Training-health rules (``rlvr.monitoring.health``): their thresholds, and what each status does.
+
+Every threshold says where its default comes from. "The seed table" is the entropy-collapse panel of
+``/work/shared/seeds/000_*`` (step / pass rate / entropy / KL / status: 1.83 nats healthy, 1.51 healthy,
+1.02 "entropy trending down", 0.48 "ENTROPY COLLAPSE", 0.11 with KL 0.19 -> 0.28 -> 0.44 "stalled + KL
+drifting"); "the screening paper" is arXiv:2606.18487 as summarised in ``seeds/004_*`` (expected group
+advantage variance p(1-p)(G-1)/G, threshold p*(G), p*(8) = 0.083).
+"""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from pydantic import Field
 
 from rlvr.config.base import Section
 
+Action = Literal["alert", "entropy_bonus", "entropy_floor", "raise_temperature", "adaptive_beta", "grow_group",
+                 "dynamic_sampling", "stop"]
+"""What a status can do: ``alert`` (print + log only); ``entropy_bonus`` (raise the entropy coefficient by
+``entropy_bonus_step``); ``entropy_floor`` (an entropy target at ``entropy_trend_frac`` × the starting
+entropy: from then on the entropy coefficient rises by ``entropy_bonus_step`` each step the smoothed
+entropy is under it and falls back when above — adaptive entropy control); ``raise_temperature`` (+
+``temperature_step``); ``adaptive_beta`` (multiply β by ``beta_factor``, or start it at ``beta_start``);
+``grow_group`` (G × 2); ``dynamic_sampling`` (turn on DAPO's dynamic sampling on correctness); ``stop``
+(end the stage and ship the last healthy checkpoint as its result)."""
+
+
+class HealthActions(Section):
+    """The actions each status takes (a list; every entry is logged in ``health/action`` with its reason).
+    Knob actions (entropy, temperature, β, G, dynamic sampling) act in RL stages; in a stage without that
+    knob (PPO, preference) they are logged as alerts saying so."""
+
+    entropy_trending_down: list[Action] = ["alert"]
+    """Entropy below ``entropy_trend_frac`` of its start and still falling."""
+    entropy_collapse: list[Action] = ["alert"]
+    """Entropy below ``entropy_collapse_frac`` of its start (try ``[entropy_floor]`` or ``[raise_temperature]``)."""
+    stalled: list[Action] = ["alert"]
+    """Pass rate flat for ``stall_steps`` steps."""
+    kl_drift: list[Action] = ["alert"]
+    """KL to the reference above ``kl_max`` or accelerating (try ``[adaptive_beta]``)."""
+    dead_groups: list[Action] = ["alert"]
+    """Zero-variance groups above ``dead_frac`` (try ``[dynamic_sampling]`` or ``[grow_group]``)."""
+    verifier_overfit: list[Action] = ["alert"]
+    """Train pass rate rising while held-out falls (try ``[stop]``)."""
+    length_blowup: list[Action] = ["alert"]
+    """Truncation rate or mean length rising."""
+    reward_length_corr: list[Action] = ["alert"]
+    """Reward correlated with length while lengths grow."""
+    nan: list[Action] = ["alert"]
+    """A NaN/inf loss or gradient norm."""
+    tool_collapse: list[Action] = ["alert"]
+    """(multi-turn) tool calls falling while success stalls."""
+    env_leak: list[Action] = ["alert"]
+    """(multi-turn) a secret goal value seen in an observation."""
+
 
 class HealthConfig(Section):
-    """Health monitor of an RL stage."""
+    """Health monitor of a stage with a policy (RL, PPO, preference): statuses from smoothed metric
+    histories, and the actions they take."""
 
-    window: int = Field(10, ge=0)
-    """Steps averaged by the rules."""
-    entropy_floor_frac: float = 0.1
-    """entropy_collapse: entropy below this fraction of its starting value."""
+    window: int = Field(10, ge=1)
+    """Steps of the starting baseline, and the smoothing span: every rule reads an EMA with
+    α = 2 / (window + 1) (the EMA whose centre of mass is a window's simple mean), so one noisy step does
+    not flip a status. 10: a tenth of a typical 100-200-step tiny RL stage."""
+    entropy_trend_frac: float = 0.6
+    """entropy_trending_down: smoothed entropy below this fraction of the starting entropy and still
+    falling. The seed table: 1.51/1.83 = 0.83 is healthy, 1.02/1.83 = 0.56 is trending down."""
+    entropy_collapse_frac: float = 0.3
+    """entropy_collapse: smoothed entropy below this fraction of the starting entropy. The seed table:
+    0.48/1.83 = 0.26 is ENTROPY COLLAPSE, 0.56 is not."""
+    stall_steps: int = Field(30, ge=1)
+    """stalled: the smoothed pass rate moved by less than ``stall_delta`` over this many steps (3 windows:
+    long enough that the EMA's lag and per-step noise do not look like a plateau)."""
+    stall_delta: float = 0.02
+    """stalled: see ``stall_steps``. 0.02: about one standard error of the pass rate of a 128-sample
+    rollout batch at p = 0.5 (0.044) halved by the EMA's averaging."""
     kl_max: float = 0.5
-    """kl_drift: KL to the reference above this."""
-    dead_frac: float = 0.95
-    """dead_groups: zero-variance fraction at or above this for a whole window."""
+    """kl_drift: smoothed per-token KL to the reference above this. The seed: "for a 7B base, 0.5 nats a
+    token is a decent early warning"."""
+    kl_accel_min: float = 0.2
+    """kl_drift (accelerating): the smoothed KL is above this and grew over the last window by more than
+    ``kl_accel_ratio`` × its growth over the window before. The seed table: 0.19 is not drifting yet; 0.28 ->
+    0.44 (+0.16 after +0.09: 1.8×) is."""
+    kl_accel_ratio: float = 1.5
+    """kl_drift: see ``kl_accel_min`` (the seed table's healthy rise 0.11 -> 0.19 -> 0.28 is 1.1×)."""
+    track_kl: bool | None = None
+    """Measure KL to the reference (``kl/ref``) even at β = 0 (a reference forward per step, no gradient).
+    None: only when an ``adaptive_beta`` action is configured (it needs the KL and the reference)."""
+    dead_frac: float = 0.5
+    """dead_groups: smoothed zero-variance group fraction at or above this (after a window). 0.5: "most
+    groups are dead", the definition of the screening paper's p*(G)."""
     overfit_gap: float = 0.1
-    """verifier_overfit: train pass rate up and held-out pass@1 down by at least this."""
+    """verifier_overfit: train pass rate up and held-out pass@1 down by at least this between the first
+    and the latest held-out evals (10 points: several standard errors of a 100-task held-out set)."""
+    trunc_max: float = 0.2
+    """length_blowup: smoothed truncation rate above this and above its starting value + half of it (a
+    rate that was always high is a budget choice, not a blow-up; DAPO's overlong shaping starts a fifth of the
+    budget before the end: a fifth of the samples at the limit is a budget problem)."""
+    length_rise: float = 1.5
+    """length_blowup: smoothed mean completion length above this multiple of its starting value."""
+    length_corr_max: float = 0.5
+    """reward_length_corr: smoothed within-batch Pearson correlation of reward and completion length above
+    this while the mean length grew by ``length_corr_rise`` (the DPO length bias of seeds/003_*)."""
+    length_corr_rise: float = 1.2
+    """reward_length_corr: see ``length_corr_max``."""
     tool_collapse_frac: float = 0.5
     """tool_collapse (multi-turn): tool calls per trajectory below this fraction of their first-window
     mean while the pass rate did not rise."""
     stop_on_critical: bool = False
-    """Stop the stage on a critical alert (entropy collapse, verifier overfitting, NaN)."""
+    """Stop the stage on any critical status (entropy collapse, verifier overfit, NaN, environment leak)."""
+    actions: HealthActions = HealthActions()
+    """What each status does (alert by default)."""
+    cooldown: int = Field(10, ge=1)
+    """Steps before the same action may fire again while its status persists (the EMA needs about a window
+    to show an action's effect)."""
+    entropy_bonus_step: float = Field(0.01, ge=0)
+    """entropy_bonus / entropy_floor: coefficient increment (the usual 0.001-0.01 entropy coefficients)."""
+    entropy_bonus_max: float = Field(0.05, ge=0)
+    """entropy_bonus / entropy_floor: coefficient cap."""
+    temperature_step: float = Field(0.2, gt=0)
+    """raise_temperature: increment per firing."""
+    temperature_max: float = Field(1.5, gt=0)
+    """raise_temperature: cap."""
+    beta_start: float = Field(0.02, gt=0)
+    """adaptive_beta: β when it was 0 (PPO's usual KL coefficient 0.01-0.05, seeds/003_*)."""
+    beta_factor: float = Field(2.0, gt=1)
+    """adaptive_beta: multiplier per firing."""
+    beta_max: float = Field(0.5, gt=0)
+    """adaptive_beta: cap."""
+    group_size_max: int = Field(32, ge=1)
+    """grow_group: cap on G."""
+    snapshot_every: int = Field(5, ge=1)
+    """With a ``stop`` action: save the model to ``<stage>/healthy/`` at most every this many steps while the
+    status is healthy; a stop ships it as ``final/``."""

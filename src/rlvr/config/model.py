@@ -19,6 +19,8 @@ class TinyModel(Section):
     """Named size: test, 0.5m, 1m, 2m, 5m, 20m."""
     seed: int = 0
     """Initialisation seed."""
+    max_positions: int = Field(512, ge=16)
+    """Context length (position embeddings): raise it for long multi-turn trajectories (kvchain: 3072)."""
 
     @field_validator("size")
     @classmethod

@@ -11,16 +11,20 @@ from rlvr.config.distributed import DistributedConfig
 from rlvr.config.eval import EvalConfig
 from rlvr.config.logging import LoggingConfig
 from rlvr.config.model import ModelConfig, TinyModel
+from rlvr.config.onpolicy import OnPolicyDistillStage
 from rlvr.config.preference import PreferenceStage
+from rlvr.config.rft import DistillStage, RFTStage
 from rlvr.config.rl import RLStage
 from rlvr.config.rlhf import PPOStage, RewardModelStage
 from rlvr.config.sft import SFTStage
 
-Stage = typed_union(SFTStage, PreferenceStage, RewardModelStage, PPOStage, RLStage)
-STAGE_TYPES: tuple[str, ...] = ("sft", "preference", "reward_model", "ppo", "rl")
+Stage = typed_union(SFTStage, PreferenceStage, RewardModelStage, PPOStage, RLStage, RFTStage, DistillStage,
+                    OnPolicyDistillStage)
+STAGE_TYPES: tuple[str, ...] = ("sft", "preference", "reward_model", "ppo", "rl", "rft", "distill", "onpolicy_distill")
 # ``type: grpo`` is ``type: rl`` with ``loss: {type: grpo}`` (and, unless named, ``name: grpo``).
 STAGE_ALIASES: dict[str, tuple[str, str | None]] = {
-    **{a: ("rl", a) for a in ("grpo", "dapo", "gspo", "dr_grpo", "rloo", "reinforce_pp")},
+    **{a: ("rl", a) for a in ("grpo", "dapo", "gspo", "dr_grpo", "rloo", "reinforce_pp", "sign_balance", "asym_grpo",
+                              "steer", "cispo", "sapo", "dar")},
     **{a: ("preference", a) for a in ("dpo", "ipo", "simpo", "kto", "orpo", "cpo")},
     "rm": ("reward_model", None),
 }
@@ -66,7 +70,7 @@ class Recipe(Section):
     distributed: DistributedConfig = DistributedConfig()
     """Where RL stages run: this process (default), a Ray cluster, torchrun ranks (docs/scaling.md)."""
     stages: list[Stage] = []
-    """Stages in order. ``type`` is sft, preference, reward_model, ppo or rl, or an alias: grpo, dapo, gspo, dr_grpo, rloo, reinforce_pp (rl), dpo, ipo, simpo, kto, orpo, cpo (preference), rm (reward_model)."""
+    """Stages in order. ``type`` is sft, preference, reward_model, ppo, rl, rft (rejection-sampling fine-tuning) or distill (off-policy distillation from a teacher), or an alias: grpo, dapo, gspo, dr_grpo, rloo, reinforce_pp (rl), dpo, ipo, simpo, kto, orpo, cpo (preference), rm (reward_model)."""
 
     @field_validator("stages", mode="before")
     @classmethod
@@ -74,7 +78,7 @@ class Recipe(Section):
         return [expand_stage_alias(s) for s in v] if isinstance(v, list) else v
 
     @model_validator(mode="after")
-    def _unique_stage_names(self) -> "Recipe":
+    def _unique_stage_names(self) -> Recipe:
         names = [s.name for s in self.stages]
         dup = {n for n in names if names.count(n) > 1}
         if dup:

@@ -10,6 +10,13 @@ from rlvr.config.agent import RolloutConfig
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
+from rlvr.config.methods import (
+    DoubleRolloutConfig,
+    EdenConfig,
+    GuidanceConfig,
+    OffContextConfig,
+    ResidualAdvantageConfig,
+)
 from rlvr.config.optim import OptimConfig
 
 
@@ -28,7 +35,7 @@ class PolicyLossBase(Section):
     def _clip_order(self):
         """A decoupled clip needs ε_high ≥ ε_low (clip-higher widens the upper side, never inverts it)."""
         lo, hi = getattr(self, "eps_low", None), getattr(self, "eps_high", None)
-        if lo is not None and hi is not None and hi < lo:
+        if self.clip_order_checked and lo is not None and hi is not None and hi < lo:
             raise ValueError(f"eps_high {hi} < eps_low {lo}: the upper clip must be at least the lower one "
                              "(DAPO's clip-higher: eps_low 0.2, eps_high 0.28)")
         return self
@@ -37,6 +44,8 @@ class PolicyLossBase(Section):
     """Overlong filtering: exclude completions cut at max_new_tokens from the loss (DAPO's overlong filtering)."""
     default_dynamic_sampling: ClassVar[str] = "off"
     default_overlong: ClassVar[bool] = False
+    clip_order_checked: ClassVar[bool] = True
+    """Refuse ε_high < ε_low (a trust-region clip); a loss whose ε bound something else turns it off."""
 
 
 class GRPOLoss(PolicyLossBase):
@@ -117,7 +126,102 @@ class ReinforcePPLoss(PolicyLossBase):
     """How per-token losses are averaged."""
 
 
-RLLoss = typed_union(GRPOLoss, DAPOLoss, GSPOLoss, DrGRPOLoss, RLOOLoss, ReinforcePPLoss, default="grpo")
+AGG = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
+
+
+class SignBalanceLoss(PolicyLossBase):
+    """SignBalance (RIT + Adobe 2026): the verifier's sign with a global magnitude instead of the group's std.
+
+    ``A_i = c · s_i · λ_{s_i}``, ``s_i = sign(r_i − mean_g r)``, ``λ_+ = N / (2 N_+)``, ``λ_− = N / (2 N_−)``
+    over the batch's informative samples: the batch mean is 0 and a (possibly guessed) correct answer's
+    magnitude no longer depends on how rare it is in its own group (``rlvr.advantages.signbalance``)."""
+
+    type: Literal["sign_balance"] = "sign_balance"
+    eps: float = 0.2
+    """Clip range ε (token-level, symmetric)."""
+    scale: float = Field(1.0, gt=0)
+    """c: the global advantage magnitude."""
+    aggregation: AGG = "seq-mean-token-mean"
+    """How per-token losses are averaged."""
+
+
+class AsymGRPOLoss(PolicyLossBase):
+    """AsymGRPO (NC State + CWRU 2026): GRPO advantages with the positive and negative channels modulated
+    separately, ``A' = α_+ A`` where A > 0 and ``α_− A`` where A < 0 (keep productive entropy on the
+    successes, damp the noisy entropy that failed rollouts inject)."""
+
+    type: Literal["asym_grpo"] = "asym_grpo"
+    eps: float = 0.2
+    """Clip range ε."""
+    pos_weight: float = Field(1.0, ge=0)
+    """α_+: multiplier of positive advantages."""
+    neg_weight: float = Field(0.5, ge=0)
+    """α_−: multiplier of negative advantages."""
+    aggregation: AGG = "seq-mean-token-mean"
+    """How per-token losses are averaged."""
+
+
+class STEERLoss(PolicyLossBase):
+    """STEER (ZJU + Tencent 2026): GRPO's clipped surrogate, each token down-weighted by its estimated entropy
+    change ``κ_t = m_t |A_t| p_t |log p_t + H_t|``: ``w_t = min(1, τ / κ_t)`` (``rlvr.losses.policy_variants``)."""
+
+    type: Literal["steer"] = "steer"
+    eps: float = 0.2
+    """Clip range ε."""
+    tau: float = Field(0.5, gt=0)
+    """τ: the entropy-change speed limit; tokens with κ_t <= τ keep weight 1."""
+    aggregation: AGG = "seq-mean-token-mean"
+    """How per-token losses are averaged."""
+
+
+class CISPOLoss(PolicyLossBase):
+    """CISPO (MiniMax-M1 2025): clip the importance weight, not the update — every token keeps its gradient:
+    ``loss_t = −sg(clip(r_t, 1−ε_low, 1+ε_high)) A_t log π_t``."""
+
+    type: Literal["cispo"] = "cispo"
+    clip_order_checked: ClassVar[bool] = False
+    """CISPO's bounds clip an importance weight, not a trust region: ε_low = 1 (no lower bound) above
+    ε_high is its paper's setting, so the clip-order check does not apply."""
+    eps_low: float = Field(1.0, ge=0, le=1)
+    """Lower IS-weight clip (1.0: no lower bound, as in the paper)."""
+    eps_high: float = Field(0.28, ge=0)
+    """Upper IS-weight clip."""
+    aggregation: AGG = "token-mean"
+    """How per-token losses are averaged."""
+
+
+class SAPOLoss(PolicyLossBase):
+    """SAPO (Qwen 2025): a soft, temperature-controlled gate instead of the hard clip:
+    ``loss_t = −(4/τ) σ(τ (r_t − 1)) A_t`` with τ = τ_pos for A > 0 and τ_neg for A < 0."""
+
+    type: Literal["sapo"] = "sapo"
+    tau_pos: float = Field(1.0, gt=0)
+    """Gate temperature for positive advantages."""
+    tau_neg: float = Field(1.05, gt=0)
+    """Gate temperature for negative advantages (sharper: negative updates fade out faster)."""
+    aggregation: AGG = "token-mean"
+    """How per-token losses are averaged."""
+
+
+class DARLoss(PolicyLossBase):
+    """DAR (ICLR 2026): RL-free advantage-weighted regression on the rollouts,
+    ``loss_t = −w_i log π_t``, ``w_i = min(exp(α · mean_t log(π_0/π_old)) · exp(A_i/β), w_max)`` with π_0 the
+    frozen reference and A_i GRPO's group advantage. It regularises towards π_0 itself (kl.beta must be 0)
+    and every sample trains (a zero advantage still has weight ≈ 1)."""
+
+    type: Literal["dar"] = "dar"
+    alpha: float = Field(0.5, ge=0, le=1)
+    """α: 1 stays near the initial model, 0 near the current policy."""
+    beta: float = Field(1.0, gt=0)
+    """β: advantage temperature."""
+    max_weight: float = Field(20.0, gt=0)
+    """Clip of the product weight (against exploding gradients)."""
+    aggregation: AGG = "token-mean"
+    """How per-token losses are averaged."""
+
+
+RLLoss = typed_union(GRPOLoss, DAPOLoss, GSPOLoss, DrGRPOLoss, RLOOLoss, ReinforcePPLoss, SignBalanceLoss,
+                     AsymGRPOLoss, STEERLoss, CISPOLoss, SAPOLoss, DARLoss, default="grpo")
 
 
 class KLConfig(Section):
@@ -132,10 +236,11 @@ class KLConfig(Section):
 class RewardTerm(Section):
     """One reward in the composition: the task's verifier, a built-in shaping term, or your own Python function."""
 
-    name: Literal["correct", "format", "length", "overlong", "python"] = "correct"
+    name: Literal["correct", "format", "length", "overlong", "python", "checklist"] = "correct"
     """correct: the task's verifier; format: 1 if an answer is extractable; length: -len/max_new_tokens;
     overlong: DAPO's soft overlong punishment (0 up to max_new_tokens - buffer, then linearly down to -1 at
-    max_new_tokens); python: ``function``."""
+    max_new_tokens); python: ``function``; checklist: TCR's process reward, the share of the task's worked
+    steps stated correctly in place (``rlvr.verifiers.checklist``; built-in arithmetic)."""
     weight: float = 1.0
     """Weight in the summed reward (0 = logged only)."""
     function: str | None = None
@@ -269,6 +374,16 @@ class RLStage(Section):
     would learn from noise. ``infra`` rollouts below it are kept out of the advantages and counted."""
     health: HealthConfig = HealthConfig()
     """Training-health rules (entropy collapse, KL drift, dead groups, verifier overfitting)."""
+    eden: EdenConfig = EdenConfig()
+    """EDEN: a fraction of each group sampled with a perturbed extra embedding position (docs/methods.md)."""
+    off_context: OffContextConfig = OffContextConfig()
+    """OC-GRPO: privileged-context samples for all-wrong groups, importance-corrected (docs/methods.md)."""
+    double_rollout: DoubleRolloutConfig = DoubleRolloutConfig()
+    """Double-Rollout: rewards re-estimated from continuations of truncated prefixes (docs/methods.md)."""
+    guidance: GuidanceConfig = GuidanceConfig()
+    """GA-GRPO guidance: gold demonstrations in each group with a decreasing weight (docs/methods.md)."""
+    residual: ResidualAdvantageConfig = ResidualAdvantageConfig()
+    """Residual Advantage: a teacher's centred per-step residual added to the advantage (docs/methods.md)."""
 
     @field_validator("rewards")
     @classmethod
@@ -296,6 +411,8 @@ class RLStage(Section):
                 raise ValueError(f"reward terms {extra} apply to single-turn completions; a multi_turn stage is "
                                  "rewarded by the environment's end state and rollout.guards (budget and tool-error "
                                  "penalties)")
+        if self.residual.enabled and not self.residual.teacher:
+            raise ValueError("residual.enabled needs residual.teacher: a local model folder (the teacher)")
         if self.sampling.dynamic_sampling is None:
             default = "off" if multi else self.loss.default_dynamic_sampling
             self.sampling = self.sampling.model_copy(update={"dynamic_sampling": default})

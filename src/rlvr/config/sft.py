@@ -6,9 +6,28 @@ from typing import Literal
 
 from pydantic import Field
 
-from rlvr.config.base import Section
+from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.optim import OptimConfig
+
+
+class NLLSFT(Section):
+    """Plain completion-only negative log-likelihood."""
+
+    type: Literal["nll"] = "nll"
+
+
+class TrimSFT(Section):
+    """TrimSFT (entropy-preserving SFT, seed 004 ch. 9: the token-confidence layer): tokens the model already
+    predicts with probability >= ``confidence`` get no gradient (still counted in the denominator), so SFT
+    stops sharpening what it has learned and leaves sampling entropy for RL (``rlvr.losses.sft``)."""
+
+    type: Literal["trim"] = "trim"
+    confidence: float = Field(0.9, gt=0, lt=1)
+    """τ: trim tokens with p_t >= τ."""
+
+
+SFTLoss = typed_union(NLLSFT, TrimSFT, default="nll")
 
 
 class SFTStage(Section):
@@ -19,6 +38,8 @@ class SFTStage(Section):
     """Stage name (its run sub-directory)."""
     data: TaskSource = BuiltinArithmetic()
     """Demonstrations: tasks with a ``solution``."""
+    loss: SFTLoss = NLLSFT()
+    """The token loss: plain NLL, or an entropy-preserving variant (``{type: trim, confidence: 0.9}``)."""
     optim: OptimConfig = OptimConfig()
     """Optimiser and schedule."""
     max_steps: int = Field(1000, ge=1)

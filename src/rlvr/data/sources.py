@@ -54,11 +54,12 @@ def _load(src, strict: bool = False) -> list[Task]:
 
 
 def env_options(gen, src: BuiltinEnvTasks) -> dict:
-    """The source's environment-specific options (``families``, ``shortcut_rate``) that ``gen`` takes."""
+    """The source's environment-specific options (``families``, ``shortcut_rate``, ``hops``) that ``gen`` takes."""
     import inspect
 
     params = inspect.signature(gen).parameters
-    opts = {"families": tuple(src.families) if src.families else None, "shortcut_rate": src.shortcut_rate}
+    opts = {"families": tuple(src.families) if src.families else None, "shortcut_rate": src.shortcut_rate,
+            "hops": src.hops}
     return {k: v for k, v in opts.items() if k in params and v is not None}
 
 

@@ -1,6 +1,6 @@
 """Multi-turn tool environments: a typed, batched reset/step protocol (see ``base``).
 
-Built in: ``files`` (a virtual filesystem), ``kvstore`` (a key-value store), ``calculator``
+Built in: ``files`` (a virtual filesystem), ``kvstore`` (a key-value store), ``kvchain`` (a 30-turn chain of dependent reads), ``calculator``
 (multi-step arithmetic with add/sub/mul tools) and ``sql`` (a read-only query tool over SQLite, then a
 final query checked by row comparison). Tool-call markup is
 documented in ``tools``. No torch, no model: the rollout side drives these with generated text.
@@ -24,6 +24,7 @@ from rlvr.envs.base import (
 from rlvr.envs.batched import BatchedEnv
 from rlvr.envs.calculator import CalculatorEnv, generate_calculator_tasks
 from rlvr.envs.files import FilesEnv, generate_files_tasks
+from rlvr.envs.kvchain import KVChainEnv, generate_kvchain_tasks
 from rlvr.envs.kvstore import KVStoreEnv, generate_kvstore_tasks
 from rlvr.envs.registry import ENVIRONMENTS, env_class, make_env
 from rlvr.envs.sql_agent import SqlAgentEnv, generate_sql_tasks
@@ -39,6 +40,7 @@ __all__ = [
     "FilesEnv",
     "GoalResult",
     "GoldLeakError",
+    "KVChainEnv",
     "KVStoreEnv",
     "LeakGuard",
     "Observation",
@@ -54,6 +56,7 @@ __all__ = [
     "env_class",
     "generate_calculator_tasks",
     "generate_files_tasks",
+    "generate_kvchain_tasks",
     "generate_kvstore_tasks",
     "generate_sql_tasks",
     "make_env",

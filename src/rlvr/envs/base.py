@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from rlvr.data.types import Task
-from rlvr.envs.tools import CallError, ToolCall, ToolCallError, parse_turn, render_output
+from rlvr.envs.tools import CallError, ParsedTurn, ToolCall, ToolCallError, parse_turn, render_output
 from rlvr.errors import DataError
 
 VIOLATION_KINDS = ("tool_budget", "path_traversal", "reserved", "protected")
@@ -279,6 +279,18 @@ class ToolEnv:
         raise NotImplementedError
 
     @classmethod
+    def checklist(cls, end_state: dict[str, Any], gold: dict[str, Any], family: str) -> float | None:
+        """Step score of a state (a process checklist): the fraction in [0, 1] of the task's intermediate
+        conditions the state meets; None when the environment has none (StepPO needs one)."""
+        return None
+
+    def progress(self) -> float | None:
+        """:meth:`checklist` of the live state (None before ``reset`` or without a checklist)."""
+        if self._task is None:
+            return None
+        return self.checklist(self.end_state(), self._task.gold, self._task.family)
+
+    @classmethod
     def secrets_guardable(cls, gold: dict[str, Any], prompt: str, min_chars: int = 3) -> bool:
         """True when every secret is long enough to scan for and absent from the prompt (generators)."""
         return all(len(s) >= min_chars and s not in prompt for s in cls.secret_values(gold))
@@ -323,7 +335,7 @@ class ToolEnv:
             outputs = [self._format_error(f"turn is {len(action_text)} characters; the limit is "
                                           f"{self.limits.max_turn_chars}; nothing was run")]
         else:
-            parsed = parse_turn(action_text, self.limits.max_calls_per_turn, self.limits.max_call_chars)
+            parsed = self._parse_turn(action_text)
             if not parsed.has_tool_markup:
                 self._done = info["final"] = True
                 self.final_text = action_text
@@ -338,6 +350,10 @@ class ToolEnv:
         if self.turns >= self.limits.max_turns and not self._done:
             self._done = info["truncated"] = True
         return StepResult(self._guarded("".join(outputs), f"turn {self.turns}"), self._done, info)
+
+    def _parse_turn(self, action_text: str) -> ParsedTurn:
+        """The calls of one turn (the documented ``<tool>`` markup; an environment may add a terser form)."""
+        return parse_turn(action_text, self.limits.max_calls_per_turn, self.limits.max_call_chars)
 
     def _run_item(self, item: ToolCall | CallError, info: dict[str, Any]) -> str | None:
         """Run one call (or answer one malformed call) under the budget; None when nothing is shown."""
@@ -378,7 +394,11 @@ class ToolEnv:
             info["calls"].append({"tool": item.name, "ok": False, "error": "crash"})
             out = f"error: tool {item.name} failed ({type(e).__name__})"
         cap = self.limits.max_output_chars
-        return render_output(out if len(out) <= cap else out[:cap] + "\n...[truncated]")
+        return self._render(out if len(out) <= cap else out[:cap] + "\n...[truncated]")
+
+    def _render(self, text: str) -> str:
+        """A successful call's output as the policy sees it (``<tool_output>`` blocks by default)."""
+        return render_output(text)
 
     def _format_error(self, message: str) -> str:
         self.format_errors.append(message)

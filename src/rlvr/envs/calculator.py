@@ -123,6 +123,27 @@ class CalculatorEnv(ToolEnv):
         return GoalResult(ok, () if ok else ("answer differs",))
 
     @classmethod
+    def checklist(cls, end_state: dict[str, Any], gold: dict[str, Any], family: str) -> float | None:
+        """The plan's intermediate results found among the result registers, plus the right answer, over
+        (plan length + 1); None for a family without a known plan."""
+        family = family.rsplit("/", 1)[-1]  # tasks are named calculator/<family>
+        if family not in FAMILIES:
+            return None
+        _, plan, _ = FAMILIES[family]
+        regs = end_state["registers"]
+        vals: dict[str, int] = {k: v for k, v in regs.items() if not re.fullmatch(r"r\d+", k)}
+        results = [v for k, v in regs.items() if re.fullmatch(r"r\d+", k)]
+        hits = 0
+        for i, (op, left, right) in enumerate(plan):
+            if left not in vals or right not in vals:
+                break
+            vals[f"r{i + 1}"] = OPS[op](vals[left], vals[right])
+            if vals[f"r{i + 1}"] in results:
+                hits += 1
+        done = end_state.get("answer") is not None and cls.check_goal(end_state, gold["goal"]).met
+        return (hits + int(done)) / (len(plan) + 1)
+
+    @classmethod
     def secret_values(cls, gold: dict[str, Any]) -> list[str]:
         return []  # the tools compute the answer by design (module docstring)
 

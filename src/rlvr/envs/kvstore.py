@@ -137,6 +137,12 @@ class KVStoreEnv(ToolEnv):
         return GoalResult(not failures, tuple(failures))
 
     @classmethod
+    def checklist(cls, end_state: dict[str, Any], gold: dict[str, Any], family: str) -> float:
+        """The fraction of the goal's keys that already hold their goal value (or are absent when null)."""
+        keys = gold["goal"]["keys"]
+        return (len(keys) - len(cls.check_goal(end_state, gold["goal"]).failures)) / len(keys)
+
+    @classmethod
     def secret_values(cls, gold: dict[str, Any]) -> list[str]:
         """Goal values the policy cannot see at the start (not inside any initial key or value)."""
         seen = [canon(v) for v in gold["init"]["store"].values()] + list(gold["init"]["store"])

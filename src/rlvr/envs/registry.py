@@ -8,12 +8,14 @@ from rlvr.data.types import Task
 from rlvr.envs.base import EnvLimits, ToolEnv
 from rlvr.envs.calculator import CalculatorEnv
 from rlvr.envs.files import FilesEnv
+from rlvr.envs.kvchain import KVChainEnv
 from rlvr.envs.kvstore import KVStoreEnv
 from rlvr.envs.sql_agent import SqlAgentEnv
 from rlvr.errors import DataError
 
 ENVIRONMENTS: dict[str, type[ToolEnv]] = {FilesEnv.name: FilesEnv, KVStoreEnv.name: KVStoreEnv,
-                                          CalculatorEnv.name: CalculatorEnv, SqlAgentEnv.name: SqlAgentEnv}
+                                          CalculatorEnv.name: CalculatorEnv, SqlAgentEnv.name: SqlAgentEnv,
+                                          KVChainEnv.name: KVChainEnv}
 
 
 def env_class(name: Any) -> type[ToolEnv]:

@@ -17,7 +17,8 @@ def _nll_rows(logits: Tensor, labels: Tensor) -> Tensor:
 
 
 def sft_loss(
-    logits: Tensor, labels: Tensor, loss_mask: Tensor, shift: bool = False, chunk_size: int = 1024
+    logits: Tensor, labels: Tensor, loss_mask: Tensor, shift: bool = False, chunk_size: int = 1024,
+    trim_confidence: float | None = None,
 ) -> tuple[Tensor, int, dict[str, float]]:
     """Masked next-token cross-entropy -> ``(loss_sum, num_tokens, metrics)``.
 
@@ -31,8 +32,17 @@ def sft_loss(
     ``labels[:, 1:]`` and ``loss_mask[:, 1:]`` is used (``loss_mask`` is aligned with ``labels``).
     Labels at masked-out positions are never read (``-100`` is fine). Computed in float32 row chunks.
 
-    Metrics: ``sft/nll`` (mean per token), ``sft/ppl`` (exp of it), ``sft/token_accuracy`` (argmax ==
-    label), ``sft/num_tokens``.
+    ``trim_confidence = τ`` (TrimSFT, an entropy-preserving SFT): tokens the model already predicts with
+    probability ``p_t = exp(-nll_t) >= τ`` are trimmed from ``loss_sum`` (no gradient) but still counted in
+    ``num_tokens``::
+
+        loss_sum = sum_t m_t · 1[p_t < τ] · (-log p_t)
+
+    so learned tokens are not pushed further towards probability 1 (what collapses the sampling entropy RL
+    later needs), and the remaining tokens are not up-weighted. Metric ``sft/trimmed_frac``.
+
+    Metrics: ``sft/nll`` (mean per token, trimmed tokens included), ``sft/ppl`` (exp of it),
+    ``sft/token_accuracy`` (argmax == label), ``sft/num_tokens``.
     """
     if logits.dim() != 3 or labels.shape != logits.shape[:2] or loss_mask.shape != labels.shape:
         raise ValueError(
@@ -48,15 +58,22 @@ def sft_loss(
     if targets.numel() and bool(((targets < 0) | (targets >= logits.shape[-1])).any()):
         raise ValueError(f"sft_loss: a label at a masked-in position is outside [0, {logits.shape[-1]})")
     nll = map_row_chunks(_nll_rows, rows, targets, chunk_size=chunk_size)
-    loss_sum = nll.sum()
     num_tokens = int(idx.numel())
+    trimmed = None
+    if trim_confidence is not None:
+        trimmed = nll.detach() <= -math.log(trim_confidence)  # p_t >= τ
+        loss_sum = torch.where(trimmed, torch.zeros_like(nll), nll).sum()
+    else:
+        loss_sum = nll.sum()
     with torch.no_grad():
         correct = (rows.argmax(dim=-1) == targets).sum() if num_tokens else torch.zeros(())
-        mean_nll = float(loss_sum.detach()) / max(num_tokens, 1)
+        mean_nll = float(nll.detach().sum()) / max(num_tokens, 1)
         metrics = {
             "sft/nll": mean_nll,
             "sft/ppl": math.exp(min(mean_nll, 50.0)),
             "sft/token_accuracy": float(correct) / max(num_tokens, 1),
             "sft/num_tokens": float(num_tokens),
         }
+        if trimmed is not None:
+            metrics["sft/trimmed_frac"] = float(trimmed.float().mean()) if num_tokens else 0.0
     return loss_sum, num_tokens, metrics

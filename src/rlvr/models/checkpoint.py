@@ -140,6 +140,12 @@ def _previous_note(out_dir: Path) -> str:
 ADAPTER_DIR = "adapter"
 
 
+def copy_checkpoint_atomic(src: str | Path, out_dir: str | Path) -> Path:
+    """Copy a saved model folder to ``out_dir`` atomically (e.g. keep-best's ``best/`` or the health
+    monitor's ``healthy/`` shipped as ``final/``)."""
+    return _atomic_dir(Path(out_dir), lambda tmp: shutil.copytree(src, tmp, dirs_exist_ok=True))
+
+
 def _readable(root: Path) -> None:
     """Give ``root`` and everything in it the umask's modes (mkdtemp makes 0700 and safetensors 0600:
     teammates could not read the checkpoint)."""

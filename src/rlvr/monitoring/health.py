@@ -1,23 +1,29 @@
-"""Training-health rules for RL: name the failure while it happens, and say what to do.
+"""Training health: statuses from rules over the smoothed metric history, and the actions they take.
 
-Each rule reads the stream of per-step metric records (``rlvr.trainers.rl`` writes them) and returns
-an alert or nothing. The monitor turns alerts into ``health/status`` (0 ok, 1 warn, 2 critical) and,
-when configured to act, asks the trainer to stop the stage (the best checkpoint so far is kept).
+Each rule reads the per-step metric records of a stage (every stage with a policy: RL, PPO, preference)
+through an EMA (α = 2 / (window + 1), see :class:`HealthConfig`), so one noisy step does not flip a status,
+and returns an :class:`Alert` or nothing. The step's status is the labels of its alerts joined by " + "
+(``"healthy"`` when there are none): ``health/status`` holds it as a string and ``health/code`` as a number
+(0 healthy, 1 warn, 2 critical) for numeric sinks; ``health/<rule>`` is 1 for each rule that fired.
 
-Rules (thresholds in :class:`HealthConfig`):
-  entropy_collapse  mean token entropy fell below ``entropy_floor_frac`` × its value over the first
-                    ``window`` steps (the policy stopped exploring; GRPO's classic failure)
-  kl_drift          KL to the reference above ``kl_max`` (the policy left the trust region)
-  dead_groups       zero-variance groups above ``dead_frac`` for ``window`` steps in a row (no signal:
-                    the data is too easy or too hard for this policy)
-  verifier_overfit  the training pass rate rose by ``overfit_gap`` while held-out pass@1 fell by it
-                    (the policy is learning the verifier, not the task)
-  nan               a loss or gradient norm is NaN/inf
-  tool_collapse     (multi-turn) tool calls per trajectory fell below ``tool_collapse_frac`` × their
-                    first-window mean while the pass rate did not rise (the policy stopped using its
-                    tools: answering from its head, or ending episodes early)
-  env_leak          (multi-turn) a secret goal value appeared in an observation during the rollout
-                    (an environment bug: those trajectories are infra, never rewarded)
+Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`):
+  entropy_trending_down  smoothed token entropy < ``entropy_trend_frac`` × its first-window mean, still falling
+  entropy_collapse       smoothed token entropy < ``entropy_collapse_frac`` × its first-window mean (critical)
+  stalled                smoothed pass rate moved < ``stall_delta`` over ``stall_steps`` steps
+  kl_drift               smoothed KL to the reference > ``kl_max``, or > ``kl_accel_min`` and accelerating
+  dead_groups            smoothed zero-variance group fraction >= ``dead_frac``
+  verifier_overfit       train pass rate (or training-test pass rate) up while held-out pass@1 (held-out
+                         tests) down, by ``overfit_gap`` (critical)
+  length_blowup          smoothed truncation rate > ``trunc_max`` and risen by half of it, or mean length
+                         > ``length_rise`` × start
+  reward_length_corr     smoothed reward/length correlation > ``length_corr_max`` while lengths grew
+  nan                    a loss or gradient norm is NaN/inf (critical)
+  tool_collapse          (multi-turn) tool calls fell while the pass rate stalled
+  env_leak               (multi-turn) a secret goal value appeared in an observation (critical)
+
+Actions (:mod:`rlvr.monitoring.health_actions`) change the stage's knobs — entropy coefficient, sampling
+temperature, β, G, dynamic sampling — or stop it; the knobs and the history are the monitor's state, saved
+in every checkpoint, so a resumed run continues exactly as the uninterrupted one.
 """
 
 from __future__ import annotations
@@ -27,7 +33,12 @@ from dataclasses import dataclass, field
 
 from rlvr.config.health import HealthConfig
 
-STATUS = {"ok": 0, "warn": 1, "critical": 2}
+LEVEL = {"ok": 0, "warn": 1, "critical": 2}
+LABEL = {"nan": "NaN", "entropy_collapse": "ENTROPY COLLAPSE", "verifier_overfit": "VERIFIER OVERFIT",
+         "env_leak": "ENV LEAK", "entropy_trending_down": "entropy trending down", "stalled": "stalled",
+         "kl_drift": "KL drifting", "dead_groups": "dead groups", "length_blowup": "length blow-up",
+         "reward_length_corr": "reward-length correlation", "tool_collapse": "tool collapse"}
+RULES = tuple(LABEL)
 
 
 @dataclass
@@ -36,44 +47,96 @@ class Alert:
     level: str
     message: str
 
+    @property
+    def label(self) -> str:
+        return LABEL[self.rule]
+
+
+def ema_series(vals: list[float], window: int) -> list[float]:
+    """The EMA of ``vals`` at every position (α = 2 / (window + 1)), seeded with the first value."""
+    a, out = 2.0 / (window + 1), []
+    for v in vals:
+        out.append(v if not out else a * v + (1 - a) * out[-1])
+    return out
+
+
+def status_of(alerts: list[Alert]) -> tuple[str, int]:
+    """``("healthy", 0)`` or the alerts' labels (critical first) joined by " + " and the highest level."""
+    if not alerts:
+        return "healthy", 0
+    alerts = sorted(alerts, key=lambda a: (-LEVEL[a.level], RULES.index(a.rule)))
+    return " + ".join(a.label for a in alerts), max(LEVEL[a.level] for a in alerts)
+
 
 @dataclass
 class HealthMonitor:
     cfg: HealthConfig = field(default_factory=HealthConfig)
     history: list[dict] = field(default_factory=list)
     evals: list[tuple[float, float]] = field(default_factory=list)  # (train pass rate, held-out pass@1)
+    knobs: dict = field(default_factory=dict)        # the stage's current knob values (health_actions)
+    supports: frozenset = frozenset()                # the knobs this stage has
+    fired: dict = field(default_factory=dict)        # "rule:action" -> step it last fired
+    status: str = "healthy"
+    last_healthy_step: int | None = None
+    stopped: bool = False
+
+    KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref",
+            "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean",
+            "rollout/length_mean", "rollout/truncation_rate", "rollout/reward_length_corr",
+            "verifier/train_tests_pass", "eval/heldout_tests_pass", "rollout/entropy")
 
     def observe(self, rec: dict) -> tuple[dict, list[Alert]]:
-        """Add one step's metrics; return ``health/*`` metrics and the alerts raised at this step."""
+        """Add one step's metrics; return the ``health/*`` metrics and the alerts raised at this step."""
         self.history.append({k: rec[k] for k in self.KEYS if k in rec})
         if "eval/pass_at_1" in rec:
-            self.evals.append((self._recent("rollout/pass_rate"), rec["eval/pass_at_1"]))
-        alerts = [a for a in (self._nan(rec), self._entropy(), self._kl(rec), self._dead(), self._overfit(),
-                              self._tool_collapse(), self._leak(rec)) if a]
-        level = max((STATUS[a.level] for a in alerts), default=0)
-        out = {"health/status": level}
+            train = rec.get("verifier/train_tests_pass", self._smoothed("rollout/pass_rate"))
+            held = rec.get("eval/heldout_tests_pass", rec["eval/pass_at_1"])
+            self.evals.append((train, held))
+        rules = (self._nan(rec), self._entropy_collapse(), self._entropy_trend(), self._stalled(), self._kl(),
+                 self._dead(), self._overfit(), self._length(), self._length_corr(), self._tool_collapse(),
+                 self._leak(rec))
+        alerts = [a for a in rules if a]
+        self.status, code = status_of(alerts)
+        out = {"health/status": self.status, "health/code": code}
         for a in alerts:
             out[f"health/{a.rule}"] = 1
         return out, alerts
 
-    KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref",
-            "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean")
-
     def state_dict(self) -> dict:
-        """The history the rules read (only their keys), for the checkpoint: a resumed run keeps its trends."""
+        """What the rules and actions read, for the checkpoint: a resumed run keeps its trends and knobs."""
         return {"history": [{k: r[k] for k in self.KEYS if k in r} for r in self.history],
-                "evals": list(self.evals)}
+                "evals": list(self.evals), "knobs": dict(self.knobs), "fired": dict(self.fired),
+                "status": self.status, "last_healthy_step": self.last_healthy_step}
 
     def load_state_dict(self, state: dict) -> None:
         self.history = [dict(r) for r in state.get("history", [])]
         self.evals = [tuple(e) for e in state.get("evals", [])]
+        self.knobs.update(state.get("knobs", {}))
+        self.fired = dict(state.get("fired", {}))
+        self.status = state.get("status", "healthy")
+        self.last_healthy_step = state.get("last_healthy_step")
 
     def should_stop(self, alerts: list[Alert]) -> bool:
-        return self.cfg.stop_on_critical and any(a.level == "critical" for a in alerts)
+        return self.stopped or (self.cfg.stop_on_critical and any(a.level == "critical" for a in alerts))
 
-    def _recent(self, key: str, n: int | None = None) -> float:
-        vals = [r[key] for r in self.history[-(n or self.cfg.window):] if isinstance(r.get(key), (int, float))]
-        return sum(vals) / len(vals) if vals else float("nan")
+    # ------------------------------------------------------------------------------------ series
+
+    def _values(self, key: str, updated_only: bool = False) -> list[float]:
+        return [float(r[key]) for r in self.history if isinstance(r.get(key), (int, float))
+                and math.isfinite(r[key]) and (not updated_only or r.get("train/sequences", 1))]
+
+    def _ema(self, key: str, updated_only: bool = False) -> list[float]:
+        return ema_series(self._values(key, updated_only), self.cfg.window)
+
+    def _smoothed(self, key: str) -> float:
+        s = self._ema(key)
+        return s[-1] if s else float("nan")
+
+    def _start(self, vals: list[float]) -> float:
+        w = self.cfg.window
+        return sum(vals[:w]) / w
+
+    # ------------------------------------------------------------------------------------- rules
 
     def _nan(self, rec: dict) -> Alert | None:
         for k in ("train/loss", "train/grad_norm"):
@@ -82,34 +145,73 @@ class HealthMonitor:
                 return Alert("nan", "critical", f"{k} is {v}")
         return None
 
-    def _entropy(self) -> Alert | None:
-        w = self.cfg.window
-        ents = [r["policy/entropy"] for r in self.history if r.get("train/sequences", 0) and "policy/entropy" in r]
-        if len(ents) < 2 * w:
+    def entropy_values(self) -> list[float]:
+        """The entropy the rules read: the sampled tokens' (``rollout/entropy``, every step) when the stage
+        logs it, else the trained tokens' (``policy/entropy``; steps without an update are skipped)."""
+        vals = self._values("rollout/entropy")
+        return vals if vals else self._values("policy/entropy", updated_only=True)
+
+    def _entropy(self) -> tuple[float, list[float]] | None:
+        """(starting entropy, smoothed series) once more than a window of it is known."""
+        vals = self.entropy_values()
+        if len(vals) <= self.cfg.window:
             return None
-        start, now = sum(ents[:w]) / w, sum(ents[-w:]) / w
-        if start > 0 and now < self.cfg.entropy_floor_frac * start:
+        return self._start(vals), ema_series(vals, self.cfg.window)
+
+    def _entropy_collapse(self) -> Alert | None:
+        e = self._entropy()
+        if e is None:
+            return None
+        start, s = e
+        if start > 0 and s[-1] < self.cfg.entropy_collapse_frac * start:
             return Alert("entropy_collapse", "critical",
-                         f"token entropy {now:.4f} is {now / start:.0%} of its starting {start:.4f}: raise the "
-                         "temperature or eps_high (clip-higher), add an entropy bonus, or lower the lr")
+                         f"token entropy {s[-1]:.4f} is {s[-1] / start:.0%} of its starting {start:.4f}: raise the "
+                         "temperature or eps_high (clip-higher), add an entropy bonus or floor, or lower the lr")
         return None
 
-    def _kl(self, rec: dict) -> Alert | None:
-        kl = rec.get("kl/ref")
-        if isinstance(kl, (int, float)) and kl > self.cfg.kl_max:
-            return Alert("kl_drift", "warn", f"KL to the reference {kl:.3f} > {self.cfg.kl_max}: raise beta or lower the lr")
+    def _entropy_trend(self) -> Alert | None:
+        e = self._entropy()
+        if e is None:
+            return None
+        start, s = e
+        lo, hi = self.cfg.entropy_collapse_frac * start, self.cfg.entropy_trend_frac * start
+        before = s[max(0, len(s) - 1 - self.cfg.window)]
+        if start > 0 and lo <= s[-1] < hi and s[-1] < before:
+            return Alert("entropy_trending_down", "warn",
+                         f"token entropy {s[-1]:.4f} ({s[-1] / start:.0%} of its starting {start:.4f}) and falling")
+        return None
+
+    def _stalled(self) -> Alert | None:
+        s, n = self._ema("rollout/pass_rate"), self.cfg.stall_steps
+        if len(s) <= max(n, self.cfg.window):
+            return None
+        if abs(s[-1] - s[-1 - n]) < self.cfg.stall_delta:
+            return Alert("stalled", "warn", f"pass rate flat at {s[-1]:.2f} for {n} steps "
+                         f"(moved {s[-1] - s[-1 - n]:+.3f})")
+        return None
+
+    def _kl(self) -> Alert | None:
+        s, w = self._ema("kl/ref"), self.cfg.window
+        if not s:
+            return None
+        if s[-1] > self.cfg.kl_max:
+            return Alert("kl_drift", "warn", f"KL to the reference {s[-1]:.3f} > {self.cfg.kl_max}: raise beta "
+                         "(adaptive_beta) or lower the lr")
+        if len(s) > 2 * w and s[-1] > self.cfg.kl_accel_min:
+            now, before = s[-1] - s[-1 - w], s[-1 - w] - s[-1 - 2 * w]
+            if now > 0 and now > self.cfg.kl_accel_ratio * max(before, 0.0):
+                return Alert("kl_drift", "warn", f"KL to the reference {s[-1]:.3f} accelerating (+{now:.3f} over "
+                             f"the last {w} steps after {before:+.3f}): raise beta (adaptive_beta) or lower the lr")
         return None
 
     def _dead(self) -> Alert | None:
-        w = self.cfg.window
-        zv = [r.get("rollout/zero_var_frac") for r in self.history[-w:]]
-        if len(zv) == w and all(isinstance(z, (int, float)) and z >= self.cfg.dead_frac for z in zv):
-            rate = self._recent("rollout/pass_rate")
-            hint = "too easy (all pass)" if rate > 0.5 else "too hard (all fail)"
-            return Alert("dead_groups", "warn", f"{self._recent('rollout/zero_var_frac'):.0%} of groups have zero "
-                         f"reward variance for {w} steps: the data is {hint}; use DAPO dynamic sampling or "
-                         "change the curriculum")
-        return None
+        s = self._ema("rollout/zero_var_frac")
+        if len(s) < self.cfg.window or s[-1] < self.cfg.dead_frac:
+            return None
+        rate = self._smoothed("rollout/pass_rate")
+        hint = "too easy (all pass)" if rate > 0.5 else "too hard (all fail)"
+        return Alert("dead_groups", "warn", f"{s[-1]:.0%} of groups have zero reward variance: the data is {hint}; "
+                     "use dynamic sampling, a larger G, a higher temperature or change the curriculum")
 
     def _overfit(self) -> Alert | None:
         if len(self.evals) < 3:
@@ -118,7 +220,31 @@ class HealthMonitor:
         g = self.cfg.overfit_gap
         if tr1 - tr0 >= g and ho0 - ho1 >= g:
             return Alert("verifier_overfit", "critical", f"training pass rate {tr0:.0%} -> {tr1:.0%} while held-out "
-                         f"pass@1 {ho0:.0%} -> {ho1:.0%}: the policy is gaming the verifier or memorising")
+                         f"{ho0:.0%} -> {ho1:.0%}: the policy is gaming the verifier or memorising")
+        return None
+
+    def _length(self) -> Alert | None:
+        tv = self._values("rollout/truncation_rate")
+        if len(tv) > self.cfg.window:
+            start, now = self._start(tv), ema_series(tv, self.cfg.window)[-1]
+            if now > max(self.cfg.trunc_max, start + self.cfg.trunc_max / 2):
+                return Alert("length_blowup", "warn", f"{now:.0%} of completions hit the generation budget "
+                             f"(from {start:.0%})")
+        vals = self._values("rollout/length_mean")
+        if len(vals) > self.cfg.window:
+            start, now = self._start(vals), ema_series(vals, self.cfg.window)[-1]
+            if start > 0 and now > self.cfg.length_rise * start:
+                return Alert("length_blowup", "warn", f"mean completion length {start:.1f} -> {now:.1f}")
+        return None
+
+    def _length_corr(self) -> Alert | None:
+        c, vals = self._ema("rollout/reward_length_corr"), self._values("rollout/length_mean")
+        if len(c) < self.cfg.window or len(vals) <= self.cfg.window:
+            return None
+        start, now = self._start(vals), ema_series(vals, self.cfg.window)[-1]
+        if c[-1] > self.cfg.length_corr_max and start > 0 and now > self.cfg.length_corr_rise * start:
+            return Alert("reward_length_corr", "warn", f"reward/length correlation {c[-1]:.2f} while the mean "
+                         f"length grew {start:.1f} -> {now:.1f}: the reward may be paying for length")
         return None
 
     def _tool_collapse(self) -> Alert | None:
@@ -126,6 +252,7 @@ class HealthMonitor:
         rows = [r for r in self.history if isinstance(r.get("agent/tool_calls_mean"), (int, float))]
         if len(rows) < 2 * w:
             return None
+
         def mean(rs: list[dict], k: str) -> float:
             return sum(r.get(k, 0.0) for r in rs) / len(rs)
 

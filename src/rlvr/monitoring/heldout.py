@@ -10,7 +10,6 @@ did not improve on the best (an ``early_stop`` event is logged).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import torch
@@ -19,7 +18,7 @@ from torch.nn.utils.rnn import pad_sequence
 from rlvr.data.chat import encode_demos
 from rlvr.data.sources import load_task_source
 from rlvr.losses.sft import sft_loss
-from rlvr.models.checkpoint import save_pretrained_atomic
+from rlvr.models.checkpoint import copy_checkpoint_atomic, save_pretrained_atomic
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 
 
@@ -111,10 +110,5 @@ class SFTHeldout:
         """Write ``final/``: the best model with keep_best (when one was measured), else the current one."""
         best = self.out / "best"
         if self.stage.keep_best and self.best_step is not None and best.exists():
-            tmp = self.out / ".final.from-best"
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(best, tmp)
-            shutil.rmtree(self.out / "final", ignore_errors=True)
-            tmp.rename(self.out / "final")
-            return self.out / "final"
+            return copy_checkpoint_atomic(best, self.out / "final")
         return save_pretrained_atomic(model, tokenizer, self.out / "final")

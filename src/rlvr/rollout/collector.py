@@ -16,6 +16,7 @@ from rlvr.data.types import Task
 from rlvr.rollout.engine import RolloutEngine, SamplingParams
 from rlvr.rollout.seeds import row_seeds
 from rlvr.verifiers.base import INFRA_OUTCOMES
+from rlvr.verifiers.checklist import checklist_score
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Rollouts:
     reward_terms: dict[str, torch.Tensor] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     policy_version: list[int] = field(default_factory=list)   # per trajectory; empty: the live model
+    row_extras: dict[str, list] = field(default_factory=dict)  # per trajectory (rlvr.rollout.methods)
 
     @property
     def num_groups(self) -> int:
@@ -51,7 +53,8 @@ class Rollouts:
             pick(self.old_logprobs), pick(self.finish_reason), pick(self.texts), self.rewards[keep],
             self.valid[keep], self.passed[keep], pick(self.outcomes),
             {k: v[keep] for k, v in self.reward_terms.items()}, dict(self.seconds),
-            pick(self.policy_version) if self.policy_version else [])
+            pick(self.policy_version) if self.policy_version else [],
+            {k: pick(v) for k, v in self.row_extras.items()})
 
     @staticmethod
     def concat(parts: list["Rollouts"]) -> "Rollouts":
@@ -66,7 +69,9 @@ class Rollouts:
             cat("finish_reason"), cat("texts"), torch.cat([p.rewards for p in parts]),
             torch.cat([p.valid for p in parts]), torch.cat([p.passed for p in parts]), cat("outcomes"),
             {k: torch.cat([p.reward_terms[k] for p in parts]) for k in first.reward_terms}, secs,
-            cat("policy_version") if all(p.policy_version for p in parts) else [])
+            cat("policy_version") if all(p.policy_version for p in parts) else [],
+            {k: [x for p in parts for x in p.row_extras.get(k, [None] * len(p.prompt_ids))]
+             for k in {k for p in parts for k in p.row_extras}})
 
 
 def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, penalty: float) -> torch.Tensor:
@@ -81,13 +86,29 @@ def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, pe
     return -(over / buffer).clamp(max=1.0) * penalty
 
 
+@dataclass
+class RewardContext:
+    """What a reward term may read besides the verdicts: the task and completion text of each sample."""
+
+    tasks: list
+    texts: list[str]
+
+
+def checklist_term(term, verdicts, lens, max_new, ctx: RewardContext | None) -> list[float]:
+    """TCR: the share of the task's checklist items (its worked steps) the completion states correctly."""
+    if ctx is None:
+        raise ValueError("the checklist reward term needs the tasks and completions (RewardContext)")
+    return [checklist_score(t, c) for t, c in zip(ctx.tasks, ctx.texts)]
+
+
 REWARD_TERMS = {
-    "correct": lambda term, verdicts, lens, max_new: [vd.reward for vd in verdicts],
-    "format": lambda term, verdicts, lens, max_new: [0.0 if vd.outcome == "format" else 1.0 for vd in verdicts],
-    "length": lambda term, verdicts, lens, max_new: [-n / max_new for n in lens],
-    "overlong": lambda term, verdicts, lens, max_new: overlong_penalty(
+    "checklist": checklist_term,
+    "correct": lambda term, verdicts, lens, max_new, *_: [vd.reward for vd in verdicts],
+    "format": lambda term, verdicts, lens, max_new, *_: [0.0 if vd.outcome == "format" else 1.0 for vd in verdicts],
+    "length": lambda term, verdicts, lens, max_new, *_: [-n / max_new for n in lens],
+    "overlong": lambda term, verdicts, lens, max_new, *_: overlong_penalty(
         torch.tensor(lens), max_new, max_new // 5 if term.buffer is None else term.buffer, 1.0).tolist(),
-    "python": lambda term, verdicts, lens, max_new: [float(vd.details.get("rewards", {}).get(term.key, 0.0))
+    "python": lambda term, verdicts, lens, max_new, *_: [float(vd.details.get("rewards", {}).get(term.key, 0.0))
                                                      for vd in verdicts],
 }
 """A reward term's per-sample values, by ``term.name``: correct (the verifier's reward), format (1 when an
@@ -96,17 +117,20 @@ term's weight is the penalty at max length), python (the user function's reward,
 verifier; 0 when infra)."""
 
 
-def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int) -> dict[str, torch.Tensor]:
+def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int,
+                    ctx: RewardContext | None = None) -> dict[str, torch.Tensor]:
     """Per-term reward vectors keyed by ``term.key`` (see ``REWARD_TERMS``); the trainer sums them weighted."""
-    return {term.key: torch.tensor(REWARD_TERMS[term.name](term, verdicts, list(completion_lens), max_new_tokens),
+    return {term.key: torch.tensor(REWARD_TERMS[term.name](term, verdicts, list(completion_lens), max_new_tokens, ctx),
                                    dtype=torch.float32) for term in terms}
 
 
-def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling, reward_terms, seed: int) -> Rollouts:
-    """Generate ``sampling.group_size`` samples per task, verify them, and compose rewards."""
+def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling, reward_terms, seed: int,
+            prompt_fn=None) -> Rollouts:
+    """Generate ``sampling.group_size`` samples per task, verify them, and compose rewards. ``prompt_fn(task)
+    -> ids`` overrides how a prompt is encoded (EDEN's extra position, OC-GRPO's privileged context)."""
     G = sampling.group_size
     t0 = time.perf_counter()
-    prompts = [encode_prompt(tokenizer, t) for t in tasks]
+    prompts = [(prompt_fn or (lambda t: encode_prompt(tokenizer, t)))(t) for t in tasks]
     per_row = getattr(sampling, "row_seeds", False)
     params = SamplingParams(n=G, temperature=sampling.temperature, top_p=sampling.top_p,
                             max_new_tokens=sampling.max_new_tokens, stop_token_ids=stop_token_ids(tokenizer),
@@ -118,7 +142,7 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
     verdicts = judge(rep, gen.texts)
     t2 = time.perf_counter()
     lens = [len(c) for c in gen.completion_ids]
-    terms = compose_rewards(verdicts, lens, reward_terms, sampling.max_new_tokens)
+    terms = compose_rewards(verdicts, lens, reward_terms, sampling.max_new_tokens, RewardContext(rep, gen.texts))
     total = sum(t.weight * terms[t.key] for t in reward_terms)
     shape = (len(tasks), G)
     valid = torch.tensor([v.outcome not in INFRA_OUTCOMES for v in verdicts]).view(shape)

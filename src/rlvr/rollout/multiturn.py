@@ -152,6 +152,10 @@ class TurnSpan:
     """This turn's reward: shaping terms, plus the outcome reward on the last turn."""
     segment: int = 0
     """The training segment holding the turn's ids."""
+    score_before: float | None = None
+    score_after: float | None = None
+    """The environment's step score (process checklist, ``ToolEnv.progress``) of the state before / after
+    the turn (None without a checklist)."""
 
 
 @dataclass
@@ -335,7 +339,8 @@ class MultiTurnCollector:
             finish = "stop" if ids and ids[-1] in stops else "length"
             start = len(tr.ids)
             text = self.tok.decode(ids, skip_special_tokens=True)
-            span = TurnSpan(start, start + len(ids), text, finish, self._state(tr), segment=len(tr.segments) - 1)
+            span = TurnSpan(start, start + len(ids), text, finish, self._state(tr), segment=len(tr.segments) - 1,
+                            score_before=self._progress(tr))
             tr.append(ids, 1, lps)
             tr.turns.append(span)
 
@@ -344,6 +349,13 @@ class MultiTurnCollector:
             return state_key(tr.env)
         except Exception:  # noqa: BLE001 — judged (and marked infra) at the end
             return "?"
+
+    @staticmethod
+    def _progress(tr: Trajectory) -> float | None:
+        try:
+            return tr.env.progress()
+        except Exception:  # noqa: BLE001 — a broken environment is judged (infra) at the end
+            return None
 
     def _step(self, live: list[Trajectory]) -> None:
         before = [(t.env.format_errors.__len__(), t.env.tool_errors) for t in live]
@@ -363,6 +375,7 @@ class MultiTurnCollector:
             violation = res.info.get("violation") or {}
             span.refused = int(violation.get("kind") == "tool_budget")
             tr.observation = res.observation
+            span.score_after = self._progress(tr)
             if res.done:
                 tr.end = "final" if res.info.get("final") else "env_done"
 

@@ -28,20 +28,33 @@ from typing import Any
 import torch
 
 from rlvr.config.optim import OptimConfig
+from rlvr.data.collate import pad_batch
 from rlvr.errors import ConfigError, Interrupted
+from rlvr.losses.sft import sft_loss
 from rlvr.models.checkpoint import (
+    copy_checkpoint_atomic,
     load_training_state,
     save_pretrained_atomic,
     save_training_checkpoint,
     seed_everything,
 )
 from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
+from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
+from rlvr.monitoring.health_actions import knob_metrics, take_actions
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.guards import NonFiniteError, SignalLatch, VerifierStormError, checked_latest, grads_finite, is_nonfinite, \
-    nonfinite_message, skip_update
+from rlvr.trainers.guards import (
+    NonFiniteError,
+    SignalLatch,
+    VerifierStormError,
+    checked_latest,
+    grads_finite,
+    is_nonfinite,
+    nonfinite_message,
+    skip_update,
+)
 
 
 def setup_threads(threads: int | None) -> None:
@@ -144,6 +157,33 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     return agg
 
 
+def micro_batches(examples, idx: list[int], micro: int, bucketing: bool):
+    """Split a step's examples into micro-batches (sorted by length first when bucketing)."""
+    if bucketing:
+        idx = sorted(idx, key=lambda i: (len(examples[i][0]), i))
+    return [idx[s:s + micro] for s in range(0, len(idx), micro)]
+
+
+def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_id: int, bf16: bool,
+             loss_kwargs: dict | None = None) -> dict:
+    """Forward/backward over micro-batches of ``examples[idx]`` (``(ids, loss_mask)`` pairs); the loss is the
+    token mean over the whole step's batch (SFT, and the SFT update of rejection sampling / distillation).
+    ``loss_kwargs``: the SFT variant's options for ``losses.sft.sft_loss`` (``variants.sft_loss_kwargs``)."""
+    total_tokens = sum(sum(examples[i][1]) for i in idx)
+
+    def forward(mb):
+        ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
+                                 device=model.device)
+        with autocast_ctx(bf16, ids.device.type):
+            logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
+                           use_cache=False).logits
+        nll_sum, _, met = sft_loss(logits, ids, lm, shift=True, **(loss_kwargs or {}))
+        return nll_sum / max(1, total_tokens), {k: v for k, v in met.items() if k == "sft/trimmed_frac"}
+    met = accumulate(micro_batches(examples, idx, micro_batch_size, bucketing), forward, len(idx))
+    return {**met, "train/tokens": total_tokens}
+
+
+
 @dataclass
 class StageResult:
     """What a stage leaves behind."""
@@ -232,6 +272,7 @@ class StageRun:
     checkpoint: Path | None = None             # resumed from
     evaler: EvalHook | None = None
     health: HealthMonitor | None = None
+    knobs: dict = field(default_factory=dict)  # the configured values of the knobs health actions may move
     crash_at_step: int | None = None
     dist: Any = None                           # the DistContext; only its main process writes anything
     last: dict = field(default_factory=dict)   # every key's latest value
@@ -249,15 +290,20 @@ class StageRun:
 
 def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoint: Path | None = None,
                eval_cfg=None, judge=None, health=None, start: dict | None = None,
-               crash_at_step: int | None = None, label: str | None = None, dist=None) -> StageRun:
+               crash_at_step: int | None = None, label: str | None = None, dist=None,
+               knobs: dict | None = None) -> StageRun:
     """Resume (when ``checkpoint``), truncate the metrics to its step, open the writer, the eval hook,
     the health monitor (``health``: a HealthConfig, None for stages without a policy) and the progress
     bar; log the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run. With several
     processes (``dist``, a :class:`~rlvr.trainers.parallel.DistContext`) every one restores the checkpoint
-    but only the main one truncates and writes metrics, evaluates, draws the bar and saves checkpoints."""
-    run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist)
+    but only the main one truncates and writes metrics, evaluates, draws the bar and saves checkpoints.
+    ``knobs``: the stage settings health actions may change, at their configured values (RL:
+    ``health_actions.rl_knobs``); the current values are ``run.health.knobs`` (restored on resume)."""
+    run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist,
+                   knobs=dict(knobs or {}))
     main = _is_main(run)
-    run.health = HealthMonitor(health) if health is not None else None
+    run.health = (HealthMonitor(health, knobs=dict(run.knobs), supports=frozenset(run.knobs))
+                  if health is not None else None)
     if checkpoint is not None:
         st = load_training_state(checkpoint, model, opt, sched)
         run.step, run.checkpoint = st.pop("step"), checkpoint
@@ -301,20 +347,14 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
         rec["train/lr"] = run.sched.get_last_lr()[0]
     if run.evaler is not None and run.evaler.due(run.step, run.n_steps):
         rec.update(run.evaler.run(run.model, run.step))
-    stop = False
+    stop = _health_step(run, rec) if run.health is not None else False
     if run.health is not None:
-        hm, alerts = run.health.observe(rec)
-        rec.update(hm)
-        for a in alerts if _is_main(run) else []:
-            run.progress.console.print(f"[{'red' if a.level == 'critical' else 'yellow'}]health: {a.rule}[/] "
-                                       f"{a.message}")
-        if alerts:
-            rec["health/alerts"] = "; ".join(f"{a.rule}: {a.message}" for a in alerts)
-        stop = run.health.should_stop(alerts)
+        info = f"{info} [{run.health.status}]".strip()
     if run.dist is not None:
         stop = run.dist.agree(stop)  # rank 0 (which also evaluates) decides for every process
     every = getattr(run.cfg, "log_every", 1) or 1
-    if run.step % every == 0 or run.step == run.n_steps or any(k.startswith(("eval/", "heldout/")) for k in rec) or stop:
+    if run.step % every == 0 or run.step == run.n_steps or any(k.startswith(("eval/", "heldout/")) for k in rec) or stop \
+            or "health/action" in rec:
         run.writer.log(run.step, rec)
     run.last.update(rec)
     run.progress.update(run.bar, advance=1, info=info)
@@ -341,19 +381,58 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
         run.latch.restore()
         raise KeyboardInterrupt(f"simulated crash at step {run.step}")
     if stop:
-        run.writer.log(run.step, {"event": "health_stop", "alerts": rec.get("health/alerts", "")})
+        run.writer.log(run.step, {"event": "health_stop", "alerts": rec.get("health/alerts", ""),
+                                  "action": rec.get("health/action", ""),
+                                  "ships_step": run.health.last_healthy_step if _ships_healthy(run) else run.step})
     run._t0 = time.perf_counter()
     return stop
 
 
+def _health_step(run: StageRun, rec: dict) -> bool:
+    """Feed the health monitor: status, alerts, actions (each with its reason), moved knobs, the healthy
+    snapshot a ``stop`` action ships; True when the stage must stop."""
+    mon = run.health
+    hm, alerts = mon.observe(rec)
+    rec.update(hm)
+    actions = take_actions(mon, alerts, run.step)
+    rec.update(knob_metrics(mon, run.knobs))
+    main = _is_main(run)
+    for a in alerts if main else []:
+        run.progress.console.print(f"[{'red' if a.level == 'critical' else 'yellow'}]health: {a.rule}[/] {a.message}")
+    for a in actions if main else []:
+        run.progress.console.print(f"[magenta]health action[/] step {run.step}: {a}")
+    if alerts:
+        rec["health/alerts"] = "; ".join(f"{a.rule}: {a.message}" for a in alerts)
+    if actions:
+        rec["health/action"] = "; ".join(actions)
+    if not alerts and main and _wants_snapshot(mon) and (
+            mon.last_healthy_step is None or run.step - mon.last_healthy_step >= mon.cfg.snapshot_every):
+        save_pretrained_atomic(run.model, run.tok, run.out / "healthy")
+        mon.last_healthy_step = run.step
+    return mon.should_stop(alerts)
+
+
+def _wants_snapshot(mon: HealthMonitor) -> bool:
+    """A ``stop`` action is configured: keep ``healthy/`` (the model at the last healthy step) to ship."""
+    return any("stop" in getattr(mon.cfg.actions, r) for r in type(mon.cfg.actions).model_fields)
+
+
+def _ships_healthy(run: StageRun) -> bool:
+    return (run.health is not None and run.health.stopped and run.health.last_healthy_step is not None
+            and (run.out / "healthy").exists())
+
+
 def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None) -> StageResult:
     """Close the writer and the bar, save ``final/`` (``model``, default the stage's; or ``final()``, a
-    callable that writes it and returns its path, e.g. SFT's keep-best) and return the result."""
+    callable that writes it and returns its path, e.g. SFT's keep-best; after a health ``stop`` action, the
+    last healthy snapshot) and return the result."""
     run.writer.close()
     run.progress.stop()
     if run.latch is not None:
         run.latch.restore()
     path = run.out / "final"
+    if _ships_healthy(run):
+        final = lambda: copy_checkpoint_atomic(run.out / "healthy", path)
     if _is_main(run):
         path = final() if final is not None else save_pretrained_atomic(
             model if model is not None else run.model, run.tok, path)

@@ -28,7 +28,6 @@ the task cursor, the KL coefficient and the health history, so a resumed run con
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -66,9 +65,9 @@ from rlvr.trainers.common import (
     clip_grads,
     close_stage,
     find_checkpoint,
-    logprob_mismatch,
     frozen_reference,
     log_step,
+    logprob_mismatch,
     open_stage,
     pause_on_infra,
     reference_model,

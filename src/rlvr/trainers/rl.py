@@ -40,10 +40,13 @@ from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.mismatch import mismatch_weights
-from rlvr.losses.policy import clipped_surrogate
+from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
+from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
+from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
-from rlvr.rollout.collector import Rollouts, collect
+from rlvr.rollout.collector import Rollouts
+from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
 from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import (
     StageResult,
@@ -60,14 +63,15 @@ from rlvr.trainers.common import (
     pause_on_infra,
     reference_model,
 )
-from rlvr.trainers.parallel import LOCAL, global_denominators, reduce_metrics
-from rlvr.trainers.variants import rl_variant
+from rlvr.trainers.parallel import LOCAL, reduce_metrics
+from rlvr.trainers.variants import PolicyInputs, policy_loss, rl_variant
 from rlvr.verifiers.judge import reward_judge
 
 # --------------------------------------------------------------------------------------- rollout
 
 
-def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list):
+def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list,
+                 model=None):
     """One rollout batch; with dynamic sampling, keep drawing until the batch is informative.
 
     A group is informative when its verifier outcomes are mixed (``sampling.dynamic_sampling: correct``,
@@ -80,10 +84,11 @@ def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: i
     parts, kept, drawn, rnd = [], 0, 0, 0
     while True:
         tasks = stream.take(stage.tasks_per_step)
-        ro = collect(engine, tok, tasks, judge, stage.sampling, stage.rewards, seed=seed * 100003 + step * 97 + rnd)
+        ro, method_met = collect_with_methods(stage, engine, model, tok, tasks, judge, seed * 100003 + step * 97 + rnd,
+                                              step)
         drawn += ro.num_groups
         if dyn in (None, "off"):
-            return ro, {"rollout/groups_drawn": drawn}
+            return ro, {"rollout/groups_drawn": drawn, **method_met}
         signal = ro.passed.float() if dyn == "correct" else ro.rewards
         zv = zero_variance_groups(signal, ro.valid)
         keep = [g for g in range(ro.num_groups) if not zv[g]][: stage.tasks_per_step - kept]
@@ -98,7 +103,22 @@ def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: i
         notes.append(f"step {step}: dynamic sampling found {kept}/{stage.tasks_per_step} informative groups after "
                      f"{rnd} rounds (pass rate {rate:.0%}: the data looks {hint} for this policy)")
     merged = Rollouts.concat(parts) if kept else ro.select_groups([])
-    return merged, {"rollout/groups_drawn": drawn, "rollout/resample_rounds": rnd}
+    return merged, {"rollout/groups_drawn": drawn, "rollout/resample_rounds": rnd, **method_met}
+
+
+def tracks_kl(health) -> bool:
+    """Measure KL to the reference at β = 0 too: asked for, or an ``adaptive_beta`` action may start β."""
+    if health.track_kl is not None:
+        return health.track_kl
+    return any("adaptive_beta" in getattr(health.actions, r) for r in type(health.actions).model_fields)
+
+
+def reward_length_corr(rewards: torch.Tensor, lens: torch.Tensor) -> float:
+    """Pearson correlation of the batch's rewards and completion lengths (0 when either is constant)."""
+    r, n = rewards.reshape(-1).float(), lens.reshape(-1).float()
+    if r.numel() < 2 or r.std() == 0 or n.std() == 0:
+        return 0.0
+    return float(torch.corrcoef(torch.stack([r, n]))[0, 1])
 
 
 def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
@@ -110,6 +130,8 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
          "rollout/length_mean": float(lens.mean()) if len(lens) else 0.0,
          "rollout/length_max": float(lens.max()) if len(lens) else 0.0,
          "rollout/truncation_rate": float(np.mean([r == "length" for r in ro.finish_reason])) if lens.numel() else 0.0,
+         "rollout/reward_length_corr": reward_length_corr(ro.rewards, lens) if ro.num_groups else 0.0,
+         **sampled_entropy(ro.old_logprobs),
          "verifier/infra": int((~ro.valid).sum())}
     for k, v in ro.reward_terms.items():
         m[f"reward/{k}"] = float(v.mean()) if v.numel() else 0.0
@@ -122,23 +144,25 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
 
 
 def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_truncated: bool) -> TrainBatch:
-    """Flatten rollouts into training rows. Zero-advantage rows are not forwarded unless ``needs_all``
+    """Flatten rollouts into training rows (``advantages``: ``[n, G]``, or per row a float or a list over its
+    completion tokens, see ``rollout.methods.row_advantages``). Zero-advantage rows are not forwarded unless ``needs_all``
     (KL or entropy terms give them a gradient) but still counted; invalid (infrastructure) verdicts,
     empty completions and, with ``mask_truncated``, truncated ones are not part of the loss at all."""
-    adv = advantages.reshape(-1).tolist()
+    adv = advantages.reshape(-1).tolist() if isinstance(advantages, torch.Tensor) else advantages
     valid = ro.valid.reshape(-1).tolist()
     rows = TrainBatch([], [], [], None, [])
     for i, (p, c) in enumerate(zip(ro.prompt_ids, ro.completion_ids)):
         if not valid[i] or not c or (mask_truncated and ro.finish_reason[i] == "length"):
             continue
         mask = [0] * len(p) + [1] * len(c)
-        if adv[i] == 0.0 and not needs_all:
+        per_token = isinstance(adv[i], list)
+        if not needs_all and (all(a == 0.0 for a in adv[i]) if per_token else adv[i] == 0.0):
             rows.skipped_masks.append(mask)
             continue
         rows.input_ids.append(p + c)
         rows.loss_mask.append(mask)
         rows.old_logprobs.append([0.0] * len(p) + list(ro.old_logprobs[i]))
-        rows.advantages.append(adv[i])
+        rows.advantages.append([0.0] * len(p) + list(adv[i]) if per_token else adv[i])
     return rows
 
 
@@ -219,17 +243,18 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
         gap_metrics = {"rollout/logprob_mismatch_sum": float(gap.sum()),
                        "rollout/logprob_mismatch_max": float(gap.max())}
         old = logprobs.detach()
-    eps_low, eps_high, level = rl_variant(cfg.loss).clip(cfg.loss)
-    per_tok, metrics = clipped_surrogate(logprobs, old, b.advantages, lm, eps_low, eps_high, level=level)
+    per_tok, metrics = policy_loss(cfg.loss, PolicyInputs(logprobs, old, b.advantages, lm, entropy, b.ref_logprobs))
     metrics.update(gap_metrics)
     if cfg.correction.enabled:  # sampler/trainer mismatch: truncated IS + geometric-mean sequence mask
         c = cfg.correction
         weights, mm = mismatch_weights(old, sampler, lm, c.tis_cap, c.seq_low, c.seq_high)
         per_tok = per_tok * weights
         metrics.update(mm)
-    if cfg.kl.beta > 0:
-        kl = kl_penalty(logprobs, b.ref_logprobs, kind=cfg.kl.estimator, loss_mask=lm)
-        per_tok = per_tok + cfg.kl.beta * kl
+    if b.ref_logprobs is not None:  # β > 0, or KL measured for the health monitor (no gradient at β = 0)
+        kl = kl_penalty(logprobs if cfg.kl.beta > 0 else logprobs.detach(), b.ref_logprobs,
+                        kind=cfg.kl.estimator, loss_mask=lm)
+        if cfg.kl.beta > 0:
+            per_tok = per_tok + cfg.kl.beta * kl
         metrics["kl/ref"] = float((kl.detach() * lm).sum() / lm.sum().clamp(min=1))
     if cfg.entropy_coef:
         per_tok = per_tok - cfg.entropy_coef * entropy
@@ -319,7 +344,9 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     verification and training run (a :class:`~rlvr.trainers.parallel.DistContext`; default this process)."""
     dist = dist or LOCAL
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
-    ref = frozen_reference(model, stage.kl.beta > 0)
+    variant = rl_variant(stage.loss)
+    track_kl = stage.kl.beta > 0 or variant.needs_reference or tracks_kl(stage.health)
+    ref = frozen_reference(model, track_kl)
     judge = dist.wrap_judge(judge or reward_judge(stage.rewards, stage.verifier_workers))
     engine = dist.engine(model, tok, bf16=model_cfg.autocast_bf16)
     agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
@@ -327,15 +354,19 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=judge, health=stage.health, crash_at_step=crash_at_step,
-                     label="rl", dist=dist)
+                     label="rl", dist=dist, knobs=rl_knobs(stage))
     stream.cursor = run.state.get("cursor", 0)
+    if agent is not None:
+        agent.load_state_dict(run.state)  # the turn-level critic of ARPO / Turn-PPO
     dist.publish(model, run.step)
-    variant = rl_variant(stage.loss)
-    needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0
     mask_trunc = stage.loss.mask_truncated
     notes: list[str] = []
-    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes), stream.cursor)
+    base = stage
+    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes, model), stream.cursor)
+    teacher = load_pretrained(stage.residual.teacher)[0].to(model.device).eval() if stage.residual.enabled else None
     while not run.done():
+        stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
+        needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0 or variant.trains_zero_advantage
         ro, stale = None, 0
         if agent is not None:  # multi-turn closed loop (trainers/agent.py)
             batch, ro_rec = agent.step(stream, seed, run.step, needs_all)
@@ -345,12 +376,14 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             stale = max((run.step - v for v in ro.policy_version), default=0)
             zv = zero_variance_groups(ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, dtype=torch.bool)
             adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
-            batch = build_train_batch(ro, adv, needs_all, mask_trunc)
+            res = teacher_residuals(model, teacher, ro, tok.pad_token_id, stage.sampling.temperature) \
+                if teacher is not None else None
+            batch = build_train_batch(ro, row_advantages(ro, adv, res, stage.residual.weight), needs_all, mask_trunc)
             ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
                       "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale}
         pause_on_infra(run, ro_rec, ro.valid.numel() if ro is not None else
                        stage.tasks_per_step * stage.sampling.group_size)
-        if stage.kl.beta > 0 and len(batch):
+        if track_kl and len(batch):
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
                 ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
@@ -362,10 +395,14 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0, **dist.step_metrics()}
         if notes:
             rec["notes"] = notes.pop()
-        stop = log_step(run, rec, {"cursor": cursor}, ids=[t.id for t in ro.tasks] if ro is not None else None,
+        stop = log_step(run, rec, {"cursor": cursor, **(agent.state_dict() if agent is not None else {})},
+                        ids=[t.id for t in ro.tasks] if ro is not None else None,
                         info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
         if ro is not None:
             log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)
         if stop:
             break
-    return close_stage(run)
+    result = close_stage(run)
+    if agent is not None and dist.is_main:
+        agent.save(result.checkpoint)
+    return result

@@ -13,16 +13,12 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.sft import SFTStage
 from rlvr.data.chat import encode_demos
-from rlvr.data.collate import pad_batch
 from rlvr.data.order import data_order
 from rlvr.data.sources import load_task_source
-from rlvr.losses.sft import sft_loss
-from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.monitoring.heldout import SFTHeldout
 from rlvr.rollout.multiturn import TurnTemplate, demo_example
 from rlvr.trainers.common import (
     StageResult,
-    accumulate,
     build_optimizer,
     close_stage,
     find_checkpoint,
@@ -30,7 +26,9 @@ from rlvr.trainers.common import (
     log_step,
     open_stage,
     optimizer_step,
+    sft_step,
 )
+from rlvr.trainers.variants import sft_loss_kwargs
 
 
 def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
@@ -46,29 +44,6 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
         else:
             examples.extend(encode_demos([t], tokenizer, max_length))
     return examples
-
-
-def micro_batches(examples, idx: list[int], micro: int, bucketing: bool):
-    """Split a step's examples into micro-batches (sorted by length first when bucketing)."""
-    if bucketing:
-        idx = sorted(idx, key=lambda i: (len(examples[i][0]), i))
-    return [idx[s:s + micro] for s in range(0, len(idx), micro)]
-
-
-def sft_step(model, examples, idx, stage: SFTStage, pad_id: int, bf16: bool) -> dict:
-    """Forward/backward over micro-batches; the loss is the token mean over the whole step's batch."""
-    total_tokens = sum(sum(examples[i][1]) for i in idx)
-
-    def forward(mb):
-        ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
-                                 device=model.device)
-        with autocast_ctx(bf16, ids.device.type):
-            logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
-                           use_cache=False).logits
-        nll_sum, _, _ = sft_loss(logits, ids, lm, shift=True)
-        return nll_sum / max(1, total_tokens), {}
-    met = accumulate(micro_batches(examples, idx, stage.micro_batch_size, stage.bucketing), forward, len(idx))
-    return {"train/loss": met["train/loss"], "train/tokens": total_tokens}
 
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
@@ -89,7 +64,8 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
         run.writer.log(0, rec0)
     while not run.done():
         idx = data_order(len(examples), seed, run.step, stage.batch_size)
-        rec = sft_step(model, examples, idx, stage, tok.pad_token_id, model_cfg.autocast_bf16)
+        rec = sft_step(model, examples, idx, stage.micro_batch_size, stage.bucketing, tok.pad_token_id,
+                       model_cfg.autocast_bf16, sft_loss_kwargs(stage.loss))
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         rec.update(heldout.measure(model, run.step + 1, stage.max_steps))
         stop = heldout.observe(model, tok, run.step + 1, rec)

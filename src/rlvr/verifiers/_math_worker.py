@@ -112,7 +112,8 @@ def _too_big(parsed, gold_parsed, max_digits: float = MAX_DIGITS) -> str:
 
 
 _CACHE: dict[str, list] = {}
-REL_TOL = 1e-8  # replaced per request
+REL_TOL_DEFAULT = 1e-9
+REL_TOL = 1e-9  # replaced per request
 
 
 def _parse(text: str):
@@ -151,6 +152,8 @@ def numeric_eq(a, b, float_rounding=None, numeric_precision=None) -> bool:
             return False
         if isinstance(a, Rational) and isinstance(b, Rational):
             return bool(a == b)
+        if a.is_finite is False or b.is_finite is False:  # oo, -oo, zoo: only the same infinity
+            return bool(a == b)
         va, vb = a.evalf(50), b.evalf(50)
         if not (va.is_number and vb.is_number) or va.has(*_NAN) or vb.has(*_NAN):
             return False
@@ -182,12 +185,25 @@ def _readings(item: dict) -> list:
     for text in [item["text"]] + ([item["rad"]] if item.get("rad") else []):
         parsed = _parse(text)
         if parsed and isinstance(parsed[0], Basic):
-            out.append(parsed[0])
+            e = _imaginary(parsed[0])
+            out.append(e)
             if item.get("pct"):
-                out.append(parsed[0] * Rational(1, 100))
+                out.append(e * Rational(1, 100))
         elif parsed:
             out.append(parsed[0])
     return out
+
+
+def _imaginary(e):
+    """Every symbol named ``i`` as the imaginary unit (math-verify's parser gives ``2i`` and ``2 i``
+    symbols with different assumptions, which then never compare equal)."""
+    from sympy import I
+
+    try:
+        syms = [s for s in e.free_symbols if getattr(s, "name", "") == "i"]
+        return e.xreplace({s: I for s in syms}) if syms else e
+    except Exception:  # noqa: BLE001 - a form without free_symbols is left as parsed
+        return e
 
 
 def _combined(side: dict) -> list:
@@ -280,7 +296,7 @@ def judge(pairs: list, max_digits: float = MAX_DIGITS) -> dict:
 def _handle(line: str) -> dict:
     global REL_TOL
     req = json.loads(line)
-    REL_TOL = float(req.get("rel_tol", 1e-8))
+    REL_TOL = float(req.get("rel_tol", REL_TOL_DEFAULT))
     signal.setitimer(signal.ITIMER_REAL, float(req.get("soft_s", 4.0)))
     try:
         return judge(list(req["pairs"]), float(req.get("max_digits", MAX_DIGITS)))

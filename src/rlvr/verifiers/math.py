@@ -46,6 +46,10 @@ from rlvr.verifiers.extract import extract_answer
 from rlvr.verifiers.math_answer import Item, fast_equal, parse_answer, plan
 
 WORKER_PATH = str(Path(__file__).with_name("_math_worker.py"))
+REL_TOL = 1e-9
+"""Default relative tolerance when a decimal is compared (fast path and worker alike): float noise
+(``0.30000000000000004``, a printed ``2\\pi``) passes; ``1.2e-7`` vs ``1.3e-7``, ``0.5000004`` vs ``0.5``
+and ``1000000.01`` vs ``1000000`` do not."""
 
 class MathVerifier:
     """Verifier for ``kind == "math"`` tasks; gold in ``task.gold["answer"]``.
@@ -57,14 +61,16 @@ class MathVerifier:
     when gold and answer are plain numbers; startup_timeout_s: how long the worker may take to start;
     max_digits: an answer holding a number with more digits than this (estimated without computing
     it, e.g. ``9^{9^{9^9}}``) is ``wrong`` unless the gold is as large -- the guard against sympy bombs
-    that would block inside C code (those still die at the hard limit when the guard is raised).
+    that would block inside C code (those still die at the hard limit when the guard is raised);
+    rel_tol: relative tolerance when either side is written with a decimal point (:data:`REL_TOL`,
+    at most 1e-4), the same on the fast path and in the math-verify worker; exact values compare exactly.
     """
 
     name = "math"
 
     def __init__(self, timeout_s: float = 5.0, memory_mb: int = 2048, max_completion_chars: int = 100_000,
                  max_answer_chars: int = 1000, max_candidates: int = 4, fast_path: bool = True,
-                 startup_timeout_s: float = 60.0, max_digits: float = 10_000, rel_tol: float = 1e-8) -> None:
+                 startup_timeout_s: float = 60.0, max_digits: float = 10_000, rel_tol: float = REL_TOL) -> None:
         if not 0 <= rel_tol <= 1e-4:
             raise ValueError(f"rel_tol must be in [0, 1e-4] (1.2e-7 and 1.3e-7 must stay different), got {rel_tol}")
         self.rel_tol = float(rel_tol)

@@ -30,6 +30,9 @@ import re
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+from rlvr.verifiers.math_units import COMMA_GROUPS_RE as _COMMA_GROUPS_RE
+from rlvr.verifiers.math_units import UNIT_TEXT_RE, number_notations, split_degrees, split_percent, strip_units
+
 _SPACING_RE = re.compile(r"(\\\\)|\\(?:[,;:> ]|enspace|thinspace|medspace|thickspace|hfill)|\\h?space\s*\{[^{}]*\}|~")
 _QUAD_RE = re.compile(r"\\q?quad\b")
 _WRAPPERS_RE = re.compile(r"\\(?:displaystyle|textstyle|left|right|bigl|bigr|Bigl|Bigr|big|Big|!)(?![A-Za-z])")
@@ -37,27 +40,40 @@ _TEXT_CONNECTIVE_RE = re.compile(r"\\(?:text|mbox|textrm|mathrm)\s*\{((?:\s|,|;|
 _EMPTY_RE = re.compile(r"\\varnothing\b|\\emptyset\b|∅|\\O\b|\\\{\s*\\\}|\{\s*\}")
 _THOUSANDS_BRACE_RE = re.compile(r"(?<=\d)\{,\}(?=\d{3})")
 _SPACE_GROUPS_RE = re.compile(r"(?<![\d.])\d{1,3}(?: \d{3})+(?:\.\d+)?(?![\d.])")
-_COMMA_GROUPS_RE = re.compile(r"(?<![\d.,])[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,]|\.\d)")
-_SCI_RE = re.compile(r"(?<![\w\\.])(\d+(?:\.\d+)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
-_REPEAT_RE = re.compile(r"(?<![\d.])(\d*)\.(\d*)\\overline\s*\{?\s*(\d+)\s*\}?")
-_PERCENT_RE = re.compile(r"\s*(?:\\%|%|\\text\s*\{\s*\\?%\s*\}|\\(?:text|mbox)\s*\{\s*percent\s*\}|\bpercent)\s*$", re.IGNORECASE)
-_DEGREE_RE = re.compile(r"\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\\degree\b|\\(?:text|mbox)\s*\{\s*degrees?\s*\}|\bdegrees?\b)\s*")
-_CURRENCY_RE = re.compile(r"^(?:\\\$|\$|\\text\s*\{\s*\\?\$\s*\}|USD\b|€|£|\\euro\b|\\pounds\b)\s*")
-_UNIT_TEXT_RE = re.compile(r"\s*\\(?:text|mathrm|mbox|textrm|textit)\s*\{\s*[A-Za-z][A-Za-z .\-/]*\s*\}"
-                           r"(?:\s*\^\s*\{?\d\}?)?(?:\s*/\s*\\?[A-Za-z]+)?\s*$")
-_UNIT_WORD_RE = re.compile(r"(?<=[\d}])\s+(?:[A-Za-z]{2,}(?:\^\{?\d\}?)?(?:\s*/\s*[A-Za-z]+)?\s*)+$")
-_UNIT_LETTER_RE = re.compile(r"(?<=\d)\s+[mgsLKJNWVAhCF](?:\^\{?\d\}?)?$")
-_ASSIGN_RE = re.compile(r"^\s*([A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?|\\[A-Za-z]+)\s*(=|\\in\b)\s*(?=\S)")
+_ASSIGN_RE = re.compile(r"^\s*((?:m\s*)?\\angle\s*[A-Za-z]{1,3}|[A-Z]{2,3}(?![A-Za-z(])|\\frac\s*\{\s*d[A-Za-z]?\s*\}\s*\{\s*d[A-Za-z]\s*\}"
+                        r"|[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?(?:\^\{?-1\}?|'{1,2})?(?:\s*\(\s*[A-Za-z]\s*\))?"
+                        r"|\\[A-Za-z]+)\s*(=|\\in\b)\s*(?=\S)")
+_CHOICE_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:\(([A-E])\)|([A-E]))\s*\}?\s*(?:(?<=[)}])\s*(?!\(?[A-E]\))(\S.*))?$")
+_LEAD_IN_RE = re.compile(r"^(?:\\text\s*\{\s*)?(?:the\s+)?(?:final\s+)?answer\s*(?:is\b|:)\s*\}?\s*(?=\S)", re.IGNORECASE)
+_TEXT_DIGITS_RE = re.compile(r"^\\(?:text|textrm|mbox)\s*\{([^{}]*\d[^{}]*)\}$")
+_REMARK_RE = re.compile(r"\\text\s*\{\s*\(?\s*(?:since|because|as|where|when|if|for|rejected|reject|discard|discarded|"
+                        r"discarding|excluded|extraneous)\b", re.IGNORECASE)
+_STYLE_RE = re.compile(r"\\(?:mathbf|textbf|boldsymbol|bm|pmb|emph|underline|textit|mathit|textnormal)\s*\{")
+_IMAG_RE = re.compile(r"\\(?:mathrm|text|mathit|textrm)\s*\{\s*i\s*\}")
+_IMAG_SPACE_RE = re.compile(r"(?<=[\d}])\s*(?:\\cdot\s*)?i(?![A-Za-z])")
+_CHOOSE_RE = re.compile(r"\{\s*(\w+)\s*\\choose\s*(\w+)\s*\}|^(\w+)\s*\\choose\s*(\w+)$")
+_SET_BUILDER_RE = re.compile(r"^\\\{\s*[A-Za-z]\s*(?:\\in\s*\\mathbb\s*\{?R\}?\s*)?(?:\\mid|\||:)\s*(.+)\\\}$")
+_SET_ASSIGN_RE = re.compile(r"^[A-Za-z]\s*(?:=|\\in)\s*(?=\\\{)")
+_TUPLE_ASSIGN_RE = re.compile(r"^\(\s*([A-Za-z](?:\s*,\s*[A-Za-z])+)\s*\)\s*=\s*(\(.*\))$")
 _NUMBER_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
 _TIMES_POW_RE = re.compile(r"^([-+]?(?:\d+(?:\.\d*)?|\.\d+))\s*(?:\\times|\\cdot|\*|x|×)\s*10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?$")
 _POW10_RE = re.compile(r"^([-+]?)10\s*\^\s*\{?\s*([-+]?\d+)\s*\}?$")
 _FRAC_RE = re.compile(r"^([-+]?)\s*(?:(\d+)\s*)?\\frac\s*\{\s*([-+]?\d+)\s*\}\s*\{\s*([-+]?\d+)\s*\}$"
                       r"|^([-+]?\d+)\s*/\s*([-+]?\d+)$")
+_MIXED_SLASH_RE = re.compile(r"^([-+]?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
+_ANGLE_BRACKETS_RE = re.compile(r"\\langle\s*(.*?)\s*\\rangle")
+_CHAIN_SIDE_RE = re.compile(r"\\[A-Za-z]+")
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+_PHRASES = {"all real numbers": r"(-\infty, \infty)", "all reals": r"(-\infty, \infty)",
+            "no solution": r"\emptyset", "no solutions": r"\emptyset", "no real solution": r"\emptyset",
+            "no real solutions": r"\emptyset", **_NUMBER_WORDS}
+_PHRASE_RE = re.compile(r"^(?:\\(?:text|mathrm|textrm|mbox)\s*\{\s*)?([A-Za-z ]+?)\s*\}?\.?$")
 _RELATION_RE = re.compile(r"<|>|\\le|\\ge|\\lt|\\gt|\\leq|\\geq|≤|≥")
 _WORD_SEPS = {"or": "or", "and": "and", "lor": "or", "vee": "or", "land": "and", "wedge": "and"}
 _SEP_RE = re.compile(r",|;|\\(?:lor|vee|land|wedge)(?![A-Za-z])|(?<![A-Za-z\\])(?:or|and)(?![A-Za-z])|\\q?quad(?![A-Za-z])")
 _JUXTAPOSED_RE = re.compile(r"[-+]?(?:\d+(?:\.\d+)?|\.\d+)(?:\s+[-+]?(?:\d+(?:\.\d+)?|\.\d+))+")
-_DEGREE_NUMBER_RE = re.compile(r"((?:\d+(?:\.\d*)?|\.\d+)|\{[^{}]*\}|[A-Za-z])" + _DEGREE_RE.pattern.replace(r"\s*$", ""))
 _OPEN, _CLOSE = "([{", ")]}"
 MAX_ITEMS = 32
 MAX_PLAIN_CHARS = 400  # longer numbers, and powers of ten beyond MAX_PLAIN_EXPONENT, go to the worker's
@@ -90,6 +106,7 @@ class Answer:
     joiner: str = "single"
     delims: str = ""
     alt: Answer | None = field(default=None, repr=False)
+    choice: str = ""  # a multiple-choice letter: "B", "(B)", "\\textbf{(B)} 12" (then the items are 12)
 
     @property
     def relations(self) -> bool:
@@ -113,17 +130,42 @@ def clean(s: str) -> str:
         while s.startswith(a) and s.endswith(b) and len(s) >= len(a) + len(b):
             s = s[len(a):len(s) - len(b)].strip()
     s = _WRAPPERS_RE.sub("", s)
+    s = _unwrap_styles(s)
+    s = _IMAG_RE.sub("i", s)
     s = re.sub(r"\\[dt]frac(?![A-Za-z])", r"\\frac", s)
     s = _TEXT_CONNECTIVE_RE.sub(lambda m: f" {m.group(1).strip().lower()} ", s)
-    s = _THOUSANDS_BRACE_RE.sub("", s)
+    s = _THOUSANDS_BRACE_RE.sub("", s).replace("{:}", ":")
+    s = re.sub(r"\(([0-9A-Fa-f]+)\)_", r"\1_", s)  # (1011)_2 is 1011_2
     s = _SPACING_RE.sub(lambda m: m.group(1) or " ", s)  # a matrix's row break \\\\ stays
     s = _EMPTY_RE.sub(r"\\emptyset", s)
+    s = _ANGLE_BRACKETS_RE.sub(r"(\1)", s)  # \langle 1, 2 \rangle: a vector
+    m = _PHRASE_RE.match(s)
+    if m and m.group(1).strip().lower() in _PHRASES:  # \text{two}, \text{all real numbers}, "no solution"
+        s = _PHRASES[m.group(1).strip().lower()]
+    s = _IMAG_SPACE_RE.sub("i", s)  # 3 + 4\,i, 2\cdot i: the imaginary unit
+    s = _CHOOSE_RE.sub(lambda m: rf"\binom{{{m.group(1) or m.group(3)}}}{{{m.group(2) or m.group(4)}}}", s)
     s = re.sub(r"(?<![A-Za-z\\])pi(?![A-Za-z])", r"\\pi ", s)  # a plain-text pi
     s = re.sub(r"\s+", " ", s).strip()
     while len(s) > 2 and s[0] == "{" and s[-1] == "}" and _balanced_inside(s):  # plain grouping braces
         s = s[1:-1].strip()
     s = _SPACE_GROUPS_RE.sub(lambda m: m.group().replace(" ", ""), s)
     return s[:-1].rstrip() if s.endswith(".") else s
+
+
+def _unwrap_styles(s: str) -> str:
+    """``\\mathbf{5}``, ``\\textbf{5}``, ``\\boldsymbol{x}`` ... -> their content (balanced braces)."""
+    for _ in range(8):
+        m = _STYLE_RE.search(s)
+        if m is None:
+            return s
+        depth, j = 1, m.end()
+        while j < len(s) and depth:
+            depth += {"{": 1, "}": -1}.get(s[j], 0)
+            j += 1
+        if depth:
+            return s
+        s = s[:m.start()] + s[m.end():j - 1] + s[j:]
+    return s
 
 
 def _top_level_spans(s: str) -> list[tuple[int, int, str]]:
@@ -157,7 +199,7 @@ def _split(s: str, commas_split_numbers: bool) -> tuple[list[str], set[str]]:
     parts, kinds, start = [], set(), 0
     for a, b, kind in _top_level_spans(protected):
         left, right = protected[start:a].strip(), protected[b:].strip()
-        if kind == "quad" and (not left or not right or _UNIT_TEXT_RE.fullmatch(" " + right)):
+        if kind == "quad" and (not left or not right or UNIT_TEXT_RE.fullmatch(" " + right)):
             continue  # \quad before a unit or at an end is spacing
         parts.append(protected[start:a])
         kinds.add(kind)
@@ -192,76 +234,55 @@ def _expand_pm(text: str) -> list[str]:
     return out
 
 
-def _repeating(m: re.Match) -> str:
-    whole, fixed, rep = m.group(1) or "0", m.group(2), m.group(3)
-    num = Fraction(int(whole + fixed or "0"), 10 ** len(fixed))
-    num += Fraction(int(rep), (10 ** len(rep) - 1) * 10 ** len(fixed))
-    return rf"\frac{{{num.numerator}}}{{{num.denominator}}}"
-
-
-_MATH_WORDS = frozenset({"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "inf", "infty",
-                         "infinity", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "mod", "max", "min",
-                         "or", "and", "i", "e"})
-_UNIT_LETTERS = frozenset("mgsLKJNWVAhCF")
-
-
-def _unit_words(m: re.Match) -> str:
-    words = re.findall(r"[A-Za-z]+", m.group())
-    return m.group() if any(w.lower() in _MATH_WORDS for w in words) else ""
-
-
-def _unit_text(m: re.Match) -> str:
-    content = re.sub(r"^\\[A-Za-z]+\s*\{|\}.*$", "", m.group().strip(), flags=re.DOTALL).strip()
-    letters = re.sub(r"[^A-Za-z]", "", content)
-    if content.lower() in _MATH_WORDS or (len(letters) == 1 and letters not in _UNIT_LETTERS):
-        return m.group()  # \mathrm{i}, \text{e}: a constant, not a unit
-    return ""
-
-
-def _strip_units(t: str) -> str:
-    """Currency signs in front, units behind a value (\\text{cm}, \\mathrm{m/s}, "12 apples")."""
-    t = _CURRENCY_RE.sub("", t).strip()
-    for _ in range(3):
-        before = t
-        t = _UNIT_TEXT_RE.sub(_unit_text, t).strip()
-        if re.search(r"\d", t):
-            t = _UNIT_WORD_RE.sub(_unit_words, t).strip()
-            t = _UNIT_LETTER_RE.sub("", t).strip()
-        if t == before or not t:
-            return t or before
-    return t
-
-
 def make_item(text: str) -> Item:
     """One item: flags, assignment, units and number forms normalised (see the module docstring)."""
     t = text.strip()
-    if "\\approx" in t:  # "\sqrt{2} \approx 1.414": the value before it (or after, when alone)
+    if "\\approx" in t:  # "\sqrt{2} \approx 1.414": the value before it (after it when alone or "x")
         left, _, right = t.partition("\\approx")
-        t = left.strip() or right.strip()
+        t = right.strip() if re.fullmatch(r"\s*[A-Za-z]?\s*", left) else left.strip()
+    t = _last_of_chain(t)
     raw = t
     var = ""
     m = _ASSIGN_RE.match(t)
+    if m and "=" in t[m.end():]:  # x = 4/2 = 2
+        t = t[:m.end()] + _last_of_chain(t[m.end():])
     if m and "=" not in t[m.end():]:
-        var, t = m.group(1), t[m.end():].strip()
-    t = _strip_units(t)
-    percent = bool(_PERCENT_RE.search(t))
-    t = _PERCENT_RE.sub("", t).strip()
-    radians = ""
-    if _DEGREE_RE.search(t) and not re.search(r"°\s*[CF]\b|\\circ\s*\}?\s*[CF]\b", t):
-        radians = _DEGREE_NUMBER_RE.sub(lambda g: rf"({g.group(1)}\cdot\frac{{\pi}}{{180}})", t)
-        radians = _DEGREE_RE.sub(" ", radians).strip()
-    t = _DEGREE_RE.sub(" ", t).strip()
-    t = _strip_units(t)
-    t = _COMMA_GROUPS_RE.sub(lambda g: g.group().replace(",", ""), t)
-    t = _SCI_RE.sub(lambda g: rf"{g.group(1)}\times10^{{{int(g.group(2))}}}", t)
-    t = _REPEAT_RE.sub(_repeating, t)
+        var, t = re.sub(r"\s+", "", m.group(1)), t[m.end():].strip()
+    t = strip_units(t)
+    t, percent = split_percent(t)
+    t, radians = split_degrees(t)
+    t = strip_units(t)
+    t = number_notations(t)
     value, inexact = plain_value(t)
+    if value is not None and (_MIXED_SLASH_RE.match(t) or re.match(r"^[-+]?\s*\d+\s*\\frac", t)):
+        # a mixed number (2 1/2, 2\frac12) as the fraction it means: math-verify would read a product
+        t = rf"{'-' if value < 0 else ''}\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
     return Item(t, value, inexact, percent, radians, var, raw if var else "")
+
+
+def _last_of_chain(t: str) -> str:
+    """``\\frac{6}{8} = \\frac{3}{4}``, ``3 \\times 4 = 12``: a computation whose first side holds no
+    variable, ending in its value -> that value (an equation such as ``x^2 + y^2 = 25`` is kept)."""
+    if "=" not in t:
+        return t
+    depth, cuts = 0, []
+    for i, ch in enumerate(t):
+        depth += 1 if ch in _OPEN else -1 if ch in _CLOSE else 0
+        if ch == "=" and depth == 0 and t[i - 1:i] not in ("<", ">", "!", "=") and t[i + 1:i + 2] != "=":
+            cuts.append(i)
+    if not cuts or re.search(r"[A-Za-z]", _CHAIN_SIDE_RE.sub("", t[:cuts[0]])):
+        return t
+    last = t[cuts[-1] + 1:].strip()
+    return last or t
 
 
 def plain_value(t: str) -> tuple[Fraction | None, bool]:
     """The exact value of a plain number (integer, decimal, scientific notation, integer fraction,
     mixed number) and whether it was written with a decimal point; (None, False) otherwise."""
+    m = _MIXED_SLASH_RE.match(t)  # "2 1/2": a mixed number written in plain text
+    if m and 0 < int(m.group(3)) < int(m.group(4)):
+        v = int(m.group(2)) + Fraction(int(m.group(3)), int(m.group(4)))
+        return (-v if m.group(1) == "-" else v), False
     if re.search(r"\d\s+\d", t) or len(t) > MAX_PLAIN_CHARS:
         return None, False
     s = t.replace(" ", "").replace("{}", "")
@@ -310,8 +331,20 @@ def _parse_cached(text: str) -> Answer:
 
 def _parse(text: str, _split_numbers: bool) -> Answer:
     s = clean(text)
+    s = _TEXT_DIGITS_RE.sub(r"\1", _LEAD_IN_RE.sub("", s)).strip()  # "\text{The answer is } 5", "\text{x = 2}"
+    choice = _CHOICE_RE.match(s)
+    if choice and choice.group(3):  # "(B) 12": the letter, and the value after it
+        ans = _parse(choice.group(3), _split_numbers)
+        return replace(ans, choice=choice.group(1) or choice.group(2))
+    remark = _REMARK_RE.search(s)  # "3 \; (\text{since } x > 0)", "-2 \quad \text{(rejected 3)}": a remark
+    if remark and remark.start() > 0:
+        head = s[:remark.start()].rstrip()
+        head = head[:-1] if head.endswith("(") else head
+        s = re.sub(r"(?:\s|,|;|\\q?quad)+$", "", head) or s
+    s = _reshape(s)
     delims = ""
-    if s.startswith("\\{") and s.endswith("\\}") and not re.search(r"\\mid|\||:", s):
+    if (s.startswith("\\{") and s.endswith("\\}") and not re.search(r"\\mid|\||:", s)
+            and s[2:-2].strip() != "\\emptyset"):  # {∅} is not the empty set
         s = s[2:-2].strip()
         if not s:
             s = "\\emptyset"
@@ -322,10 +355,30 @@ def _parse(text: str, _split_numbers: bool) -> Answer:
     for p in parts[: MAX_ITEMS + 1]:
         items += [make_item(x) for x in _expand_pm(p)]
     joiner = "single" if len(items) == 1 else ("or" if kinds == {"or"} else "and" if kinds == {"and"} else "list")
-    ans = Answer(items, joiner, delims if len(parts) == 1 else "")
+    ans = Answer(items, joiner, delims if len(parts) == 1 else "", choice=(choice.group(1) or choice.group(2)) if choice else "")
     if not _split_numbers and _COMMA_GROUPS_RE.search(s):
         ans.alt = _parse(text, True)
     return ans
+
+
+def _reshape(s: str) -> str:
+    """Whole-answer forms that say the same as a plainer one: ``x \\in \\{2, 3\\}`` -> ``\\{2, 3\\}``,
+    ``\\{x \\mid 2 < x \\le 5\\}`` -> ``2 < x \\le 5``, ``(a, b) = (3, 4)`` -> ``a = 3, b = 4``."""
+    m = _SET_ASSIGN_RE.match(s)
+    if m and s.endswith("\\}"):
+        s = s[m.end():]
+    m = _SET_BUILDER_RE.match(s)
+    if m and _RELATION_RE.search(m.group(1)):
+        return m.group(1).strip()
+    m = _TUPLE_ASSIGN_RE.match(s)
+    if m and _balanced_inside(m.group(2)):
+        names = [n.strip() for n in m.group(1).split(",")]
+        inner = m.group(2)[1:-1]
+        spans = [(a, b) for a, b, kind in _top_level_spans(inner) if kind == ","]
+        vals = [inner[a:b].strip() for a, b in zip([0] + [e for _s, e in spans], [st for st, _e in spans] + [len(inner)])]
+        if len(vals) == len(names) and all(vals):
+            return ", ".join(f"{n} = {v}" for n, v in zip(names, vals))
+    return s
 
 
 def _balanced_inside(s: str) -> bool:
@@ -422,7 +475,8 @@ def _single_side(gold: Item, ans: Answer, gold_delims: str) -> Side | str:
         return ans.items[0]
     if ans.relations and ans.joiner in ("or", "and"):
         return Union(ans.items, ans.joiner)
-    if gold_delims == "()" and ans.joiner == "list" and len(ans.items) == gold.text.count(",") + 1:
+    if gold_delims == "()" and (ans.joiner == "list" or ans.joiner == "and" and all(i.var for i in ans.items)) \
+            and len(ans.items) == gold.text.count(",") + 1:
         return Item("(" + ", ".join(i.text for i in ans.items) + ")")
     return f"hedge: {len(ans.items)} values where one is expected"
 
@@ -433,6 +487,9 @@ def plan(gold: Answer, answers: list[Answer]) -> Plan:
         return Plan(verdict=(False, "empty gold"))
     if any(len(a.items) > MAX_ITEMS for a in answers):
         return Plan(verdict=(False, f"hedge: more than {MAX_ITEMS} values"))
+    if gold.choice and all(a.choice for a in answers):  # multiple choice: the letters decide
+        ok = all(a.choice == gold.choice for a in answers)
+        return Plan(verdict=(ok, "" if ok else "another choice"))
     if len(gold.items) == 1:
         g = gold.items[0]
         pairs: list[tuple[Side, Side]] = []

@@ -63,6 +63,7 @@ from rlvr.verifiers.sql_order import order_spec, ordered_match
 
 _COMMENT_RE = re.compile(r"\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$)|\(", re.DOTALL)
 _QUERY_KEYWORDS = ("select", "with", "values")
+_TRAILING_SEMICOLONS_RE = re.compile(r";(?:\s*;)+\s*$")
 # sqlglot (slow, ~0.5 ms) is consulted only when one of these appears; a query without them cannot be
 # more than one statement or anything but a read, and SQLite's authorizer decides in every case anyway.
 _SUSPECT_RE = re.compile(r";|\b(?:insert|update|delete|drop|create|alter|attach|detach|pragma|replace|vacuum|"
@@ -146,7 +147,7 @@ class SqlVerifier:
             return "format", {"reason": "completion is not text or is too long"}
         fmt = task.answer_format if task.answer_format in ("code_fence", "raw") else "code_fence"
         ext = extract_answer(completion, fmt, lang="sql")
-        sql = (ext.answer or "").strip()
+        sql = _TRAILING_SEMICOLONS_RE.sub(";", (ext.answer or "").strip())  # "SELECT ...;;" is one statement
         if not sql:
             return "format", {"reason": "no SQL found" + (f" ({ext.note})" if ext.note else "")}
         details: dict[str, Any] = {"sql": sql[:300], "variants": len(sources)}

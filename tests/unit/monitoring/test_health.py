@@ -1,5 +1,9 @@
 """Health rules fire on the failure they name and stay quiet on a healthy run."""
 
+import math
+
+import pytest
+
 from rlvr.config.health import HealthConfig
 from rlvr.monitoring.health import HealthMonitor
 
@@ -18,14 +22,15 @@ def healthy(i):
 
 def test_healthy_run_is_ok():
     res = feed(HealthMonitor(HealthConfig(window=3)), [healthy(i) for i in range(12)])
-    assert all(m["health/status"] == 0 and not a for m, a in res)
+    assert all(m["health/status"] == "healthy" and m["health/code"] == 0 and not a for m, a in res)
 
 
 def test_entropy_collapse_is_critical_and_can_stop():
     mon = HealthMonitor(HealthConfig(window=3, stop_on_critical=True))
     recs = [healthy(i) for i in range(3)] + [{**healthy(i), "policy/entropy": 0.01} for i in range(3, 9)]
     metrics, alerts = feed(mon, recs)[-1]
-    assert metrics["health/entropy_collapse"] == 1 and metrics["health/status"] == 2
+    assert metrics["health/entropy_collapse"] == 1 and metrics["health/code"] == 2
+    assert metrics["health/status"] == "ENTROPY COLLAPSE"
     assert mon.should_stop(alerts)
 
 
@@ -37,7 +42,8 @@ def test_dead_groups_names_too_easy():
 
 def test_kl_drift_and_nan():
     m, a = HealthMonitor().observe({**healthy(0), "kl/ref": 2.0, "train/loss": float("nan")})
-    assert {x.rule for x in a} == {"kl_drift", "nan"} and m["health/status"] == 2
+    assert {x.rule for x in a} == {"kl_drift", "nan"} and m["health/code"] == 2
+    assert m["health/status"] == "NaN + KL drifting"
 
 
 def test_verifier_overfitting_train_up_heldout_down():
@@ -65,3 +71,132 @@ def test_tool_use_collapse_warns_when_calls_fall_while_success_stalls():
 def test_a_leak_during_the_rollout_is_a_critical_alert():
     metrics, alerts = HealthMonitor(HealthConfig()).observe({**healthy(0), "agent/leaks": 2})
     assert metrics["health/env_leak"] == 1 and alerts[0].level == "critical" and "2 trajectories" in alerts[0].message
+
+
+# ------------------------------------------------------------------ statuses over a smoothed history
+
+
+def seed_run(steps=40):
+    """The seeds' entropy-collapse panel as a 40-step run: entropy 1.83 -> 0.11, KL 0.04 -> 0.44
+    (accelerating at the end), pass rate 0.42 -> 0.79 then flat (seeds/000_*, the table the rules'
+    defaults come from: 1.02 'entropy trending down', 0.48 'ENTROPY COLLAPSE', 'stalled + KL drifting')."""
+    import numpy as np
+
+    ent = np.interp(range(steps), [0, 8, 16, 24, 32, 39], [1.83, 1.83, 1.51, 1.02, 0.48, 0.11])
+    kl = np.interp(range(steps), [0, 8, 16, 24, 32, 39], [0.04, 0.04, 0.11, 0.19, 0.28, 0.56])
+    rate = np.interp(range(steps), [0, 16, 24, 28, 39], [0.42, 0.61, 0.73, 0.79, 0.79])
+    return [{**healthy(i), "policy/entropy": float(e), "kl/ref": float(k), "rollout/pass_rate": float(p),
+             "rollout/zero_var_frac": 0.2} for i, (e, k, p) in enumerate(zip(ent, kl, rate))]
+
+
+def test_the_seed_table_reads_healthy_then_trending_then_collapse_then_stalled_and_drifting():
+    mon = HealthMonitor(HealthConfig(window=4, stall_steps=8))
+    statuses = [m["health/status"] for m, _ in feed(mon, seed_run())]
+    assert statuses[:12] == ["healthy"] * 12
+    first = {s: statuses.index(s) for s in ("entropy trending down", "ENTROPY COLLAPSE")}
+    assert 18 <= first["entropy trending down"] < first["ENTROPY COLLAPSE"] <= 34, statuses  # EMA lag: a step or two
+    assert "stalled" in statuses[-1] and "KL drifting" in statuses[-1] and "ENTROPY COLLAPSE" in statuses[-1]
+    assert all(s != "stalled" for s in statuses[:30])   # the pass rate was still rising
+
+
+def test_one_noisy_step_does_not_flip_the_status():
+    recs = [healthy(i) for i in range(20)]
+    # EMA with window 5 (α = 1/3): the spike moves entropy 0.5 -> 0.34 (68% of its start: not trending) and
+    # the zero-variance fraction 0.3 -> 0.47 (under dead_frac 0.5)
+    recs[12] = {**recs[12], "policy/entropy": 0.01, "rollout/zero_var_frac": 0.8}
+    res = feed(HealthMonitor(HealthConfig(window=5, stall_steps=50)), recs)
+    assert [m["health/status"] for m, _ in res] == ["healthy"] * 20
+
+
+def test_kl_accelerating_under_the_ceiling_is_drifting_steady_growth_is_not():
+    steady = [{**healthy(i), "kl/ref": 0.01 * i} for i in range(40)]          # linear: +0.05 a window
+    accel = [{**healthy(i), "kl/ref": 0.01 * math.exp(0.12 * i)} for i in range(40)]  # each window adds 1.8x more
+    cfg = HealthConfig(window=5)
+    assert all("KL" not in m["health/status"] for m, _ in feed(HealthMonitor(cfg), steady))
+    res = feed(HealthMonitor(cfg), accel)
+    first = next(i for i, (m, _) in enumerate(res) if "KL drifting" in m["health/status"])
+    assert accel[first]["kl/ref"] < cfg.kl_max and "accelerating" in res[first][1][0].message
+
+
+def test_length_blowup_and_reward_length_correlation():
+    recs = [{**healthy(i), "rollout/length_mean": 10.0 + (i > 10) * 0.8 * (i - 10), "rollout/truncation_rate": 0.0,
+             "rollout/reward_length_corr": 0.8} for i in range(30)]
+    last, alerts = feed(HealthMonitor(HealthConfig(window=5, stall_steps=100)), recs)[-1]
+    assert {a.rule for a in alerts} == {"length_blowup", "reward_length_corr"}
+    assert last["health/status"] == "length blow-up + reward-length correlation"
+    # a truncation rate that was always 100% (an untrained model that never stops) is not a blow-up
+    flat = [{**healthy(i), "rollout/truncation_rate": 1.0} for i in range(30)]
+    assert all(not a for _, a in feed(HealthMonitor(HealthConfig(window=5, stall_steps=100)), flat))
+
+
+# ------------------------------------------------------------------------------------------ actions
+
+
+def collapse(mon, n=12, start=6):
+    from rlvr.monitoring.health_actions import take_actions
+
+    out = []
+    for i in range(n):
+        m, alerts = mon.observe({**healthy(i), "policy/entropy": 0.5 if i < start else 0.01})
+        out.append((m, take_actions(mon, alerts, i + 1)))
+    return out
+
+
+def knobbed(actions: dict, **cfg):
+    from rlvr.config.health import HealthActions
+
+    knobs = {"entropy_coef": 0.0, "temperature": 1.0, "beta": 0.0, "group_size": 8, "dynamic_sampling": "off"}
+    return HealthMonitor(HealthConfig(window=3, actions=HealthActions(**actions), **cfg), knobs=dict(knobs),
+                         supports=frozenset(knobs))
+
+
+def test_each_action_moves_its_knob_once_per_cooldown_and_says_why():
+    mon = knobbed({"entropy_collapse": ["raise_temperature", "entropy_bonus"]}, cooldown=3, temperature_step=0.25,
+                  temperature_max=3.0)
+    fired = [(i, a) for i, (_, acts) in enumerate(collapse(mon, n=14)) for a in acts]
+    steps = sorted({i for i, _ in fired})
+    assert steps[1] - steps[0] == 3 and len(steps) >= 2           # cooldown between repeated firings
+    assert mon.knobs["temperature"] == 1.0 + 0.25 * len(steps) and mon.knobs["entropy_coef"] == 0.01 * len(steps)
+    assert fired[0][1].startswith("raise_temperature: ENTROPY COLLAPSE (token entropy") and "-> temperature 1.25" in fired[0][1]
+
+
+def test_adaptive_beta_starts_beta_then_doubles_and_dead_groups_grow_g_or_sample_dynamically():
+    from rlvr.monitoring.health_actions import take_actions
+
+    mon = knobbed({"kl_drift": ["adaptive_beta"], "dead_groups": ["grow_group", "dynamic_sampling"]}, cooldown=1)
+    for i in range(5):
+        m, alerts = mon.observe({**healthy(i), "kl/ref": 1.0, "rollout/zero_var_frac": 0.9})
+        take_actions(mon, alerts, i + 1)
+    assert mon.knobs["beta"] == pytest.approx(0.02 * 2 ** 4) and mon.knobs["dynamic_sampling"] == "correct"
+    assert mon.knobs["group_size"] == 32  # 8 -> 16 -> 32 -> 32 (group_size_max) from step 3
+
+
+def test_a_knob_the_stage_lacks_is_an_alert_saying_so_and_stop_stops():
+    from rlvr.config.health import HealthActions
+
+    mon = HealthMonitor(HealthConfig(window=3, actions=HealthActions(entropy_collapse=["raise_temperature", "stop"])))
+    acts = [a for _, acts in collapse(mon) for a in acts]
+    assert "alert only (temperature is not a knob of this stage)" in acts[0]
+    assert "stop the stage" in acts[1] and mon.should_stop([])
+
+
+def test_entropy_floor_raises_the_coefficient_under_the_target_and_lowers_it_above():
+    from rlvr.monitoring.health_actions import take_actions
+
+    mon = knobbed({"entropy_collapse": ["entropy_floor"]}, entropy_bonus_step=0.01)
+    collapse(mon, n=10)
+    assert mon.knobs["entropy_target"] == pytest.approx(0.6 * 0.5)   # entropy_trend_frac x the starting entropy
+    high = mon.knobs["entropy_coef"]
+    assert high > 0.01
+    for i in range(10, 20):  # the entropy recovers above the floor: the bonus winds down to 0
+        m, alerts = mon.observe({**healthy(i), "policy/entropy": 0.5})
+        take_actions(mon, alerts, i + 1)
+    assert mon.knobs["entropy_coef"] == 0.0
+
+
+def test_knobs_and_cooldowns_travel_in_the_state_dict():
+    mon = knobbed({"entropy_collapse": ["raise_temperature"]})
+    collapse(mon)
+    fresh = knobbed({"entropy_collapse": ["raise_temperature"]})
+    fresh.load_state_dict(mon.state_dict())
+    assert fresh.knobs == mon.knobs and fresh.fired == mon.fired and fresh.status == mon.status

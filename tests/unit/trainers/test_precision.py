@@ -31,7 +31,7 @@ def moved_fraction(cfg: ModelConfig, steps: int = 10) -> float:
     before = {n: p.detach().clone() for n, p in params.items()}
     had_grad = {n: torch.zeros_like(p, dtype=torch.bool) for n, p in params.items()}
     for _ in range(steps):
-        sft_step(model, examples, list(range(8)), st, tok.pad_token_id, cfg.autocast_bf16)
+        sft_step(model, examples, list(range(8)), st.micro_batch_size, st.bucketing, tok.pad_token_id, cfg.autocast_bf16)
         for n, p in params.items():
             if p.grad is not None:
                 had_grad[n] |= p.grad != 0

@@ -1,0 +1,223 @@
+"""``rlvr plan RECIPE``: decide before spending — what the recipe's verifiers, starting checkpoint and
+agent tasks say about the run, in plain words.
+
+1. **probes**: the adversarial probe suite (``rlvr probe``) on every verifier kind the recipe's tasks use;
+   a task kind without a verifier is named (use the preference path);
+2. **determinism**: the same outputs (each task's worked solution, a corrupted copy, the empty string)
+   verified twice by two fresh verifiers must get the same outcome and reward;
+3. **screen** (:mod:`rlvr.monitoring.screen`): the starting checkpoint — or, for a finished run, each
+   stage's ``final/`` — at every RL stage's G and temperature on that stage's tasks; a stage whose measured
+   informative-group fraction is under one half is re-screened at higher temperatures to name one that fixes it;
+4. **horizon** of agent (multi-turn) stages: turns, tool calls and tokens per trajectory of the starting
+   model on the stage's environment tasks, against the loop's limits;
+5. **recommendations**.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from rlvr.errors import ConfigError
+
+
+def _tasks(source, n: int) -> list:
+    from rlvr.data.sources import load_task_source
+
+    return load_task_source(source)[:n]
+
+
+def _sources(recipe) -> list:
+    """Every task source of the recipe: each RL stage's data, the preference pairs' tasks, the eval tasks."""
+    out = [recipe.eval.tasks]
+    for st in recipe.stages:
+        if st.type == "rl":
+            out.append(st.data)
+        pairs = getattr(st, "pairs", None)
+        if pairs is not None and getattr(pairs, "tasks", None) is not None:
+            out.append(pairs.tasks)
+    return out
+
+
+def probe_verifiers(kinds: set[str]) -> tuple[dict, list[str]]:
+    """{kind: {"probes": N, "accepted": [probe names that earned reward > 0 or were not ok]}}, and the kinds
+    with no verifier at all."""
+    from rlvr.verifiers.probes.runner import KINDS, run_probes
+    from rlvr.verifiers.registry import available_kinds
+
+    res, missing = {}, sorted(k for k in kinds if k not in available_kinds())
+    for k in sorted(kinds & set(KINDS)):
+        rows, _ = run_probes(k)
+        res[k] = {"probes": len(rows), "accepted": [r.probe for r in rows if not r.ok]}
+    return res, missing
+
+
+def determinism(tasks: list) -> dict:
+    """Verify each task's solution, a corrupted copy and the empty string twice (two fresh routers);
+    returns the number of outputs checked and those whose (outcome, reward) differed."""
+    from rlvr.verifiers.registry import TaskRouter
+
+    items = []
+    for t in tasks:
+        sol = t.solution or ""
+        items += [(t, sol), (t, sol[:-1] + ("0" if sol[-1:] != "0" else "1")), (t, "")]
+    a, b = TaskRouter(), TaskRouter()
+    diff = []
+    for t, c in items:
+        va, vb = a.verify(t, c), b.verify(t, c)
+        if (va.outcome, va.reward) != (vb.outcome, vb.reward):
+            diff.append({"task": t.id, "completion": c[:60], "first": [va.outcome, va.reward],
+                         "second": [vb.outcome, vb.reward]})
+    return {"checked": len(items), "differ": diff}
+
+
+def _checkpoints(recipe, run_dir: Path) -> list[tuple[str, str | None]]:
+    """(label, folder or None for the recipe's starting model): each stage's final/ of a finished run, else
+    the start."""
+    done = [(st.name, str(run_dir / st.name / "final")) for st in recipe.stages
+            if (run_dir / st.name / "final" / "config.json").exists()]
+    return done or [("start", recipe.model.path)]
+
+
+def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str | None = None) -> dict:
+    from rlvr.config.load import load_recipe
+    from rlvr.models.load import load_model_and_tokenizer, load_pretrained
+    from rlvr.monitoring.screen import screen_model
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.verifiers.judge import default_judge
+
+    recipe = load_recipe(recipe_path, overrides)
+    run = Path(run_dir or recipe.run_dir)
+    kinds = {t.kind for s in _sources(recipe) for t in _tasks(s, n_tasks) if t.kind != "env"}
+    report: dict = {"recipe": recipe_path, "kinds": sorted(kinds), "recommendations": []}
+    rec = report["recommendations"]
+    report["probes"], missing = probe_verifiers(kinds)
+    for k in missing:
+        rec.append(f"no verifier for task kind {k!r}: use the preference path (rlvr dpo on pairs) or register one")
+    for k, p in report["probes"].items():
+        if p["accepted"]:
+            rec.append(f"the {k} verifier accepts {len(p['accepted'])} of {p['probes']} probes "
+                       f"({', '.join(p['accepted'][:4])}): harden it first")
+    det_tasks = [t for s in _sources(recipe) for t in _tasks(s, 8) if t.kind != "env" and t.kind not in missing]
+    report["determinism"] = determinism(det_tasks)
+    if report["determinism"]["differ"]:
+        rec.append(f"the verifier is not deterministic: {len(report['determinism']['differ'])} of "
+                   f"{report['determinism']['checked']} outputs got a different verdict the second time; fix it "
+                   "before RL (rewards would be noise)")
+    judge, screens, horizons = default_judge(), [], []
+    rl_stages = [st for st in recipe.stages if st.type == "rl"]
+    for label, path in _checkpoints(recipe, run):
+        model, tok = load_pretrained(path) if path else load_model_and_tokenizer(recipe.model)
+        engine = HFEngine(model, tok)
+        for st in rl_stages:
+            if st.rollout.mode == "multi_turn":
+                horizons.append(_horizon(engine, tok, st, label, n_tasks))
+                continue
+            tasks = _tasks(st.data, n_tasks)
+            s = screen_model(engine, tok, tasks, judge, st.sampling.group_size, st.sampling.temperature,
+                             st.sampling.max_new_tokens)
+            s.update({"checkpoint": label, "stage": st.name})
+            if s["signal_frac_observed"] < 0.5 and not s["below_threshold"]:
+                s["temperature_fix"] = _temperature_fix(engine, tok, tasks[: max(8, n_tasks // 2)], judge, st)
+            screens.append(s)
+            rec.append(_screen_advice(s, recipe, st, label))
+    report["screen"], report["horizon"] = screens, horizons
+    for h in horizons:
+        if h["turns_mean"] >= 0.9 * h["max_turns"]:
+            rec.append(f"agent stage {h['stage']}: trajectories use {h['turns_mean']:.1f} of {h['max_turns']} turns "
+                       "(the horizon is the limit): raise rollout.loop.max_turns or add demonstrations first")
+        if h["pass_at_1"] == 0:
+            rec.append(f"agent stage {h['stage']}: the {h['checkpoint']} model solves none of the environment tasks "
+                       "(no signal for RL): SFT on demonstrations first")
+    if not rec:
+        rec.append("nothing stands in the way: run it")
+    return report
+
+
+def _horizon(engine, tok, st, label: str, n: int) -> dict:
+    from rlvr.monitoring.agent_eval import evaluate_agent
+
+    res = evaluate_agent(engine, tok, _tasks(st.data, min(n, 16)), st.rollout.loop)
+    return {"checkpoint": label, "stage": st.name, "turns_mean": res["turns_mean"], "max_turns": st.rollout.loop.max_turns,
+            "tool_calls_mean": res["tool_calls_mean"], "tokens_mean": res["mean_length"], "pass_at_1": res["pass_at_1"],
+            "horizon": res["horizon"]}
+
+
+def _temperature_fix(engine, tok, tasks, judge, st) -> float | None:
+    """The first of 1.25x, 1.5x, 2x the stage's temperature at which most groups carry signal, or None."""
+    from rlvr.monitoring.screen import screen_model
+
+    for f in (1.25, 1.5, 2.0):
+        t = round(st.sampling.temperature * f, 3)
+        s = screen_model(engine, tok, tasks, judge, st.sampling.group_size, t, st.sampling.max_new_tokens)
+        if s["signal_frac_observed"] >= 0.5:
+            return t
+    return None
+
+
+def _screen_advice(s: dict, recipe, st, label: str) -> str:
+    g, start = st.sampling.group_size, label == "start"
+    before = [x.type for x in recipe.stages[: recipe.stages.index(st)]]
+    head = f"{st.name} (G = {g}, T = {st.sampling.temperature:g}) from {label}: p = {s['p']:.3f}, entropy " \
+           f"{s['entropy']:.3f} nats/token, {s['signal_frac_observed']:.0%} of groups informative"
+    if s["below_threshold"]:
+        fix = f"G >= {s['usable_group_size']}" if s["usable_group_size"] else "no G helps at p = 0"
+        if start and "sft" in before:
+            return f"{head}: p below p*(G) = {s['p_star']:.3f} at the start, so the SFT stage before it must lift p " \
+                   f"above that (check with rlvr plan after the SFT stage, or rlvr screen)"
+        return f"{head}: p below p*(G) = {s['p_star']:.3f}: more SFT or {fix}"
+    if s["signal_frac_observed"] < 0.5:
+        t = s.get("temperature_fix")
+        what = f"raise the temperature to {t:g}" if t else "no temperature up to 2x fixes it"
+        easy = " (most groups all pass: harder tasks or dynamic sampling)" if s["above_threshold"] else ""
+        return f"{head}: entropy after this stage is {s['entropy']:.3f}: expect dead groups{easy}; {what} or skip " \
+               "the stage"
+    return f"{head}: usable for RL"
+
+
+def print_plan(rep: dict, console=None) -> None:
+    from rich.console import Console
+
+    c = console or Console()
+    c.print(f"[bold]plan for {rep['recipe']}[/]  task kinds: {', '.join(rep['kinds']) or 'none'}")
+    for k, p in rep["probes"].items():
+        c.print(f"  probes {k}: {p['probes'] - len(p['accepted'])}/{p['probes']} held")
+    d = rep["determinism"]
+    c.print(f"  determinism: {d['checked'] - len(d['differ'])}/{d['checked']} outputs got the same verdict twice")
+    for s in rep["screen"]:
+        c.print(f"  screen {s['checkpoint']} for {s['stage']}: pass@1 {s['pass_at_1']:.1%}, p {s['p']:.3f}, entropy "
+                f"{s['entropy']:.3f}, signal {s['signal_frac']:.2f} (measured {s['signal_frac_observed']:.2f}), "
+                f"p*(G) {s['p_star']:.3f}")
+    for h in rep["horizon"]:
+        c.print(f"  horizon {h['checkpoint']} for {h['stage']}: {h['turns_mean']:.1f}/{h['max_turns']} turns, "
+                f"{h['tool_calls_mean']:.1f} tool calls, {h['tokens_mean']:.0f} tokens, pass@1 {h['pass_at_1']:.1%}")
+    c.print("[bold]recommendations[/]")
+    for r in rep["recommendations"]:
+        c.print(f"  - {r}")
+
+
+def plan_command(
+    recipe: str = typer.Argument(..., help="Recipe YAML."),
+    set_: Optional[List[str]] = typer.Option(None, "--set", help="Override a recipe key (repeatable)."),
+    n_tasks: int = typer.Option(64, "--n-tasks", help="Tasks per screen."),
+    run_dir: Optional[str] = typer.Option(None, "--run-dir", help="The run to read stage checkpoints from "
+                                          "(default: the recipe's run_dir)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.", metavar=""),
+) -> None:
+    """Before spending: probe the verifiers, check they are deterministic, screen the starting checkpoint (or
+    each finished stage's), estimate agent horizons, and say what to do."""
+    if n_tasks < 1:
+        raise ConfigError(f"--n-tasks must be >= 1, got {n_tasks}")
+    rep = plan(recipe, list(set_ or []), n_tasks, run_dir)
+    if as_json:
+        typer.echo(json.dumps(rep, indent=1, default=str))
+    else:
+        print_plan(rep)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``rlvr plan`` to the CLI app."""
+    app.command("plan")(plan_command)
