@@ -128,7 +128,7 @@ def dpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOp
 @app.command()
 def rm(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-       allow_config_change: bool = AllowChangeOpt) -> None:
+       allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Train the recipe's reward model stage."""
     _stage("reward_model", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 

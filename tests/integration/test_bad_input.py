@@ -193,3 +193,12 @@ def test_a_run_dir_holding_another_run_is_refused_then_moved_aside_with_overwrit
     assert (run / "sft" / "final").exists() and "max_steps: 1" in (run / "config.yaml").read_text()
     code, err = cli(capsys, "run", p)  # the same config again: allowed (the stage dir is archived per stage)
     assert code == 0, err
+
+
+@pytest.mark.parametrize("command", ["run", "sft", "grpo", "dpo", "rm", "ppo", "quickstart"])
+def test_every_run_command_takes_overwrite(command):
+    import inspect
+
+    import rlvr.cli
+
+    assert "overwrite" in inspect.signature(getattr(rlvr.cli, command)).parameters

@@ -304,6 +304,9 @@ class MultiTurnCollector:
         secs = self.seconds = {"generate": 0.0, "env": 0.0, "verify": 0.0}
         trajs = self._start(tasks, group_size)
         for turn in range(self.loop.max_turns):
+            for t in trajs:
+                if not t.end and len(t.ids) >= self.loop.max_total_tokens:
+                    t.end = "tokens"  # the prompt alone fills max_total_tokens: no turn fits
             live = [t for t in trajs if not t.end]
             if not live:
                 break

@@ -146,6 +146,9 @@ class CodeVerifier:
     """auto (best available) | bwrap (fail if bubblewrap is unusable) | rlimits (force the fallback)."""
     require_isolation: str | None = None
     """Weakest isolation level accepted (e.g. "bwrap+uid"); weaker -> every verdict is infra."""
+    tree_limits: bool = True
+    """A cgroup per run bounding the candidate's whole process tree (memory_mb + the private /tmp, max_procs)
+    where the machine allows; a loud warning and per-process rlimits only where it does not."""
 
     def limits(self) -> SandboxLimits:
         return SandboxLimits(
@@ -154,6 +157,7 @@ class CodeVerifier:
             max_procs=self.max_procs,
             file_size_mb=self.file_size_mb,
             output_limit_bytes=self.output_limit_bytes,
+            tree_limits=self.tree_limits,
         )
 
     def verify(self, task: Task, completion: str) -> Verdict:

@@ -8,7 +8,7 @@ OOM kill, ``os._exit``) gives outcome ``infra``; in both cases the worker -- its
 is replaced and the batch goes on. ``workers=0`` runs inline in the caller (no hard timeout there:
 the verifier's own limits apply; an exception still becomes ``infra``).
 
-**Storms.** A worker busy for longer than a short stall time (a tenth of the timeout, at most 0.5 s) no longer
+**Storms.** A worker busy for longer than a short stall time (a twentieth of the timeout, at most 0.5 s) no longer
 counts against the N: the next items go to a warm **spare** (max(N, 4) of them are started with the pool;
 while a worker is stuck, more start so that as many stay ready, up to 16 beyond), so when many verifications hang at once (sleeping or spinning on the CPU) they run
 out their timeouts side by side instead of in N-wide waves, and a batch takes about one timeout plus its
@@ -42,7 +42,7 @@ from rlvr.verifiers.base import Verdict, Verifier
 
 STARTUP_TIMEOUT_S = 120.0
 MAX_START_FAILURES = 3
-STALL_FRAC = 0.1    # a worker busy past this fraction of the timeout (at most STALL_MAX_S) counts as stuck
+STALL_FRAC = 0.05   # a worker busy past this fraction of the timeout (at most STALL_MAX_S) counts as stuck
 STALL_MAX_S = 0.5
 MAX_EXTRA = 16      # spares started on demand in a storm, beyond the warm ones
 MIN_SPARES = 4      # warm spares started with a pool (at least its worker count)

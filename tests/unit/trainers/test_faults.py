@@ -285,3 +285,48 @@ def test_multi_turn_agent_resume_equals_uninterrupted(tmp_path):
     rb = [r for r in map(json.loads, open(b.metrics_path)) if "agent/turns_mean" in r]
     assert [r["step"] for r in ra] == [1, 2, 3, 4] and [r["step"] for r in rb][-2:] == [3, 4]
     assert [r["reward/mean"] for r in ra][2:] == [r["reward/mean"] for r in rb][-2:]
+
+
+# ------------------------------------------------------------------------------------- verifier faults
+
+def flaky_judge(frac_infra):
+    """The first ``frac_infra`` of each batch's verdicts are infra (raised, hung, garbage), the rest parity."""
+    def judge(tasks, completions):
+        out = parity_judge(tasks, completions)
+        k = int(round(frac_infra * len(out)))
+        return [Verdict.infra("verifier raised: boom") for _ in range(k)] + out[k:]
+    return judge
+
+
+def test_infra_below_the_threshold_is_counted_and_the_run_goes_on(tiny_dir, tmp_path):
+    res = train_rl(rl_stage(), ModelConfig(path=tiny_dir), tmp_path, seed=0, judge=flaky_judge(0.25))
+    rows = [r for r in map(json.loads, open(res.metrics_path)) if "verifier/infra" in r]
+    assert res.steps == 4 and all(r["verifier/infra"] == 2 for r in rows)  # 2 of 8 each step, out of the advantages
+
+
+def test_an_infra_storm_pauses_the_run_with_a_clear_message(tiny_dir, tmp_path):
+    st = rl_stage().model_copy(update={"save_every": 1, "max_infra_frac": 0.5})
+    calls = {"n": 0}
+
+    def judge(tasks, completions):  # fine for two steps, then 6 of 8 verifications fail
+        calls["n"] += 1
+        return (parity_judge if calls["n"] <= 2 else flaky_judge(0.75))(tasks, completions)
+    from rlvr.trainers.guards import VerifierStormError
+
+    with pytest.raises(VerifierStormError) as e:
+        train_rl(st, ModelConfig(path=tiny_dir), tmp_path, seed=0, judge=judge)
+    msg = str(e.value)
+    assert "step 3: 6 of 8 verifications were infra (75% > max_infra_frac 0.5" in msg
+    assert f"The last checkpoint is {tmp_path / 'rl' / 'checkpoints' / 'step-000002'}" in msg and "--resume" in msg
+    assert events(tmp_path / "rl" / "metrics.jsonl", "paused_infra")[0]["infra"] == 6
+
+
+def test_a_prompt_filling_the_token_budget_ends_its_trajectory_instead_of_crashing(tmp_path):
+    # before the fix: max_new_tokens <= 0 reached the engine, which raised on an empty generation
+    st = RLStage(data=BuiltinEnvTasks(env="calculator", n=8, split="train", seed=1),
+                 rollout=RolloutConfig(mode="multi_turn",
+                                       loop=AgentLoopConfig(max_turns=2, max_new_tokens=8, max_total_tokens=64)),
+                 sampling=SamplingConfig(group_size=2), max_steps=1, tasks_per_step=2, save_every=0)
+    res = train_rl(st, ModelConfig(tiny={"size": "test", "seed": 0}), tmp_path, seed=0)
+    row = [r for r in map(json.loads, open(res.metrics_path)) if r.get("step") == 1][0]
+    assert res.steps == 1 and row["train/sequences"] == 0

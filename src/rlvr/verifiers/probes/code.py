@@ -203,10 +203,11 @@ def setup_victim(workdir: str) -> subprocess.Popen:
 
 
 def check_victim(proc: subprocess.Popen) -> list[str]:
-    alive = proc.poll() is None
+    """Killed means died by a signal: after its 120 s the victim exits 0 by itself (a long soak outlives it)."""
+    rc = proc.poll()
     proc.kill()
     proc.wait()
-    return [] if alive else [f"the candidate killed host process {proc.pid}"]
+    return [] if rc is None or rc == 0 else [f"the candidate killed host process {proc.pid} (exit {rc})"]
 
 
 def setup_gold_on_disk(task: Task, workdir: str) -> list[str]:
@@ -621,7 +622,7 @@ PROBES: list[Probe] = [
     _p(
         "fork_bomb",
         FORK_BOMB,
-        ("timeout", "crash"),
+        ("timeout", "crash", "violation"),  # violation: the run's cgroup refused a fork (whole-tree limit)
         "fork until the process cap; children renamed",
         setup=setup_forkbomb,
         host_check=check_forkbomb,

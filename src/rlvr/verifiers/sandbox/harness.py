@@ -295,6 +295,14 @@ def main():
     for name, value in cfg["rlimits"]:
         resource.setrlimit(getattr(resource, name), (value, value))
     sys.path.extend(cfg.get("sys_path") or [])
+    if cfg.get("uid") is not None:  # least privilege: the tests need no root, only their pipes and cwd
+        import ctypes
+        import os
+
+        os.setgroups([])
+        os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
+        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
     if hasattr(sys, "set_int_max_str_digits"):  # big-int answers cross as JSON digits (parse cost bounded)
         sys.set_int_max_str_digits(100_000)
     job = json.loads(sys.stdin.buffer.read().decode("utf-8"))

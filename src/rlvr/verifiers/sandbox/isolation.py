@@ -291,6 +291,18 @@ def isolation_report(mode: str = "auto") -> dict:
         if iso.uid_switch
         else "process group only (setsid children escape)"
     )
+    from rlvr.verifiers.sandbox.cgroups import tree_limit_report
+
     d["cgroup_v1"] = {c: os.path.isdir(f"/sys/fs/cgroup/{c}") for c in ("pids", "memory")}
-    d["cgroup_used"] = False
+    d.update(tree_limit_report())
+    d["cgroup_used"] = not d["tree_limits"].startswith("none")
+    from rlvr.verifiers.sandbox.launch import harness_can_drop_root
+
+    d["harness"] = (
+        "own unprivileged uid + no_new_privs"
+        if iso.uid_switch and harness_can_drop_root()
+        else "caller's uid, rlimits (the interpreter's directories are not readable by other uids)"
+        if iso.uid_switch
+        else "caller's uid, rlimits"
+    )
     return d

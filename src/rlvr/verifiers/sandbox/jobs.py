@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.verifiers.sandbox.cgroups import open_tree_cgroup
 from rlvr.verifiers.sandbox.harness import limit_hit
 from rlvr.verifiers.sandbox.isolation import Isolation, detect_isolation
-from rlvr.verifiers.sandbox.launch import feed, kill_tree, spawn_candidate, spawn_harness
+from rlvr.verifiers.sandbox.launch import feed, harness_can_drop_root, kill_tree, spawn_candidate, spawn_harness
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.supervise import Stream, pump
 from rlvr.verifiers.sandbox.uids import acquire_uid, kill_uid, remove_uid_files
@@ -40,7 +41,7 @@ class _Session:
 
     def __init__(self, iso: Isolation, limits: SandboxLimits):
         self.iso, self.limits, self.procs = iso, limits, []
-        self.lease = None
+        self.lease = self.harness_lease = self.cgroup = None
         self.root = ""
 
     def __enter__(self) -> _Session:
@@ -48,13 +49,33 @@ class _Session:
             self.lease = acquire_uid(self.iso.uid_base)
             if not self.iso.uses_bwrap:  # leftovers of a verifier killed mid-run (bubblewrap: died with it)
                 kill_uid(self.lease.uid)
+            if harness_can_drop_root():  # the harness drops root too, where it can still import its modules
+                self.harness_lease = acquire_uid(self.iso.uid_base)
+                kill_uid(self.harness_lease.uid)
+        if self.limits.tree_limits:
+            self.cgroup = open_tree_cgroup(self.limits.tree_memory, self.limits.max_procs)
         self.root = tempfile.mkdtemp(prefix="rlvr-sbx-")
         os.chmod(self.root, 0o711)  # the candidate may traverse to its own dir, not list ours
         os.mkdir(self.harness_dir, 0o700)
         os.mkdir(self.candidate_dir, 0o700)
         if self.lease is not None:
             os.chown(self.candidate_dir, self.lease.uid, self.lease.gid)
+        if self.harness_lease is not None:
+            os.chown(self.harness_dir, self.harness_lease.uid, self.harness_lease.gid)
         return self
+
+    def tree_outcome(self, result: SandboxResult) -> SandboxResult:
+        """A run whose whole tree hit its cgroup limit (a process OOM-killed, a fork refused) is a violation."""
+        ev = self.cgroup.events() if self.cgroup is not None else {}
+        if result.outcome in ("pass", "ok"):
+            return result
+        if ev.get("oom_kill"):
+            result.outcome = "violation"
+            result.details.update(limit="memory (whole process tree)", tree_memory_mb=self.limits.tree_memory)
+        elif ev.get("pids_max") and result.outcome != "wrong":
+            result.outcome = "violation"
+            result.details.update(limit="processes (whole process tree)", max_procs=self.limits.max_procs)
+        return result
 
     @property
     def harness_dir(self) -> str:
@@ -67,6 +88,11 @@ class _Session:
     def __exit__(self, *exc) -> None:
         for p in self.procs:
             kill_tree(p)
+        if self.cgroup is not None:
+            self.cgroup.close()
+        if self.harness_lease is not None:
+            kill_uid(self.harness_lease.uid)
+            self.harness_lease.release()
         if self.lease is not None:
             kill_uid(self.lease.uid, rounds=1 if self.iso.uses_bwrap else 2)
             if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
@@ -150,9 +176,10 @@ def run_function(
                 subprocess.DEVNULL,
                 out_w,
                 subprocess.STDOUT,
+                sess.cgroup,
             )
             sess.procs.append(cand)
-            harness = spawn_harness(limits, sess.harness_dir, req_w, resp_r, res_w, hout_w)
+            harness = spawn_harness(limits, sess.harness_dir, req_w, resp_r, res_w, hout_w, sess.harness_lease)
             sess.procs.insert(0, harness)
         except OSError as e:
             _close(out_r, res_r, hout_r)
@@ -181,6 +208,7 @@ def run_function(
             result.details.update(_death(cand, iso))
             if result.outcome == "crash":
                 result.outcome = _signal_outcome(result.details)
+        result = sess.tree_outcome(result)
     result.seconds = time.monotonic() - t0
     result.details["isolation"] = iso.level
     return result
@@ -232,6 +260,7 @@ def run_program(
                 subprocess.PIPE,
                 subprocess.PIPE,
                 subprocess.PIPE,
+                sess.cgroup,
             )
             sess.procs.append(cand)
         except OSError as e:
@@ -255,7 +284,7 @@ def run_program(
             return (out.eof and err.eof) or time.monotonic() - exited_at[0] > 0.1  # a child may hold the pipe
 
         stop = pump([out, err], done, t0 + limits.timeout_s, limits.output_limit_bytes)
-        result = _program_result(stop, cand, iso, out, err, limits)
+        result = sess.tree_outcome(_program_result(stop, cand, iso, out, err, limits))
         cand.stdout.close()
         cand.stderr.close()
     result.seconds = time.monotonic() - t0

@@ -14,6 +14,7 @@ import threading
 import zlib
 from pathlib import Path
 
+from rlvr.verifiers.sandbox.cgroups import TreeCgroup, join_command
 from rlvr.verifiers.sandbox.isolation import CANDIDATE_PATH, Isolation, bwrap_args, hidden_dirs, site_dirs
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.uids import UidLease, kill_uid
@@ -86,8 +87,10 @@ def spawn_candidate(
     stdin,
     stdout,
     stderr,
+    cgroup: TreeCgroup | None = None,
 ) -> subprocess.Popen:
-    """Launch the runner (as root when a uid switch follows) inside bubblewrap or bare, in its own session."""
+    """Launch the runner (as root when a uid switch follows) inside bubblewrap or bare, in its own session,
+    inside ``cgroup`` (the run's whole-tree limits) when given."""
     cfg = {
         "mode": mode,
         "fd_in": fd_in,
@@ -107,7 +110,7 @@ def spawn_candidate(
         cmd = bwrap_args(iso.bwrap, iso.python, limits.tmpfs_mb, os.geteuid() == 0) + ["--", *cmd]
     fds = tuple(fd for fd in (fd_in, fd_out) if fd is not None)
     return subprocess.Popen(
-        cmd,
+        join_command(cgroup, cmd),
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
@@ -119,11 +122,38 @@ def spawn_candidate(
     )
 
 
+@functools.cache
+def harness_can_drop_root() -> bool:
+    """The harness may run under an unprivileged uid only if that uid can still import what the tests import:
+    every directory of the interpreter's stdlib and site-packages (and each of their parents) must be
+    traversable by others. An interpreter under ``/root`` (pyenv's default) or in a private venv is not."""
+    import sysconfig
+
+    paths = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    paths |= set(site_dirs(sys.executable)) | {os.path.dirname(os.path.realpath(sys.executable))}
+    for p in paths:
+        p = os.path.realpath(p)
+        while True:
+            try:
+                if not os.stat(p).st_mode & 0o001:
+                    return False
+            except OSError:
+                break
+            parent = os.path.dirname(p)
+            if parent == p:
+                break
+            p = parent
+    return True
+
+
 def spawn_harness(
-    limits: SandboxLimits, cwd: str, fd_to: int, fd_from: int, fd_result: int, stdout: int
+    limits: SandboxLimits, cwd: str, fd_to: int, fd_from: int, fd_result: int, stdout: int,
+    lease: UidLease | None = None,
 ) -> subprocess.Popen:
-    """Launch the trusted harness under the caller's uid with its own (looser) limits."""
+    """Launch the trusted harness with its own (looser) limits, under its own unprivileged uid (``lease``,
+    when the machine allows a uid switch; the caller's uid otherwise): least privilege that still judges."""
     cfg = {
+        "uid": lease.uid if lease else None,
         "fd_to": fd_to,
         "fd_from": fd_from,
         "fd_result": fd_result,

@@ -32,6 +32,11 @@ class SandboxLimits:
     """Largest message (return value, load error) the candidate may send back across the boundary."""
     harness_memory_mb: int = 4096
     """Address-space limit of the trusted harness process, in MiB."""
+    tree_memory_mb: int | None = None
+    """Resident memory of the candidate's whole process tree, its private /tmp included (a cgroup; default
+    memory_mb + tmpfs_mb). ``max_procs`` bounds the tree's processes + threads there too."""
+    tree_limits: bool = True
+    """Put each run in its own cgroup (whole-tree memory and process limits) where the machine allows."""
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
@@ -48,6 +53,10 @@ class SandboxLimits:
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+    @property
+    def tree_memory(self) -> int:
+        return self.tree_memory_mb if self.tree_memory_mb is not None else self.memory_mb + self.tmpfs_mb
 
     @property
     def cpu_seconds(self) -> int:
