@@ -45,6 +45,7 @@ from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
 from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
+from rlvr.monitoring.test_guard import TestGuard
 from rlvr.rollout.collector import Rollouts, collect
 from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import (
@@ -68,19 +69,23 @@ from rlvr.verifiers.judge import reward_judge
 # --------------------------------------------------------------------------------------- rollout
 
 
-def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list):
+def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list,
+                 guard: TestGuard | None = None):
     """One rollout batch; with dynamic sampling, keep drawing until the batch is informative.
 
     A group is informative when its verifier outcomes are mixed (``sampling.dynamic_sampling: correct``,
     DAPO's 0 < #correct < G; DAPO's default) or its composed reward varies (``reward``). With dynamic sampling the
     batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11: the token-mean runs over
     the kept groups only): filtered groups count in no loss denominator, unlike the zero-advantage rows of
-    the other algorithms, which are skipped for speed but counted.
+    the other algorithms, which are skipped for speed but counted. With held-out code tests (``guard``) the
+    verifier sees each task's training pool only.
     """
     dyn = stage.sampling.dynamic_sampling
     parts, kept, drawn, rnd = [], 0, 0, 0
     while True:
         tasks = stream.take(stage.tasks_per_step)
+        if guard is not None:
+            tasks = guard.training(tasks, step)
         ro = collect(engine, tok, tasks, judge, stage.sampling, stage.rewards, seed=seed * 100003 + step * 97 + rnd)
         drawn += ro.num_groups
         if dyn in (None, "off"):
@@ -355,7 +360,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     mask_trunc = stage.loss.mask_truncated
     notes: list[str] = []
     base = stage
-    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes), stream.cursor)
+    guard = TestGuard(stage.health.code_tests, seed) if stage.health.code_tests.heldout_frac else None
+    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes, guard), stream.cursor)
     while not run.done():
         stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
         needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0
@@ -370,7 +376,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
             batch = build_train_batch(ro, adv, needs_all, mask_trunc)
             ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
-                      "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale}
+                      "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale,
+                      **(guard.measure(ro, judge) if guard is not None else {})}
         if track_kl and len(batch):
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
