@@ -10,7 +10,8 @@ Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`)
   entropy_trending_down  smoothed token entropy < ``entropy_trend_frac`` × its first-window mean, still falling
   entropy_collapse       smoothed token entropy < ``entropy_collapse_frac`` × its first-window mean (critical)
   stalled                smoothed pass rate moved < ``stall_delta`` over ``stall_steps`` steps
-  kl_drift               smoothed KL to the reference > ``kl_max``, or > ``kl_accel_min`` and accelerating
+  kl_drift               smoothed per-token KL to the reference > ``kl_max``, or > ``kl_accel_min`` and
+                         accelerating (``kl/ref_per_token`` when the stage logs it, else ``kl/ref``)
   dead_groups            smoothed zero-variance group fraction >= ``dead_frac``
   verifier_overfit       train pass rate up while held-out pass@1 down, by ``overfit_gap``; or (code tasks
                          with held-out tests) the share of samples passing the training tests and failing
@@ -81,7 +82,7 @@ class HealthMonitor:
     last_healthy_step: int | None = None
     stopped: bool = False
 
-    KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref",
+    KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref", "kl/ref_per_token",
             "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean",
             "rollout/length_mean", "rollout/truncation_rate", "rollout/reward_length_corr",
             "verifier/overfit_frac", "rollout/entropy")
@@ -190,7 +191,8 @@ class HealthMonitor:
         return None
 
     def _kl(self) -> Alert | None:
-        s, w = self._ema("kl/ref"), self.cfg.window
+        # per-token KL: PPO logs the per-sequence sum as kl/ref and the per-token mean beside it
+        s, w = self._ema("kl/ref_per_token") or self._ema("kl/ref"), self.cfg.window
         if not s:
             return None
         if s[-1] > self.cfg.kl_max:
