@@ -55,6 +55,21 @@ class HealthActions(Section):
     """(multi-turn) a secret goal value seen in an observation."""
 
 
+class CodeTestSplit(Section):
+    """Held-out tests and verifier rotation for code tasks (``rlvr.verifiers.test_split``)."""
+
+    heldout_frac: float = Field(0.0, ge=0, lt=1)
+    """Share of each code task's list-shaped tests (asserts or stdin/stdout cases) the training verifier
+    never sees (at least one, never all); every step the completions that pass the training tests are also
+    run on the held-out ones (``verifier/overfit_frac``: pass the training tests, fail the held-out ones).
+    0: off."""
+    rotate_every: int = Field(0, ge=0)
+    """Verifier rotation: every this many steps the training verifier uses a new random subset of the
+    training pool (0: the whole pool every step)."""
+    rotate_frac: float = Field(0.5, gt=0, le=1)
+    """Verifier rotation: the share of the training pool each subset holds."""
+
+
 class HealthConfig(Section):
     """Health monitor of a stage with a policy (RL, PPO, preference): statuses from smoothed metric
     histories, and the actions they take."""
@@ -92,7 +107,11 @@ class HealthConfig(Section):
     groups are dead", the definition of the screening paper's p*(G)."""
     overfit_gap: float = 0.1
     """verifier_overfit: train pass rate up and held-out pass@1 down by at least this between the first
-    and the latest held-out evals (10 points: several standard errors of a 100-task held-out set)."""
+    and the latest held-out evals; or (code tasks with ``code_tests``) the smoothed share of samples that
+    pass the training tests but fail the held-out ones up by this from its start (10 points: several
+    standard errors of a 100-task held-out set)."""
+    code_tests: CodeTestSplit = CodeTestSplit()
+    """Held-out tests and verifier rotation for code tasks (RL stages)."""
     trunc_max: float = 0.2
     """length_blowup: smoothed truncation rate above this and above its starting value + half of it (a
     rate that was always high is a budget choice, not a blow-up; DAPO's overlong shaping starts a fifth of the

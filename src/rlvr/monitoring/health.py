@@ -10,10 +10,12 @@ Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`)
   entropy_trending_down  smoothed token entropy < ``entropy_trend_frac`` × its first-window mean, still falling
   entropy_collapse       smoothed token entropy < ``entropy_collapse_frac`` × its first-window mean (critical)
   stalled                smoothed pass rate moved < ``stall_delta`` over ``stall_steps`` steps
-  kl_drift               smoothed KL to the reference > ``kl_max``, or > ``kl_accel_min`` and accelerating
+  kl_drift               smoothed per-token KL to the reference > ``kl_max``, or > ``kl_accel_min`` and
+                         accelerating (``kl/ref_per_token`` when the stage logs it, else ``kl/ref``)
   dead_groups            smoothed zero-variance group fraction >= ``dead_frac``
-  verifier_overfit       train pass rate (or training-test pass rate) up while held-out pass@1 (held-out
-                         tests) down, by ``overfit_gap`` (critical)
+  verifier_overfit       train pass rate up while held-out pass@1 down, by ``overfit_gap``; or (code tasks
+                         with held-out tests) the share of samples passing the training tests and failing
+                         the held-out ones up by ``overfit_gap`` (critical)
   length_blowup          smoothed truncation rate > ``trunc_max`` and risen by half of it, or mean length
                          > ``length_rise`` × start
   reward_length_corr     smoothed reward/length correlation > ``length_corr_max`` while lengths grew
@@ -80,18 +82,16 @@ class HealthMonitor:
     last_healthy_step: int | None = None
     stopped: bool = False
 
-    KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref",
+    KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref", "kl/ref_per_token",
             "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean",
             "rollout/length_mean", "rollout/truncation_rate", "rollout/reward_length_corr",
-            "verifier/train_tests_pass", "eval/heldout_tests_pass", "rollout/entropy")
+            "verifier/overfit_frac", "rollout/entropy")
 
     def observe(self, rec: dict) -> tuple[dict, list[Alert]]:
         """Add one step's metrics; return the ``health/*`` metrics and the alerts raised at this step."""
         self.history.append({k: rec[k] for k in self.KEYS if k in rec})
         if "eval/pass_at_1" in rec:
-            train = rec.get("verifier/train_tests_pass", self._smoothed("rollout/pass_rate"))
-            held = rec.get("eval/heldout_tests_pass", rec["eval/pass_at_1"])
-            self.evals.append((train, held))
+            self.evals.append((self._smoothed("rollout/pass_rate"), rec["eval/pass_at_1"]))
         rules = (self._nan(rec), self._entropy_collapse(), self._entropy_trend(), self._stalled(), self._kl(),
                  self._dead(), self._overfit(), self._length(), self._length_corr(), self._tool_collapse(),
                  self._leak(rec))
@@ -191,7 +191,8 @@ class HealthMonitor:
         return None
 
     def _kl(self) -> Alert | None:
-        s, w = self._ema("kl/ref"), self.cfg.window
+        # per-token KL: PPO logs the per-sequence sum as kl/ref and the per-token mean beside it
+        s, w = self._ema("kl/ref_per_token") or self._ema("kl/ref"), self.cfg.window
         if not s:
             return None
         if s[-1] > self.cfg.kl_max:
@@ -214,6 +215,12 @@ class HealthMonitor:
                      "use dynamic sampling, a larger G, a higher temperature or change the curriculum")
 
     def _overfit(self) -> Alert | None:
+        vals = self._values("verifier/overfit_frac")
+        if len(vals) > self.cfg.window:
+            start, now = self._start(vals), ema_series(vals, self.cfg.window)[-1]
+            if now - start >= self.cfg.overfit_gap:
+                return Alert("verifier_overfit", "critical", f"{now:.0%} of samples pass the training tests and fail "
+                             f"the held-out ones (from {start:.0%}): the policy is fitting the tests it is shown")
         if len(self.evals) < 3:
             return None
         (tr0, ho0), (tr1, ho1) = self.evals[0], self.evals[-1]

@@ -6,8 +6,9 @@ section; inside it, :class:`~rlvr.monitoring.metrics.MetricsWriter` also writes 
 :func:`log_samples` writes sample completions. Outside a context (a trainer called directly) only
 ``metrics.jsonl`` and the default progress output are written.
 
-Text metrics (``health/alerts``, ``notes``, ``event``) go to TensorBoard as text summaries; numbers as
-scalars (``health/status`` is already a numeric code: 0 ok, 1 warn, 2 critical).
+Text metrics (``health/status``, ``health/alerts``, ``health/action``, ``notes``, ``event``) go to
+TensorBoard as text summaries; numbers as scalars (``health/code`` is the status as a number: 0 healthy,
+1 warn, 2 critical).
 """
 
 from __future__ import annotations

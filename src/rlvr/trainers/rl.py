@@ -45,6 +45,7 @@ from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
 from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
+from rlvr.monitoring.test_guard import TestGuard
 from rlvr.rollout.collector import Rollouts
 from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
 from rlvr.trainers.agent import AgentRollout
@@ -71,19 +72,22 @@ from rlvr.verifiers.judge import reward_judge
 
 
 def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list,
-                 model=None):
+                 model=None, guard: TestGuard | None = None):
     """One rollout batch; with dynamic sampling, keep drawing until the batch is informative.
 
     A group is informative when its verifier outcomes are mixed (``sampling.dynamic_sampling: correct``,
     DAPO's 0 < #correct < G; DAPO's default) or its composed reward varies (``reward``). With dynamic sampling the
     batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11: the token-mean runs over
     the kept groups only): filtered groups count in no loss denominator, unlike the zero-advantage rows of
-    the other algorithms, which are skipped for speed but counted.
+    the other algorithms, which are skipped for speed but counted. With held-out code tests (``guard``) the
+    verifier sees each task's training pool only.
     """
     dyn = stage.sampling.dynamic_sampling
     parts, kept, drawn, rnd = [], 0, 0, 0
     while True:
         tasks = stream.take(stage.tasks_per_step)
+        if guard is not None:
+            tasks = guard.training(tasks, step)
         ro, method_met = collect_with_methods(stage, engine, model, tok, tasks, judge, seed * 100003 + step * 97 + rnd,
                                               step)
         drawn += ro.num_groups
@@ -362,7 +366,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     mask_trunc = stage.loss.mask_truncated
     notes: list[str] = []
     base = stage
-    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes, model), stream.cursor)
+    guard = TestGuard(stage.health.code_tests, seed) if stage.health.code_tests.heldout_frac else None
+    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes, model, guard), stream.cursor)
     teacher = load_pretrained(stage.residual.teacher)[0].to(model.device).eval() if stage.residual.enabled else None
     while not run.done():
         stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
@@ -380,7 +385,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                 if teacher is not None else None
             batch = build_train_batch(ro, row_advantages(ro, adv, res, stage.residual.weight), needs_all, mask_trunc)
             ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
-                      "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale}
+                      "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale,
+                      **(guard.measure(ro, judge) if guard is not None else {})}
         pause_on_infra(run, ro_rec, ro.valid.numel() if ro is not None else
                        stage.tasks_per_step * stage.sampling.group_size)
         if track_kl and len(batch):

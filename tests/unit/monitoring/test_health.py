@@ -200,3 +200,10 @@ def test_knobs_and_cooldowns_travel_in_the_state_dict():
     fresh = knobbed({"entropy_collapse": ["raise_temperature"]})
     fresh.load_state_dict(mon.state_dict())
     assert fresh.knobs == mon.knobs and fresh.fired == mon.fired and fresh.status == mon.status
+
+
+def test_kl_rules_read_the_per_token_kl_when_a_stage_logs_both():
+    # PPO: kl/ref is the per-sequence sum (4 nats over 40 tokens), kl/ref_per_token its mean (0.1): no drift
+    res = feed(HealthMonitor(HealthConfig(window=3)), [{**healthy(i), "kl/ref": 4.0, "kl/ref_per_token": 0.1}
+                                                        for i in range(10)])
+    assert all(m["health/status"] == "healthy" for m, _ in res)

@@ -1,0 +1,99 @@
+"""Held-out tests and verifier rotation for code tasks, on a small synthetic code task set: a policy that
+memorises the asserts it is shown passes the training tests and fails the held-out ones, and the health
+monitor names it verifier overfit (the embedded model cannot learn code, so the 'policy' is scripted)."""
+
+import re
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from rlvr.config.health import CodeTestSplit, HealthConfig
+from rlvr.data.types import Task
+from rlvr.monitoring.health import HealthMonitor
+from rlvr.monitoring.test_guard import TestGuard
+from rlvr.verifiers.judge import default_judge
+from rlvr.verifiers.test_split import heldout_task, split_tests, training_task
+
+FUNCS = {"double": "x * 2", "square": "x * x", "inc": "x + 1"}
+
+
+def code_tasks():
+    return [Task(id=name, prompt=f"def f(x): # {name}", kind="code",
+                 gold={"entry_point": "f", "tests": [f"assert f({x}) == {eval(body)}" for x in range(1, 7)]})
+            for name, body in FUNCS.items()]
+
+
+def general(task):
+    return f"def f(x):\n    return {FUNCS[task.id]}\n"
+
+
+def memoriser(task_seen):
+    """Return-table of exactly the asserts the training verifier showed: right there, wrong elsewhere."""
+    pairs = [tuple(map(int, re.findall(r"-?\d+", t))) for t in task_seen.gold["tests"]]
+    table = ", ".join(f"{a}: {b}" for a, b in pairs)
+    return f"def f(x):\n    return {{{table}}}.get(x, 0)\n"
+
+
+def test_split_is_deterministic_disjoint_and_keeps_both_sides_nonempty():
+    t = code_tasks()[0]
+    train, held, key = split_tests(t, 0.34, seed=3)
+    assert key == "tests" and len(held) == 3 and len(train) == 3            # ceil(0.34 * 6)
+    assert sorted(train + held) == sorted(t.gold["tests"]) and split_tests(t, 0.34, seed=3) == (train, held, key)
+    assert len(split_tests(t, 0.99, seed=3)[0]) == 1                        # never all held out
+    assert training_task(t, 0.34, 3).gold["tests"] == train and heldout_task(t, 0.34, 3).gold["tests"] == held
+    humaneval = Task(id="h", prompt="", kind="code", gold={"tests": "def check(c): assert c(1) == 2"})
+    assert split_tests(humaneval, 0.3) is None and training_task(humaneval, 0.3) is humaneval
+    with_hidden = Task(id="w", prompt="", kind="code", gold={**t.gold, "hidden_tests": ["assert f(9) == 18"]})
+    assert "hidden_tests" not in training_task(with_hidden, 0.3).gold
+    assert heldout_task(with_hidden, 0.3).gold["hidden_tests"] == ["assert f(9) == 18"]
+
+
+def test_rotation_changes_the_subset_every_round_within_the_training_pool():
+    t = code_tasks()[1]
+    pool = set(split_tests(t, 0.34, 0)[0])
+    seen = [tuple(training_task(t, 0.34, 0, step, rotate_every=2, rotate_frac=0.67).gold["tests"]) for step in range(12)]
+    assert all(seen[2 * r] == seen[2 * r + 1] for r in range(6))            # fixed within a round
+    assert len(set(seen)) > 1 and all(set(s) <= pool and len(s) == 2 for s in seen)
+
+
+def rollouts(tasks, texts, passed, G):
+    return SimpleNamespace(tasks=tasks, group_size=G, texts=texts, passed=torch.tensor(passed).view(len(tasks), G))
+
+
+@pytest.fixture(scope="module")
+def judge():
+    return default_judge()
+
+
+def step_metrics(guard, judge, step, n_memo, G=2):
+    """One step: G samples per task, ``n_memo`` of them memorise the training asserts, the rest are general."""
+    tasks = code_tasks()
+    seen = guard.training(tasks, step)
+    texts = [memoriser(s) if g < n_memo else general(t) for t, s in zip(tasks, seen) for g in range(G)]
+    passed = [v.passed for v in judge([s for s in seen for _ in range(G)], texts)]
+    return guard.measure(rollouts(seen, texts, passed, G), judge)
+
+
+@pytest.fixture(scope="module")
+def by_memo(judge):
+    """The guard's metrics of a step with 0, 1 or 2 memorisers out of G = 2 samples per task."""
+    guard = TestGuard(CodeTestSplit(heldout_frac=0.34), seed=0)
+    return {n: step_metrics(guard, judge, n, n) for n in (0, 1, 2)}
+
+
+def test_memorising_the_training_tests_shows_as_overfit(by_memo):
+    m = by_memo[1]
+    # every sample passes the tests it was shown; the memorisers (half) fail the held-out ones
+    assert m["verifier/train_tests_pass"] == 1.0 and m["verifier/heldout_tests_pass"] == pytest.approx(0.5)
+    assert m["verifier/overfit_frac"] == pytest.approx(0.5)
+    assert by_memo[0]["verifier/overfit_frac"] == 0.0 and by_memo[2]["verifier/heldout_tests_pass"] == 0.0
+
+
+def test_the_monitor_flags_verifier_overfit_as_memorisers_spread(by_memo):
+    mon = HealthMonitor(HealthConfig(window=2))
+    statuses = [mon.observe({"rollout/pass_rate": 1.0, **by_memo[n]})[0]["health/status"] for n in [0, 0, 0, 1, 2, 2]]
+    assert statuses == ["healthy"] * 3 + ["VERIFIER OVERFIT"] * 3
+    calm = HealthMonitor(HealthConfig(window=2))
+    assert all(calm.observe({"rollout/pass_rate": 1.0, **by_memo[0]})[0]["health/status"] == "healthy"
+               for _ in range(8))
