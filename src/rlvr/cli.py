@@ -58,25 +58,29 @@ RunDirOpt = typer.Option(None, "--run-dir", help="Override the recipe's run_dir.
 AllowChangeOpt = flag("--allow-config-change", "With --resume: accept a recipe that differs from the run's "
                                                "saved config.yaml (the change is logged in the run).")
 InitOpt = typer.Option(None, "--model", help="Start from this checkpoint (overrides model.path).")
+AllowJudgeOpt = flag("--allow-unprobed-judge", "Allow a model-judged reward (RLAIF) whose judge checkpoint and "
+                                               "rubric have no passing `rlvr probe judge` report.")
 
 
 @app.command()
-def validate(recipe: str = typer.Argument(..., help="Recipe YAML."), set_: Optional[List[str]] = SetOpt) -> None:
+def validate(recipe: str = typer.Argument(..., help="Recipe YAML."), set_: Optional[List[str]] = SetOpt,
+             allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
     """Dry run: resolve every file, model, family and batch size a run would touch; list every problem."""
     from rlvr.commands.run import validate_command
 
-    validate_command(recipe, _overrides(set_))
+    validate_command(recipe, _overrides(set_), allow_unprobed_judge)
 
 
 @app.command()
 def run(recipe: Optional[str] = typer.Argument(None, help="Recipe YAML (optional with --resume: the run's "
                                                           "saved config.yaml is used)."),
         set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt, run_dir: Optional[str] = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt) -> None:
+        allow_config_change: bool = AllowChangeOpt, allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
     """Run every stage of a recipe in order (each starts from the previous stage's checkpoint)."""
     from rlvr.commands.run import run_command
 
-    run_command(recipe, _overrides(set_), resume, run_dir, allow_config_change=allow_config_change)
+    run_command(recipe, _overrides(set_), resume, run_dir, allow_config_change=allow_config_change,
+                allow_unprobed_judge=allow_unprobed_judge)
 
 
 @app.command()
@@ -90,10 +94,11 @@ def quickstart(out: str = typer.Option("runs/quickstart", "--out", help="Run dir
 
 
 def _stage(kind: str, recipe: str, sets, resume: bool, init: Optional[str], run_dir: Optional[str],
-           allow: bool) -> None:
+           allow: bool, allow_unprobed_judge: bool = False) -> None:
     from rlvr.commands.run import stage_command
 
-    stage_command(kind, recipe, _overrides(sets), resume, init, run_dir=run_dir, allow_config_change=allow)
+    stage_command(kind, recipe, _overrides(sets), resume, init, run_dir=run_dir, allow_config_change=allow,
+                  allow_unprobed_judge=allow_unprobed_judge)
 
 
 @app.command()
@@ -107,9 +112,9 @@ def sft(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOp
 @app.command()
 def grpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
          model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-         allow_config_change: bool = AllowChangeOpt) -> None:
+         allow_config_change: bool = AllowChangeOpt, allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
     """Run the recipe's RL stage(s) (GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++)."""
-    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change, allow_unprobed_judge)
 
 
 @app.command()

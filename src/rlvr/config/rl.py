@@ -123,16 +123,22 @@ class KLConfig(Section):
 class RewardTerm(Section):
     """One reward in the composition: the task's verifier, a built-in shaping term, or your own Python function."""
 
-    name: Literal["correct", "format", "length", "overlong", "python"] = "correct"
+    name: Literal["correct", "format", "length", "overlong", "python", "judge"] = "correct"
     """correct: the task's verifier; format: 1 if an answer is extractable; length: -len/max_new_tokens;
     overlong: DAPO's soft overlong punishment (0 up to max_new_tokens - buffer, then linearly down to -1 at
-    max_new_tokens); python: ``function``."""
+    max_new_tokens); python: ``function``; judge: a local model scores the completion against ``rubric``
+    in [0, 1] (RLAIF, not RLVR: refused unless probed, see ``rlvr probe judge``)."""
     weight: float = 1.0
     """Weight in the summed reward (0 = logged only)."""
     function: str | None = None
     """name: python only: ``module:function`` (importable from the working directory) called as ``f(task, completion)`` -> float or Verdict."""
     timeout_s: float = Field(10.0, gt=0)
     """name: python only: seconds one call may take; a call that raises or runs past this is an ``infra`` verdict."""
+    judge_model: str | None = None
+    """name: judge only: local folder of the judge (an HF causal LM + tokenizer)."""
+    rubric: str | None = None
+    """name: judge only: what the judge is told to score (e.g. "Score 9 if the response answers the task
+    correctly and concisely, 0 if not.")."""
     buffer: int | None = Field(None, ge=0)
     """name: overlong only: the length of the penalty ramp in tokens (None: max_new_tokens // 5, DAPO's 4096
     of 20480; 0: the term is always 0)."""
@@ -145,6 +151,10 @@ class RewardTerm(Section):
             raise ValueError(f"function {self.function!r} must be 'module:function' (e.g. my_rewards:score)")
         if self.name != "python" and self.function is not None:
             raise ValueError(f"function is only for name: python (this term is {self.name!r})")
+        if self.name == "judge" and (not self.judge_model or not (self.rubric or "").strip()):
+            raise ValueError("a reward with name: judge needs judge_model (a local checkpoint folder) and rubric")
+        if self.name != "judge" and (self.judge_model is not None or self.rubric is not None):
+            raise ValueError(f"judge_model and rubric are only for name: judge (this term is {self.name!r})")
         if self.name != "overlong" and self.buffer is not None:
             raise ValueError(f"buffer is only for name: overlong (this term is {self.name!r})")
         return self
@@ -153,6 +163,11 @@ class RewardTerm(Section):
     def key(self) -> str:
         """The term's metric name: ``reward/<key>`` (a python term is named by its function)."""
         return self.function.rsplit(":", 1)[1] if self.name == "python" else self.name
+
+    @property
+    def model_judged(self) -> bool:
+        """A model, not an executable oracle, gives this reward (RLAIF)."""
+        return self.name == "judge"
 
 
 class SamplingConfig(Section):

@@ -44,6 +44,7 @@ from rlvr.losses.policy import clipped_surrogate
 from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts, collect
+from rlvr.rollout.model_judge import with_model_judges
 from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import (
     StageResult,
@@ -319,7 +320,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     dist = dist or LOCAL
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     ref = frozen_reference(model, stage.kl.beta > 0)
-    judge = dist.wrap_judge(judge or reward_judge(stage.rewards, stage.verifier_workers))
+    judge = dist.wrap_judge(with_model_judges(judge or reward_judge(stage.rewards, stage.verifier_workers),
+                                              stage.rewards, tok))
     engine = dist.engine(model, tok, bf16=model_cfg.autocast_bf16)
     agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)
