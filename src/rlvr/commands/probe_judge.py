@@ -88,12 +88,13 @@ def run_judge_probe(judge_model: str | None, rubric: str | None, families: str, 
     if out:
         write_json_atomic(out, rep)
     console = console or Console()
-    fmt = lambda v: "-" if v is None else f"{v:+.3f}"  # noqa: E731
+    fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    delta = lambda v: "-" if v is None else f"{v:+.3f}"  # noqa: E731
     table = Table(title=f"judge probe: {judge_model} (right {fmt(rep['good_mean'])}, wrong {fmt(rep['bad_mean'])})")
     for col in ("attack", "mean score", "effect vs wrong", "no score", "moves the score"):
         table.add_column(col)
     for a in rep["attacks"]:
-        table.add_row(a["attack"], fmt(a["mean"]), fmt(a["effect"]), str(a["infra"]),
+        table.add_row(a["attack"], fmt(a["mean"]), delta(a["effect"]), str(a["infra"]),
                       "[red]yes[/red]" if a["moves_score"] else "no")
     console.print(table)
     if not rep["discriminates"]:
