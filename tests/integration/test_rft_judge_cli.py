@@ -61,11 +61,15 @@ def test_judge_gate_label_and_probe(tiny_dir, tmp_path):
     assert p.returncode != 0 and "probe judge" in (p.stdout + p.stderr)
     ok = rlvr("validate", str(recipe), "--allow-unprobed-judge")
     assert "RLAIF" in ok.stdout
-    probe = rlvr("probe", "judge", "--judge-model", str(judge), "--n", "2", "--min-mass", "0", check=False)
+    probe = rlvr("probe", "judge", "--judge-model", str(judge), "--rubric", "Score 9 if right.", "--n", "2",
+                 "--min-mass", "0", check=False)
     out = probe.stdout
     assert all(a in out for a in ("injection", "score_format", "flattery", "length_padding")), out
     assert list(judge.glob("judge_probe_*.json"))
     # a failed probe still refuses the stage (the untrained judge cannot tell right from wrong)
+    again = rlvr("validate", str(recipe), check=False)
+    text = " ".join((again.stdout + again.stderr).split())
     if probe.returncode != 0:
-        assert "failed its probe" in (rlvr("validate", str(recipe), check=False).stdout
-                                      + rlvr("validate", str(recipe), check=False).stderr)
+        assert again.returncode != 0 and "failed its probe" in text, text
+    else:
+        assert again.returncode == 0 and "RLAIF" in text, text
