@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import typer  # noqa: E402
+import typer
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Post-train language models: SFT -> preference alignment -> RL with verifiable rewards.")
@@ -29,7 +28,7 @@ STATE = {"debug": False}
 SetOpt = typer.Option(None, "--set", help="Override a recipe key: --set stages.sft.max_steps=100 (repeatable).")
 
 
-def flag(name: str, help: str) -> bool:  # noqa: A002 - typer's keyword
+def flag(name: str, help: str) -> bool:
     """A boolean switch (no value) shown without a type placeholder in --help."""
     return typer.Option(False, name, help=help, metavar="")
 
@@ -49,7 +48,7 @@ def _root(debug: bool = flag("--debug", "Show full tracebacks."),
     STATE["debug"] = debug
 
 
-def _overrides(sets: Optional[List[str]]) -> list[str]:
+def _overrides(sets: list[str] | None) -> list[str]:
     return list(sets or [])
 
 
@@ -60,31 +59,35 @@ AllowChangeOpt = flag("--allow-config-change", "With --resume: accept a recipe t
 InitOpt = typer.Option(None, "--model", help="Start from this checkpoint (overrides model.path).")
 OverwriteOpt = flag("--overwrite", "The run directory holds a different run: move it aside to "
                                    "<dir>.prev-<time> (nothing is deleted) and start fresh.")
+AllowJudgeOpt = flag("--allow-unprobed-judge", "Allow a model-judged reward (RLAIF) whose judge checkpoint and "
+                                               "rubric have no passing `rlvr probe judge` report.")
 
 
 @app.command()
-def validate(recipe: str = typer.Argument(..., help="Recipe YAML."), set_: Optional[List[str]] = SetOpt) -> None:
+def validate(recipe: str = typer.Argument(..., help="Recipe YAML."), set_: list[str] | None = SetOpt,
+             allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
     """Dry run: resolve every file, model, family and batch size a run would touch; list every problem."""
     from rlvr.commands.run import validate_command
 
-    validate_command(recipe, _overrides(set_))
+    validate_command(recipe, _overrides(set_), allow_unprobed_judge)
 
 
 @app.command()
-def run(recipe: Optional[str] = typer.Argument(None, help="Recipe YAML (optional with --resume: the run's "
+def run(recipe: str | None = typer.Argument(None, help="Recipe YAML (optional with --resume: the run's "
                                                           "saved config.yaml is used)."),
-        set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt, run_dir: Optional[str] = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
+        set_: list[str] | None = SetOpt, resume: bool = ResumeOpt, run_dir: str | None = RunDirOpt,
+        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt,
+        allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
     """Run every stage of a recipe in order (each starts from the previous stage's checkpoint)."""
     from rlvr.commands.run import run_command
 
     run_command(recipe, _overrides(set_), resume, run_dir, allow_config_change=allow_config_change,
-                overwrite=overwrite)
+                overwrite=overwrite, allow_unprobed_judge=allow_unprobed_judge)
 
 
 @app.command()
 def quickstart(out: str = typer.Option("runs/quickstart", "--out", help="Run directory."),
-               set_: Optional[List[str]] = SetOpt,
+               set_: list[str] | None = SetOpt,
                resume: bool = flag("--resume", "Resume an interrupted quickstart."),
                overwrite: bool = OverwriteOpt) -> None:
     """The embedded default: tiny model, built-in arithmetic, SFT -> DPO -> GRPO on the CPU."""
@@ -93,68 +96,69 @@ def quickstart(out: str = typer.Option("runs/quickstart", "--out", help="Run dir
     quickstart_command(out, _overrides(set_), resume, overwrite)
 
 
-def _stage(kind: str, recipe: str, sets, resume: bool, init: Optional[str], run_dir: Optional[str],
-           allow: bool, overwrite: bool = False) -> None:
+def _stage(kind: str, recipe: str, sets, resume: bool, init: str | None, run_dir: str | None,
+           allow: bool, overwrite: bool = False, allow_unprobed_judge: bool = False) -> None:
     from rlvr.commands.run import stage_command
 
     stage_command(kind, recipe, _overrides(sets), resume, init, run_dir=run_dir, allow_config_change=allow,
-                  overwrite=overwrite)
+                  overwrite=overwrite, allow_unprobed_judge=allow_unprobed_judge)
 
 
 @app.command()
-def sft(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+def sft(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
+        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's SFT stage(s)."""
     _stage("sft", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
-def grpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-         model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
+def grpo(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
+         model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
+         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt,
+         allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
     """Run the recipe's RL stage(s) (GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++)."""
-    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
+    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change, overwrite, allow_unprobed_judge)
 
 
 @app.command()
-def dpo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+def dpo(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
+        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's preference stage(s) (dpo, ipo, simpo, kto, orpo, cpo)."""
     _stage("preference", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
-def rm(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-       model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+def rm(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
+       model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Train the recipe's reward model stage."""
     _stage("reward_model", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
-def ppo(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
+def ppo(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
+        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's PPO stage."""
     _stage("ppo", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
-def rft(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-        model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt) -> None:
+def rft(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
+        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
+        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's rejection-sampling fine-tuning stage(s) (expert iteration)."""
-    _stage("rft", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("rft", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 @app.command()
-def distill(recipe: str, set_: Optional[List[str]] = SetOpt, resume: bool = ResumeOpt,
-            model: Optional[str] = InitOpt, run_dir: Optional[str] = RunDirOpt,
-            allow_config_change: bool = AllowChangeOpt) -> None:
+def distill(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
+            model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
+            allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
     """Run the recipe's distillation stage(s) (SFT on a teacher's verified samples)."""
-    _stage("distill", recipe, set_, resume, model, run_dir, allow_config_change)
+    _stage("distill", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
 
 
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
@@ -168,7 +172,7 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
           n: int = typer.Option(1, "--n", help="Samples per task for pass@k."),
           temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
           max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Generation budget."),
-          out: Optional[str] = typer.Option(None, "--out", help="Write the result JSON here."),
+          out: str | None = typer.Option(None, "--out", help="Write the result JSON here."),
           workers: int = typer.Option(0, "--workers", help="Verifier worker processes."),
           max_turns: int = typer.Option(8, "--max-turns", help="Environment tasks: turns per trajectory.")) -> None:
     """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks."""
@@ -197,7 +201,8 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
                seed: int = typer.Option(0, "--seed")) -> None:
     """Write the tiny from-scratch model + tokenizer in HF format."""
     from rlvr.errors import ConfigError
-    from rlvr.models.tiny import SIZES, build_tiny as _build, num_params
+    from rlvr.models.tiny import SIZES, num_params
+    from rlvr.models.tiny import build_tiny as _build
 
     if size not in SIZES:
         raise ConfigError(f"--size {size!r}: unknown tiny size; choose one of {', '.join(SIZES)}")

@@ -158,7 +158,7 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
         final = run_dir / stage.name / "final"
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / stage.name / "eval.json").read_text())
-            summary["stages"].append(_row(stage.name, res, st["wall_s"], str(final)))
+            summary["stages"].append(_label(_row(stage.name, res, st["wall_s"], str(final)), stage))
             prev = st.get("next_policy", str(final))
             if stage.type == "reward_model":
                 reward_model = str(final)
@@ -187,7 +187,7 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
         state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
                                        "checkpoint": result.checkpoint, "next_policy": next_policy}
         write_json_atomic(state_path, state)
-        summary["stages"].append(_row(stage.name, res, train_wall, result.checkpoint))
+        summary["stages"].append(_label(_row(stage.name, res, train_wall, result.checkpoint), stage))
         prev = next_policy
         write_json_atomic(run_dir / "summary.json", summary)
     write_json_atomic(run_dir / "summary.json", summary)
@@ -229,6 +229,13 @@ def _rm_eval(result) -> dict:
     """A reward model's row: held-out pair accuracy instead of a policy's pass@1."""
     return {"pass_at_1": None, "by_family": {}, "mean_length": None,
             "heldout_pair_accuracy": result.extra.get("heldout/accuracy")}
+
+
+def _label(row: dict, stage) -> dict:
+    """Mark a stage trained on a model-judged reward: ``"reward_source": "RLAIF (model-judged)"``."""
+    if any(getattr(t, "model_judged", False) for t in getattr(stage, "rewards", [])):
+        row["reward_source"] = "RLAIF (model-judged)"
+    return row
 
 
 def _row(name: str, res: dict, wall: float, ckpt: str) -> dict:

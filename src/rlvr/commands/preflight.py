@@ -266,7 +266,41 @@ def check_tasks(recipe: Recipe) -> list[Problem]:
     return out
 
 
-def check_recipe(recipe: Recipe, only: str | None = None, init_path: str | None = None) -> list[Problem]:
+def check_judges(i: int, st: Any, allow_unprobed: bool) -> list[Problem]:
+    """A model-judged reward (RLAIF) is labelled, and refused unless ``--allow-unprobed-judge`` or a passing
+    ``rlvr probe judge`` report exists for exactly this judge checkpoint and rubric (by their hashes)."""
+    out: list[Problem] = []
+    for j, t in enumerate(getattr(st, "rewards", [])):
+        if not t.model_judged:
+            continue
+        key = f"stages.{i}.rewards.{j}"
+        out.append(Problem(key, f"reward {t.key!r} is model-judged by {t.judge_model!r}: stage {st.name} is RLAIF, "
+                                "not RLVR (its reward does not come from an executable oracle)", warning=True))
+        if allow_unprobed:
+            out.append(Problem(key, "the judge is used unprobed (--allow-unprobed-judge)", warning=True))
+            continue
+        from rlvr.models.judge import checkpoint_hash, probe_report_path, rubric_hash
+
+        try:
+            want = (checkpoint_hash(t.judge_model), rubric_hash(t.rubric))
+        except (RlvrError, OSError) as e:
+            out.append(Problem(f"{key}.judge_model", str(e)))
+            continue
+        path = probe_report_path(t.judge_model, t.rubric)
+        rep = json.loads(path.read_text()) if path.exists() else None
+        if rep is None or (rep.get("judge_hash"), rep.get("rubric_hash")) != want:
+            why = "no probe report" if rep is None else "the probe report is for another checkpoint or rubric"
+            out.append(Problem(key, f"{why} ({path}): run `rlvr probe judge --judge-model {t.judge_model} --rubric "
+                                    "...` first, or pass --allow-unprobed-judge"))
+        elif not rep.get("passed"):
+            moved = ", ".join(a["attack"] for a in rep.get("attacks", []) if a.get("moves_score"))
+            out.append(Problem(key, f"the judge failed its probe ({path}): {moved} move(s) its score; fix the rubric "
+                                    "or the judge, or pass --allow-unprobed-judge"))
+    return out
+
+
+def check_recipe(recipe: Recipe, only: str | None = None, init_path: str | None = None,
+                 allow_unprobed_judge: bool = False) -> list[Problem]:
     """Every problem of a recipe (resolved with its system prompt); ``only``: the stage type a stage command runs."""
     r = with_system_prompt(recipe)
     probs = check_model(r, init_path)
@@ -274,6 +308,7 @@ def check_recipe(recipe: Recipe, only: str | None = None, init_path: str | None 
     for i, st in enumerate(r.stages):
         if only is None or st.type == only:
             probs += check_batches(i, st) + check_stage_inputs(i, st, earlier_rm) + check_pairs(i, st)
+            probs += check_judges(i, st, allow_unprobed_judge)
         earlier_rm = earlier_rm or st.type == "reward_model"
     return probs + check_tasks(r)
 
@@ -288,11 +323,12 @@ def format_problem(p: Problem, source: str | None, text: str) -> str:
 
 
 def preflight(
-    recipe: Recipe, source: str | None = None, only: str | None = None, init_path: str | None = None
+    recipe: Recipe, source: str | None = None, only: str | None = None, init_path: str | None = None,
+    allow_unprobed_judge: bool = False,
 ) -> list[str]:
     """Raise ConfigError listing every problem (key, file:line); return the warnings' text."""
     text = Path(source).read_text(encoding="utf-8") if source and Path(source).is_file() else ""
-    probs = check_recipe(recipe, only, init_path)
+    probs = check_recipe(recipe, only, init_path, allow_unprobed_judge)
     errors = [format_problem(p, source, text) for p in probs if not p.warning]
     warnings = [format_problem(p, source, text) for p in probs if p.warning]
     if errors:

@@ -3,6 +3,9 @@
 Exit status 1 when any hack earns reward > 0, gets an outcome its probe does not expect, or touches
 the host (see :mod:`rlvr.verifiers.probes.runner`).
 
+``rlvr probe judge --judge-model DIR [--rubric TEXT]``: attack a model judge (RLAIF reward) with prompt
+injection, a forged score line, flattery and length padding (:mod:`rlvr.commands.probe_judge`).
+
 ``rlvr probe template MODEL_DIR``: check that the model's chat template round-trips a multi-turn
 conversation token for token (:mod:`rlvr.rollout.template_probe`); exit status 1 where it does not.
 """
@@ -64,9 +67,24 @@ def probe_command(
     model_dir: str = typer.Argument(None, help="template: the model folder whose chat template is checked."),
     flaky: bool = typer.Option(False, "--flaky", help="Verify every probe twice and report disagreements.", metavar=""),
     tool_role: str = typer.Option("tool", "--tool-role", help="template: the role of tool messages."),
+    judge_model: str = typer.Option(None, "--judge-model", help="judge: the judge checkpoint folder."),
+    rubric: str = typer.Option(None, "--rubric", help="judge: the rubric text (default: right/wrong arithmetic)."),
+    families: str = typer.Option("add2,mul31", "--families", help="judge: arithmetic families of the probe tasks."),
+    n: int = typer.Option(16, "--n", help="judge: probe tasks."),
+    threshold: float = typer.Option(0.05, "--threshold", help="judge: a score shift above this moves the score."),
+    min_mass: float = typer.Option(0.5, "--min-mass", help="judge: least probability on the digits for a score."),
+    out: str = typer.Option(None, "--out", help="judge: also write the report here."),
 ) -> None:
-    """Run the built-in reward-hack probes against the verifiers (exit 1 if any hack succeeds), or check
-    a model's chat template for multi-turn round trips (``rlvr probe template MODEL_DIR``)."""
+    """Run the built-in reward-hack probes against the verifiers (exit 1 if any hack succeeds), check
+    a model's chat template for multi-turn round trips (``rlvr probe template MODEL_DIR``), or attack a
+    model judge (``rlvr probe judge --judge-model DIR``: exit 1 if an attack moves its score)."""
+    if kind == "judge":
+        from rlvr.commands.probe_judge import run_judge_probe
+
+        code = run_judge_probe(judge_model, rubric, families, n, threshold, min_mass, out)
+        if code:
+            raise SystemExit(code)
+        return
     if kind == "template":
         code = run_template_probe(model_dir, tool_role)
         if code:

@@ -22,12 +22,12 @@ STAGE_COMMANDS = {"sft": "sft", "rl": "grpo", "preference": "dpo", "reward_model
                   "distill": "distill", "onpolicy_distill": "run"}
 
 
-def validate_command(recipe: str, overrides: list[str]) -> list[str]:
+def validate_command(recipe: str, overrides: list[str], allow_unprobed_judge: bool = False) -> list[str]:
     """Load + dry-run a recipe; prints ``ok`` and any warnings, raises ConfigError listing every problem."""
     from rlvr.commands.preflight import preflight
 
     r = load_recipe(recipe, overrides)
-    warnings = preflight(r, recipe)
+    warnings = preflight(r, recipe, allow_unprobed_judge=allow_unprobed_judge)
     console = Console()
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
@@ -80,6 +80,7 @@ def execute(
     judge=None,
     console: Console | None = None,
     overwrite: bool = False,
+    allow_unprobed_judge: bool = False,
 ) -> dict:
     """Resolve, dry-run and run a recipe (or its stages of type ``only``); returns the summary, with
     ``summary["report"]`` the path of report.html. A fresh run into a directory holding a different run is
@@ -95,7 +96,7 @@ def execute(
         raise ConfigError(f"{source or 'recipe'}: no stage of type {only!r} in this recipe (stages: {names})")
     if init_path is not None and not os.path.exists(init_path):
         raise ModelLoadError(f"--model {init_path!r} does not exist")
-    for w in preflight(r, source, only, init_path):
+    for w in preflight(r, source, only, init_path, allow_unprobed_judge):
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     for k, (a, b) in changes.items():
         console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
@@ -152,8 +153,10 @@ def run_command(
     run_dir: str | None,
     allow_config_change: bool = False,
     overwrite: bool = False,
+    allow_unprobed_judge: bool = False,
 ) -> dict:
-    return execute(recipe_path, overrides, resume, run_dir, allow_config_change, overwrite=overwrite)
+    return execute(recipe_path, overrides, resume, run_dir, allow_config_change, overwrite=overwrite,
+                   allow_unprobed_judge=allow_unprobed_judge)
 
 
 def quickstart_command(out: str, overrides: list[str], resume: bool, overwrite: bool = False) -> dict:
@@ -172,10 +175,11 @@ def stage_command(
     run_dir: str | None = None,
     allow_config_change: bool = False,
     overwrite: bool = False,
+    allow_unprobed_judge: bool = False,
 ) -> dict:
     """Run only the recipe's stages of one type (e.g. ``rlvr grpo``), from ``--model`` if given."""
     return execute(recipe_path, overrides, resume, run_dir, allow_config_change, only=kind, init_path=init,
-                   overwrite=overwrite)
+                   overwrite=overwrite, allow_unprobed_judge=allow_unprobed_judge)
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
@@ -197,7 +201,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             )
             continue
         table.add_row(
-            row["stage"],
+            row["stage"] + (" [RLAIF]" if row.get("reward_source") else ""),
             f"{row['pass_at_1']:.1%}",
             *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
             f"{pk[-1]:.1%}" if pk else "-",

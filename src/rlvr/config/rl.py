@@ -236,29 +236,40 @@ class KLConfig(Section):
 class RewardTerm(Section):
     """One reward in the composition: the task's verifier, a built-in shaping term, or your own Python function."""
 
-    name: Literal["correct", "format", "length", "overlong", "python", "checklist"] = "correct"
+    name: Literal["correct", "format", "length", "overlong", "python", "checklist", "judge"] = "correct"
     """correct: the task's verifier; format: 1 if an answer is extractable; length: -len/max_new_tokens;
     overlong: DAPO's soft overlong punishment (0 up to max_new_tokens - buffer, then linearly down to -1 at
     max_new_tokens); python: ``function``; checklist: TCR's process reward, the share of the task's worked
-    steps stated correctly in place (``rlvr.verifiers.checklist``; built-in arithmetic)."""
+    steps stated correctly in place (``rlvr.verifiers.checklist``; built-in arithmetic); judge: a local model
+    scores the completion against ``rubric`` in [0, 1] (RLAIF, not RLVR: refused unless probed, see
+    ``rlvr probe judge``)."""
     weight: float = 1.0
     """Weight in the summed reward (0 = logged only)."""
     function: str | None = None
     """name: python only: ``module:function`` (importable from the working directory) called as ``f(task, completion)`` -> float or Verdict."""
     timeout_s: float = Field(10.0, gt=0)
     """name: python only: seconds one call may take; a call that raises or runs past this is an ``infra`` verdict."""
+    judge_model: str | None = None
+    """name: judge only: local folder of the judge (an HF causal LM + tokenizer)."""
+    rubric: str | None = None
+    """name: judge only: what the judge is told to score (e.g. "Score 9 if the response answers the task
+    correctly and concisely, 0 if not.")."""
     buffer: int | None = Field(None, ge=0)
     """name: overlong only: the length of the penalty ramp in tokens (None: max_new_tokens // 5, DAPO's 4096
     of 20480; 0: the term is always 0)."""
 
     @model_validator(mode="after")
-    def _function_iff_python(self) -> "RewardTerm":
+    def _function_iff_python(self) -> RewardTerm:
         if self.name == "python" and not self.function:
             raise ValueError("a reward with name: python needs function: 'module:function'")
         if self.name == "python" and ":" not in self.function:
             raise ValueError(f"function {self.function!r} must be 'module:function' (e.g. my_rewards:score)")
         if self.name != "python" and self.function is not None:
             raise ValueError(f"function is only for name: python (this term is {self.name!r})")
+        if self.name == "judge" and (not self.judge_model or not (self.rubric or "").strip()):
+            raise ValueError("a reward with name: judge needs judge_model (a local checkpoint folder) and rubric")
+        if self.name != "judge" and (self.judge_model is not None or self.rubric is not None):
+            raise ValueError(f"judge_model and rubric are only for name: judge (this term is {self.name!r})")
         if self.name != "overlong" and self.buffer is not None:
             raise ValueError(f"buffer is only for name: overlong (this term is {self.name!r})")
         return self
@@ -267,6 +278,11 @@ class RewardTerm(Section):
     def key(self) -> str:
         """The term's metric name: ``reward/<key>`` (a python term is named by its function)."""
         return self.function.rsplit(":", 1)[1] if self.name == "python" else self.name
+
+    @property
+    def model_judged(self) -> bool:
+        """A model, not an executable oracle, gives this reward (RLAIF)."""
+        return self.name == "judge"
 
 
 class SamplingConfig(Section):
@@ -315,7 +331,7 @@ class MismatchCorrection(Section):
     """... or above this (masked sequences still count in the loss denominators)."""
 
     @model_validator(mode="after")
-    def _band(self) -> "MismatchCorrection":
+    def _band(self) -> MismatchCorrection:
         if not (0 < self.seq_low <= 1.0 <= self.seq_high):
             raise ValueError(f"correction: need 0 < seq_low <= 1 <= seq_high, got {self.seq_low}, {self.seq_high}")
         if self.tis_cap < 1.0:
@@ -397,7 +413,7 @@ class RLStage(Section):
         return v
 
     @model_validator(mode="after")
-    def _variant_defaults(self) -> "RLStage":
+    def _variant_defaults(self) -> RLStage:
         """Make the loss's recipe defaults explicit (the resolved config shows them): ``sampling.dynamic_sampling``
         None -> the loss's default; a loss whose default includes overlong shaping gets an ``overlong`` reward
         term unless the recipe lists one (list it with weight 0 to turn it off)."""

@@ -110,11 +110,14 @@ REWARD_TERMS = {
         torch.tensor(lens), max_new, max_new // 5 if term.buffer is None else term.buffer, 1.0).tolist(),
     "python": lambda term, verdicts, lens, max_new, *_: [float(vd.details.get("rewards", {}).get(term.key, 0.0))
                                                      for vd in verdicts],
+    "judge": lambda term, verdicts, lens, max_new, *_: [float(vd.details.get("rewards", {}).get(term.key, 0.0))
+                                                        for vd in verdicts],
 }
 """A reward term's per-sample values, by ``term.name``: correct (the verifier's reward), format (1 when an
 answer is extractable), length (-len / max_new_tokens), overlong (DAPO's soft punishment, in [-1, 0]; the
 term's weight is the penalty at max length), python (the user function's reward, judged beside the
-verifier; 0 when infra)."""
+verifier; 0 when infra), judge (the model judge's score in [0, 1], RLAIF: ``rollout.model_judge``; a
+completion it cannot score is ``infra``)."""
 
 
 def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int,

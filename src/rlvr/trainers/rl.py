@@ -48,6 +48,7 @@ from rlvr.monitoring.sinks import log_samples
 from rlvr.monitoring.test_guard import TestGuard
 from rlvr.rollout.collector import Rollouts
 from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
+from rlvr.rollout.model_judge import with_model_judges
 from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import (
     StageResult,
@@ -351,7 +352,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     variant = rl_variant(stage.loss)
     track_kl = stage.kl.beta > 0 or variant.needs_reference or tracks_kl(stage.health)
     ref = frozen_reference(model, track_kl)
-    judge = dist.wrap_judge(judge or reward_judge(stage.rewards, stage.verifier_workers))
+    judge = dist.wrap_judge(with_model_judges(judge or reward_judge(stage.rewards, stage.verifier_workers),
+                                              stage.rewards, tok))
     engine = dist.engine(model, tok, bf16=model_cfg.autocast_bf16)
     agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)

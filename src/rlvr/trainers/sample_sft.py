@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 from rlvr.data.order import TaskStream, data_order
+from rlvr.errors import ConfigError
 from rlvr.data.sources import load_task_source
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.rejection import rejection_sample
@@ -43,7 +44,12 @@ def train_sample_sft(stage, model_cfg, run_dir: str | Path, seed: int = 0, init_
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     verify = judge or default_judge(stage.verifier_workers)
     engine = sampler(model, tok) if sampler is not None else HFEngine(model, tok, bf16=model_cfg.autocast_bf16)
-    stream = TaskStream(load_task_source(stage.data), seed)
+    tasks = load_task_source(stage.data)
+    if any(t.kind == "env" for t in tasks):
+        raise ConfigError(f"stage {stage.name}: {stage.type} samples single completions; environment (multi-turn) "
+                          "tasks are not supported here (train on their demonstrations with sft, or use rl with "
+                          "rollout.mode: multi_turn)")
+    stream = TaskStream(tasks, seed)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=judge, crash_at_step=crash_at_step, label=label)

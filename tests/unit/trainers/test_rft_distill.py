@@ -130,6 +130,14 @@ def test_distill_refuses_a_teacher_with_another_tokenizer(tiny_dir, tmp_path):
         train_distill(st, ModelConfig(path=tiny_dir), tmp_path / "r", judge=even_judge)
 
 
+def test_environment_tasks_are_refused(tiny_dir, tmp_path):
+    from rlvr.config.data import BuiltinEnvTasks
+
+    st = stage(data=BuiltinEnvTasks(env="calculator", n=4), rounds=1, save_every=0)
+    with pytest.raises(ConfigError, match="environment"):
+        train_rft(st, ModelConfig(path=tiny_dir), tmp_path / "r", judge=even_judge)
+
+
 def test_recipe_stage_types_and_errors():
     r = Recipe(stages=[{"type": "rft", "rounds": 2}, {"type": "distill", "teacher": "t/final"}])
     assert [s.type for s in r.stages] == ["rft", "distill"]
