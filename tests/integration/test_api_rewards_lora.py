@@ -81,7 +81,10 @@ def slow(task, completion):
 def test_python_reward_runs_in_the_verifier_pool_and_failures_are_infra(recipe, tmp_path, monkeypatch, fn, workers):
     (tmp_path / "my_rewards.py").write_text(textwrap.dedent(REWARDS))
     monkeypatch.chdir(tmp_path)
+    # max_infra_frac 1.0: this test is about infra kept out of the advantages; the pause above the threshold
+    # (default 0.5) has its own tests (tests/unit/trainers/test_faults.py)
     grpo = (f"stages=[{{type: grpo, max_steps: 1, tasks_per_step: 2, save_every: 0, verifier_workers: {workers}, "
+            f"max_infra_frac: 1.0, "
             f"sampling: {{group_size: 2, max_new_tokens: 6}}, data: {{type: jsonl, path: {tmp_path / 'train.jsonl'}}}, "
             f"rewards: [{{name: python, function: 'my_rewards:{fn}', weight: 1.0, timeout_s: 0.5}}]}}]")
     rlvr.run(str(recipe), set=[grpo])

@@ -228,6 +228,18 @@ def check_tasks(recipe: Recipe) -> list[Problem]:
                         f"in 'messages') on every task; {len(missing)} have none (first: {missing[0]!r})",
                     )
                 )
+    for i, st in enumerate(recipe.stages):
+        verified = st.type in ("rft", "distill") or any(r.name == "correct" for r in getattr(st, "rewards", ()) or ())
+        missing = [t.id for t in loaded.get(f"stages.{i}.data", []) if verified and t.kind == "math"
+                   and not str(t.gold.get("answer", "")).strip()]
+        if missing:
+            out.append(
+                Problem(
+                    _source_key(f"stages.{i}.data", st.data),
+                    f"the math verifier (reward 'correct') needs each task's gold 'answer'; {len(missing)} "
+                    f"task(s) have none (first: {missing[0]!r}), so every completion would be infra",
+                )
+            )
     ev = loaded.get("eval.tasks", [])
     marked = [t.id for t in ev if t.split == "train"]
     if marked:
