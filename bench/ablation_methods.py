@@ -46,8 +46,25 @@ ROWS: dict[str, list[str]] = {
     "guidance": [f"{S}guidance.enabled=true"],
     "tcr": [f"{S}rewards=[{{name: correct}}, {{name: checklist, weight: 0.5}}]"],
     "residual": [f"{S}residual={{enabled: true, teacher: '{{teacher}}'}}"],
+    "onpolicy_distill": [],
 }
-NEEDS_TEACHER = {"residual"}
+NEEDS_TEACHER = {"residual", "onpolicy_distill"}
+STAGE_ROWS = {"onpolicy_distill"}  # not an RL stage: a one-stage recipe written next to the run
+
+
+def distill_recipe(out: Path, seed: int, teacher: Path, sft: str) -> Path:
+    """The ``onpolicy_distill`` row: grpo_mul31's data, sampling, optimiser and eval with the stage swapped."""
+    import yaml
+
+    r = yaml.safe_load(RECIPE.read_text())
+    g = r["stages"][0]
+    r["model"] = {"path": sft}
+    r["stages"] = [{"type": "onpolicy_distill", "name": "grpo", "teacher": str(teacher), "data": g["data"],
+                    "sampling": g["sampling"], "optim": g["optim"], "tasks_per_step": g["tasks_per_step"],
+                    "max_steps": 600, "save_every": 0}]
+    path = out / f"onpolicy_distill-s{seed}.yaml"
+    path.write_text(yaml.safe_dump(r, sort_keys=False))
+    return path
 
 
 def done(results: Path) -> set[tuple[str, int]]:
@@ -68,6 +85,9 @@ def run_row(row: str, seed: int, sft: str, out: Path, minutes: float, eval_n: in
     sets += ["threads=1", f"seed={seed}", f"{S}max_minutes={minutes}", f"{S}max_steps=100000", f"{S}eval_every=0",
              f"{S}save_every=0", f"eval.tasks.n={eval_n}"]
     cmd = [sys.executable, "-m", "rlvr.cli", "grpo", str(RECIPE), "--model", sft, "--run-dir", str(run_dir)]
+    if row in STAGE_ROWS:
+        cmd = [sys.executable, "-m", "rlvr.cli", "run", str(distill_recipe(out, seed, teacher, sft)), "--run-dir",
+               str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.time()
