@@ -155,3 +155,13 @@ def test_rlvr_validate_names_file_line_and_reason(tmp_path):
     good.write_text("name: good\nmodel: {tiny: {size: test}}\nstages:\n  - type: rl\n    loss: {type: steer}\n"
                     "    eden: {enabled: true}\n")
     assert validate_command(str(good), []) == []
+
+
+def test_per_token_advantages_reach_the_batch():
+    ro = fake_rollouts([[1, 0]])
+    # row 0: per-token [.5, 1, -1] over its 3 completion tokens; row 1: all zero -> skipped but counted
+    batch = build_train_batch(ro, [[0.5, 1.0, -1.0], [0.0, 0.0, 0.0]], needs_all=False, mask_truncated=False)
+    assert len(batch) == 1 and batch.num_rows == 2
+    assert batch.advantages[0] == [0.0, 0.0, 0.0, 0.5, 1.0, -1.0]  # 3 prompt positions, then the completion
+    tb = batch.tokens(0)
+    assert torch.equal(tb.advantages * tb.loss_mask, torch.tensor([[0.0, 0, 0, 0.5, 1.0, -1.0]]))
