@@ -141,7 +141,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     results = a.out / "results.jsonl"
     for row in (a.rows[::-1] if a.reverse else a.rows):
-        if row in NEEDS_TEACHER and not any((out := a.out / f"grpo-s{s}" / "grpo" / "final").exists() for s in a.seeds):
+        if row in NEEDS_TEACHER and not any((a.out / f"grpo-s{s}" / "grpo" / "final").exists() for s in a.seeds):
             print(f"skip {row}: needs the grpo row's final policy as its teacher", flush=True)
             continue
         for seed in a.seeds:

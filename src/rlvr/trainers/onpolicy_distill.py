@@ -85,9 +85,11 @@ def train_onpolicy_distill(stage: OnPolicyDistillStage, model_cfg: ModelConfig, 
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         micros = [order[s:s + stage.micro_batch_size] for s in range(0, len(order), stage.micro_batch_size)]
         t0 = time.perf_counter()
-        met = accumulate(micros, lambda m: distill_loss(model, teacher, [rows[i] for i in m], tok.pad_token_id,
-                                                        stage.sampling.temperature, total, model_cfg.autocast_bf16),
-                         len(rows)) if rows else {}
+        def forward(m, rows=rows, total=total):
+            return distill_loss(model, teacher, [rows[i] for i in m], tok.pad_token_id, stage.sampling.temperature,
+                                total, model_cfg.autocast_bf16)
+
+        met = accumulate(micros, forward, len(rows)) if rows else {}
         grad_norm = optimizer_step(model, opt, sched, stage.optim.max_grad_norm) if rows else 0.0
         rec = {"rollout/pass_rate": float(ro.passed.float().mean()), "train/tokens": total,
                "rollout/zero_var_frac": float(zero_variance_groups(ro.passed.float()).float().mean()),

@@ -40,9 +40,9 @@ from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.mismatch import mismatch_weights
+from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.sinks import log_samples
-from rlvr.models.load import load_pretrained
 from rlvr.rollout.collector import Rollouts
 from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
 from rlvr.trainers.agent import AgentRollout
@@ -55,12 +55,12 @@ from rlvr.trainers.common import (
     frozen_reference,
     load_policy,
     log_step,
-    open_stage,
     logprob_mismatch,
+    open_stage,
     optimizer_step,
     reference_model,
 )
-from rlvr.trainers.parallel import LOCAL, global_denominators, reduce_metrics
+from rlvr.trainers.parallel import LOCAL, reduce_metrics
 from rlvr.trainers.variants import PolicyInputs, policy_loss, rl_variant
 from rlvr.verifiers.judge import reward_judge
 
