@@ -111,14 +111,14 @@ def table(out: Path) -> str:
     for r in map(json.loads, (out / "results.jsonl").read_text().splitlines()):
         if r.get("pass_at_1") is not None:
             rows.setdefault(r["row"], []).append(r)
-    lines = ["| row | seeds | held-out pass@1 (854) mean | per seed | steps | zero-var frac (end) | entropy (end) |",
+    lines = ["| row | seeds | held-out pass@1 (854) mean | per seed | steps per seed | zero-var frac (end) | entropy (end) |",
              "|---|---|---|---|---|---|---|"]
     f = lambda xs: statistics.fmean(xs) if xs else float("nan")  # noqa: E731
     for name in [n for n in ROWS if n in rows] + [n for n in rows if n not in ROWS]:
         rs = sorted(rows[name], key=lambda r: r["seed"])
         p = [100 * r["pass_at_1"] for r in rs]
         lines.append(f"| {name} | {len(rs)} | {f(p):.1f} | {' / '.join(f'{x:.1f}' for x in p)} | "
-                     f"{f([r['steps'] for r in rs]):.0f} | {f([r['zero_var_frac'] or 0 for r in rs]):.2f} | "
+                     f"{' / '.join(str(r['steps']) for r in rs)} | {f([r['zero_var_frac'] or 0 for r in rs]):.2f} | "
                      f"{f([r['entropy'] or 0 for r in rs]):.3f} |")
     return "\n".join(lines)
 
