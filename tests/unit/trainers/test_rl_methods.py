@@ -79,7 +79,6 @@ def test_methods_compose_in_one_run(tiny_dir, tmp_path):
     assert recs[-1]["step"] == 2 and "methods/guidance_weight" in recs[-1] and "methods/eden_pass_rate" in recs[-1]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("kw", [
     {"loss": STEERLoss(tau=0.05)}, {"loss": DARLoss()}, {"loss": CISPOLoss()},
     {"eden": {"enabled": True, "fraction": 0.5}}, {"off_context": {"enabled": True}},
@@ -93,7 +92,6 @@ def test_methods_train_end_to_end(tiny_dir, tmp_path, kw):
     assert recs[-1]["step"] == 2 and "rollout/zero_var_frac" in recs[-1]
 
 
-@pytest.mark.slow
 def test_residual_advantage_trains_with_a_teacher(tiny_dir, tmp_path):
     st = stage(residual={"enabled": True, "teacher": tiny_dir, "weight": 1.0})
     res = train_rl(st, ModelConfig(path=tiny_dir), tmp_path / "r", seed=1, judge=parity_judge)
