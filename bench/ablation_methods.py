@@ -46,8 +46,25 @@ ROWS: dict[str, list[str]] = {
     "guidance": [f"{S}guidance.enabled=true"],
     "tcr": [f"{S}rewards=[{{name: correct}}, {{name: checklist, weight: 0.5}}]"],
     "residual": [f"{S}residual={{enabled: true, teacher: '{{teacher}}'}}"],
+    "onpolicy_distill": [],
 }
-NEEDS_TEACHER = {"residual"}
+NEEDS_TEACHER = {"residual", "onpolicy_distill"}
+STAGE_ROWS = {"onpolicy_distill"}  # not an RL stage: a one-stage recipe written next to the run
+
+
+def distill_recipe(out: Path, seed: int, teacher: Path, sft: str) -> Path:
+    """The ``onpolicy_distill`` row: grpo_mul31's data, sampling, optimiser and eval with the stage swapped."""
+    import yaml
+
+    r = yaml.safe_load(RECIPE.read_text())
+    g = r["stages"][0]
+    r["model"] = {"path": sft}
+    r["stages"] = [{"type": "onpolicy_distill", "name": "grpo", "teacher": str(teacher), "data": g["data"],
+                    "sampling": g["sampling"], "optim": g["optim"], "tasks_per_step": g["tasks_per_step"],
+                    "max_steps": 600, "save_every": 0}]
+    path = out / f"onpolicy_distill-s{seed}.yaml"
+    path.write_text(yaml.safe_dump(r, sort_keys=False))
+    return path
 
 
 def done(results: Path) -> set[tuple[str, int]]:
@@ -68,6 +85,9 @@ def run_row(row: str, seed: int, sft: str, out: Path, minutes: float, eval_n: in
     sets += ["threads=1", f"seed={seed}", f"{S}max_minutes={minutes}", f"{S}max_steps=100000", f"{S}eval_every=0",
              f"{S}save_every=0", f"eval.tasks.n={eval_n}"]
     cmd = [sys.executable, "-m", "rlvr.cli", "grpo", str(RECIPE), "--model", sft, "--run-dir", str(run_dir)]
+    if row in STAGE_ROWS:
+        cmd = [sys.executable, "-m", "rlvr.cli", "run", str(distill_recipe(out, seed, teacher, sft)), "--run-dir",
+               str(run_dir)]
     for s in sets:
         cmd += ["--set", s]
     t0 = time.time()
@@ -91,14 +111,14 @@ def table(out: Path) -> str:
     for r in map(json.loads, (out / "results.jsonl").read_text().splitlines()):
         if r.get("pass_at_1") is not None:
             rows.setdefault(r["row"], []).append(r)
-    lines = ["| row | seeds | held-out pass@1 (854) mean | per seed | steps | zero-var frac (end) | entropy (end) |",
+    lines = ["| row | seeds | held-out pass@1 (854) mean | per seed | steps per seed | zero-var frac (end) | entropy (end) |",
              "|---|---|---|---|---|---|---|"]
     f = lambda xs: statistics.fmean(xs) if xs else float("nan")  # noqa: E731
     for name in [n for n in ROWS if n in rows] + [n for n in rows if n not in ROWS]:
         rs = sorted(rows[name], key=lambda r: r["seed"])
         p = [100 * r["pass_at_1"] for r in rs]
         lines.append(f"| {name} | {len(rs)} | {f(p):.1f} | {' / '.join(f'{x:.1f}' for x in p)} | "
-                     f"{f([r['steps'] for r in rs]):.0f} | {f([r['zero_var_frac'] or 0 for r in rs]):.2f} | "
+                     f"{' / '.join(str(r['steps']) for r in rs)} | {f([r['zero_var_frac'] or 0 for r in rs]):.2f} | "
                      f"{f([r['entropy'] or 0 for r in rs]):.3f} |")
     return "\n".join(lines)
 
@@ -121,7 +141,7 @@ def main() -> None:
     a.out.mkdir(parents=True, exist_ok=True)
     results = a.out / "results.jsonl"
     for row in (a.rows[::-1] if a.reverse else a.rows):
-        if row in NEEDS_TEACHER and not any((out := a.out / f"grpo-s{s}" / "grpo" / "final").exists() for s in a.seeds):
+        if row in NEEDS_TEACHER and not any((a.out / f"grpo-s{s}" / "grpo" / "final").exists() for s in a.seeds):
             print(f"skip {row}: needs the grpo row's final policy as its teacher", flush=True)
             continue
         for seed in a.seeds:

@@ -161,12 +161,14 @@ def demo_part(cfg, model, tok, tasks, judge, sampling, rewards, step: int) -> Ro
     if missing:
         raise ValueError(f"guidance needs tasks with a 'solution' (gold demonstration); {missing[:3]} have none")
     prompts = [encode_prompt(tok, t) for t in tasks for _ in range(k)]
-    comps = [encode_completion(tok, t.solution)[: sampling.max_new_tokens] for t in tasks for _ in range(k)]
-    texts = [t.solution for t in tasks for _ in range(k)]
+    full = [encode_completion(tok, t.solution) for t in tasks for _ in range(k)]
+    comps = [c[: sampling.max_new_tokens] for c in full]  # the tokens trained on are the tokens judged
+    reasons = ["length" if len(f) > len(c) else "eos" for f, c in zip(full, comps)]
+    texts = tok.batch_decode(comps, skip_special_tokens=True)
     lps = completion_logprobs(model, prompts, comps, tok.pad_token_id, sampling.temperature)
     rep = [t for t in tasks for _ in range(k)]
     verdicts = judge(rep, texts)
-    ro = _scored(tasks, k, prompts, comps, lps, ["eos"] * len(comps), texts, verdicts, rewards, sampling)
+    ro = _scored(tasks, k, prompts, comps, lps, reasons, texts, verdicts, rewards, sampling)
     return set_extra(ro, "adv_weight", [guidance_weight(cfg, step)] * len(comps))
 
 

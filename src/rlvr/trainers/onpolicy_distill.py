@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr.advantages import zero_variance_groups
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.onpolicy import OnPolicyDistillStage
@@ -23,7 +24,7 @@ from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.losses.reverse_kl import reverse_kl
 from rlvr.models.load import load_pretrained
-from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+from rlvr.models.logprobs import autocast_ctx, entropy_from_logits, position_ids_from_mask
 from rlvr.rollout.collector import collect
 from rlvr.trainers.common import (
     StageResult,
@@ -53,8 +54,12 @@ def distill_loss(model, teacher, rows: list[tuple[list[int], int]], pad_id: int,
         s = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits[:, :-1]
     with torch.no_grad():
         t = teacher(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits[:, :-1]
-    kl = reverse_kl(s, t, mask[:, 1:], temperature)
-    return kl.sum() / max(1, total_tokens), {"distill/reverse_kl_sum": float(kl.detach().sum())}
+    m = mask[:, 1:]
+    kl = reverse_kl(s, t, m, temperature)
+    with torch.no_grad():
+        ent = entropy_from_logits(s.detach(), temperature=temperature)
+    return kl.sum() / max(1, total_tokens), {"distill/reverse_kl_sum": float(kl.detach().sum()),
+                                             "policy/entropy_sum": float((ent * m).sum())}
 
 
 def train_onpolicy_distill(stage: OnPolicyDistillStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
@@ -80,11 +85,15 @@ def train_onpolicy_distill(stage: OnPolicyDistillStage, model_cfg: ModelConfig, 
         order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
         micros = [order[s:s + stage.micro_batch_size] for s in range(0, len(order), stage.micro_batch_size)]
         t0 = time.perf_counter()
-        met = accumulate(micros, lambda m: distill_loss(model, teacher, [rows[i] for i in m], tok.pad_token_id,
-                                                        stage.sampling.temperature, total, model_cfg.autocast_bf16),
-                         len(rows)) if rows else {}
+        def forward(m, rows=rows, total=total):
+            return distill_loss(model, teacher, [rows[i] for i in m], tok.pad_token_id, stage.sampling.temperature,
+                                total, model_cfg.autocast_bf16)
+
+        met = accumulate(micros, forward, len(rows)) if rows else {}
         grad_norm = optimizer_step(model, opt, sched, stage.optim.max_grad_norm) if rows else 0.0
         rec = {"rollout/pass_rate": float(ro.passed.float().mean()), "train/tokens": total,
+               "rollout/zero_var_frac": float(zero_variance_groups(ro.passed.float()).float().mean()),
+               "policy/entropy": met.pop("policy/entropy_sum", 0.0) / max(1, total),
                "distill/reverse_kl": met.pop("distill/reverse_kl_sum", 0.0) / max(1, total),
                "train/loss": met.get("train/loss", 0.0), "train/grad_norm": grad_norm,
                "time/generate": ro.seconds.get("generate", 0.0), "time/train": time.perf_counter() - t0}

@@ -81,3 +81,24 @@ def test_double_rollout_rewards_are_means_of_continuations(tiny):
     # each reward is now a mean of 4 binary rewards: a multiple of 1/4 in [0, 1]
     r = out.rewards.flatten()
     assert torch.equal(r * 4, torch.round(r * 4)) and bool(((r >= 0) & (r <= 1)).all())
+
+
+def test_guidance_demos_are_judged_on_the_tokens_trained(tiny):
+    from rlvr.config.methods import GuidanceConfig
+    from rlvr.rollout.methods import demo_part
+
+    model, tok, _ = tiny
+    tasks = [make_task("mul31", 347, 6)]
+    cfg = GuidanceConfig(enabled=True, weight=1.0, decay_steps=10)
+    seen = []
+
+    def judge(ts, texts):
+        seen.extend(texts)
+        return [Verdict(1.0, True, "pass") for _ in texts]
+
+    full = demo_part(cfg, model, tok, tasks, judge, SamplingConfig(max_new_tokens=64), [RewardTerm()], step=10)
+    assert seen[0] == tasks[0].solution and full.finish_reason == ["eos"]
+    assert full.row_extras["adv_weight"] == [0.5]  # λ(10) = 10 / (10 + 10)
+    cut = demo_part(cfg, model, tok, tasks, judge, SamplingConfig(max_new_tokens=5), [RewardTerm()], step=0)
+    assert len(cut.completion_ids[0]) == 5 and cut.finish_reason == ["length"]
+    assert seen[-1] == tok.decode(cut.completion_ids[0], skip_special_tokens=True)

@@ -12,12 +12,11 @@ from rlvr.config.rl import (
     AsymGRPOLoss,
     CISPOLoss,
     DARLoss,
-    GRPOLoss,
     KLConfig,
     RewardTerm,
     RLStage,
-    SAPOLoss,
     SamplingConfig,
+    SAPOLoss,
     SignBalanceLoss,
     STEERLoss,
 )
@@ -67,6 +66,17 @@ def test_new_losses_accumulate_exactly(tiny_dir, loss):
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     assert float(grads[0].abs().sum()) > 0
+
+
+def test_methods_compose_in_one_run(tiny_dir, tmp_path):
+    # EDEN + guidance + OC-GRPO + Double-Rollout + TCR under STEER: every rollout method in one stage
+    st = stage(loss=STEERLoss(tau=0.05), sampling=SamplingConfig(group_size=4, max_new_tokens=8),
+               eden={"enabled": True}, guidance={"enabled": True}, off_context={"enabled": True},
+               double_rollout={"enabled": True}, rewards=[RewardTerm(), RewardTerm(name="checklist", weight=0.5)])
+    assert check_rl_combination(st) == []
+    res = train_rl(st, ModelConfig(path=tiny_dir), tmp_path / "c", seed=1, judge=parity_judge)
+    recs = [json.loads(x) for x in open(res.metrics_path)]
+    assert recs[-1]["step"] == 2 and "methods/guidance_weight" in recs[-1] and "methods/eden_pass_rate" in recs[-1]
 
 
 @pytest.mark.parametrize("kw", [
@@ -132,7 +142,7 @@ def test_checklist_score_on_worked_steps():
 def test_nonsensical_combinations_are_rejected(kw, key, words):
     try:
         st = stage(**kw)
-    except Exception as e:  # the config itself may already refuse it
+    except ValueError as e:  # the config itself may already refuse it (pydantic's ValidationError is one)
         pytest.skip(f"config refuses it earlier: {e}")
     probs = check_rl_combination(st)
     assert any(k == key and words in why for k, why in probs), probs
@@ -155,3 +165,13 @@ def test_rlvr_validate_names_file_line_and_reason(tmp_path):
     good.write_text("name: good\nmodel: {tiny: {size: test}}\nstages:\n  - type: rl\n    loss: {type: steer}\n"
                     "    eden: {enabled: true}\n")
     assert validate_command(str(good), []) == []
+
+
+def test_per_token_advantages_reach_the_batch():
+    ro = fake_rollouts([[1, 0]])
+    # row 0: per-token [.5, 1, -1] over its 3 completion tokens; row 1: all zero -> skipped but counted
+    batch = build_train_batch(ro, [[0.5, 1.0, -1.0], [0.0, 0.0, 0.0]], needs_all=False, mask_truncated=False)
+    assert len(batch) == 1 and batch.num_rows == 2
+    assert batch.advantages[0] == [0.0, 0.0, 0.0, 0.5, 1.0, -1.0]  # 3 prompt positions, then the completion
+    tb = batch.tokens(0)
+    assert torch.equal(tb.advantages * tb.loss_mask, torch.tensor([[0.0, 0, 0, 0.5, 1.0, -1.0]]))
