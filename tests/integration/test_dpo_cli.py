@@ -1,6 +1,7 @@
 """End to end through the `rlvr` console script: `rlvr dpo`, `rlvr rm`, `rlvr ppo`, and located errors."""
 
 import json
+import pytest
 import os
 import subprocess
 import sys
@@ -53,6 +54,7 @@ def setup(tmp_path, tiny_dir, loss="dpo", pairs=None):
     return recipe
 
 
+@pytest.mark.slow  # three CLI stage commands end to end (~33 s); the trainers have unit tests
 def test_dpo_rm_ppo_commands_run_and_write_their_outputs(tiny_dir, tmp_path):
     recipe = setup(tmp_path, tiny_dir)
     rlvr("dpo", str(recipe))

@@ -2,6 +2,7 @@
 the same weights as an uninterrupted run; summary.json has the documented shape."""
 
 import json
+import pytest
 import os
 import signal
 import subprocess
@@ -48,6 +49,7 @@ def run(args, **kw):
                           timeout=400, **kw)
 
 
+@pytest.mark.slow  # a three-stage pipeline killed with -9 (~34 s); test_cli_sft keeps a kill -9 resume in CI
 def test_kill_in_stage_3_then_resume(tiny_dir, tmp_path):
     pairs = pairs_file(tmp_path)
     full = write(tmp_path, "full", tiny_dir, pairs)

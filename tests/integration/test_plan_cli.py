@@ -2,6 +2,7 @@
 task kind, the determinism check, the advice."""
 
 import itertools
+import pytest
 import json
 import shutil
 
@@ -23,6 +24,7 @@ stages:
 """
 
 
+@pytest.mark.slow  # two plans with probes, determinism and screens (~35 s); the rules have fast tests below
 def test_plan_before_and_after_the_run(tiny_dir, tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir))

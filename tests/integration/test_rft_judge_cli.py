@@ -2,6 +2,7 @@
 validate-time gate and RLAIF label of a model-judged reward."""
 
 import json
+import pytest
 import os
 import shutil
 import subprocess
@@ -52,6 +53,7 @@ def test_rft_and_distill_stages_run_from_the_cli(tiny_dir, tmp_path):
     assert any("sample/pass_rate" in r for r in rows)
 
 
+@pytest.mark.slow  # four CLI processes and a judge probe (~27 s)
 def test_judge_gate_label_and_probe(tiny_dir, tmp_path):
     judge = tmp_path / "judge"
     shutil.copytree(tiny_dir, judge)
