@@ -172,6 +172,16 @@ class GoalResult:
     failures: tuple[str, ...] = ()
 
 
+def integer_answer_goal(end_state: dict[str, Any], goal: dict[str, Any]) -> GoalResult:
+    """The goal of environments whose task ends with one integer answer (calculator, kvchain): the end
+    state's ``answer`` equals ``goal["answer"]``."""
+    got = end_state.get("answer")
+    if got is None:
+        return GoalResult(False, ("no answer",))
+    ok = int(got) == int(goal["answer"])
+    return GoalResult(ok, () if ok else ("answer differs",))
+
+
 @runtime_checkable
 class Environment(Protocol):
     """A multi-turn tool environment (see the module docstring for the episode rules)."""

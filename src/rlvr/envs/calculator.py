@@ -37,11 +37,19 @@ import random
 import re
 from typing import Any, ClassVar
 
+from rlvr.data.sources import register_env_tasks
 from rlvr.data.types import Task
-from rlvr.envs.base import ArgSpec, GoalResult, ToolEnv, ToolError, ToolSpec, generate_env_tasks
+from rlvr.envs.base import (
+    ArgSpec,
+    GoalResult,
+    ToolEnv,
+    ToolError,
+    ToolSpec,
+    generate_env_tasks,
+    integer_answer_goal,
+)
 from rlvr.envs.tools import CLOSE, OPEN
 from rlvr.errors import DataError
-from rlvr.data.sources import register_env_tasks
 
 _INT = re.compile(r"-?\d+")
 _REGISTER = re.compile(r"[a-z][a-z0-9]{0,7}")
@@ -116,11 +124,7 @@ class CalculatorEnv(ToolEnv):
 
     @classmethod
     def check_goal(cls, end_state: dict[str, Any], goal: dict[str, Any]) -> GoalResult:
-        got = end_state.get("answer")
-        if got is None:
-            return GoalResult(False, ("no answer",))
-        ok = int(got) == int(goal["answer"])
-        return GoalResult(ok, () if ok else ("answer differs",))
+        return integer_answer_goal(end_state, goal)
 
     @classmethod
     def checklist(cls, end_state: dict[str, Any], gold: dict[str, Any], family: str) -> float | None:

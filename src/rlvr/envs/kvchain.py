@@ -24,7 +24,15 @@ from typing import Any, ClassVar
 
 from rlvr.data.sources import register_env_tasks
 from rlvr.data.types import Task
-from rlvr.envs.base import ArgSpec, GoalResult, ToolEnv, ToolError, ToolSpec, generate_env_tasks
+from rlvr.envs.base import (
+    ArgSpec,
+    GoalResult,
+    ToolEnv,
+    ToolError,
+    ToolSpec,
+    generate_env_tasks,
+    integer_answer_goal,
+)
 from rlvr.envs.tools import ParsedTurn, ToolCall, neutralise
 from rlvr.errors import DataError
 
@@ -83,11 +91,7 @@ class KVChainEnv(ToolEnv):
 
     @classmethod
     def check_goal(cls, end_state: dict[str, Any], goal: dict[str, Any]) -> GoalResult:
-        got = end_state.get("answer")
-        if got is None:
-            return GoalResult(False, ("no answer",))
-        ok = int(got) == int(goal["answer"])
-        return GoalResult(ok, () if ok else ("answer differs",))
+        return integer_answer_goal(end_state, goal)
 
     @classmethod
     def checklist(cls, end_state: dict[str, Any], gold: dict[str, Any], family: str) -> float:
