@@ -9,6 +9,7 @@ digits: reward = the share of digit characters, pass = all digits — learnable 
 """
 
 import json
+import re
 
 import pytest
 from safetensors.torch import load_file
@@ -50,9 +51,14 @@ def first(rs, label):
     return next((r["step"] for r in rs if label in r["health/status"]), None)
 
 
-def test_a_collapsing_run_is_flagged_entropy_collapse_before_its_pass_rate_plateaus(tiny_dir, tmp_path):
+def test_a_collapsing_run_is_flagged_entropy_collapse_before_its_pass_rate_plateaus(tiny_dir, tmp_path, capsys):
     res = train_rl(stage(0.5, 1e-2), ModelConfig(path=tiny_dir), tmp_path, seed=0, judge=digits_judge)
     rs = rows(res)
+    # an alert raised on many steps is printed once per ALERT_REPEAT (25) steps, not every step (24 steps here;
+    # entropy collapse is raised on 15 of them and was printed 15 times before)
+    printed = re.findall(r"health: (\w+)", capsys.readouterr().out)
+    assert printed and all(printed.count(rule) == 1 for rule in printed), printed
+    assert sum("entropy_collapse" in r.get("health/alerts", "") for r in rs) > 1
     smooth = ema_series([r["rollout/pass_rate"] for r in rs], 3)
     plateau = next(i + 1 for i in range(len(smooth)) if all(abs(v - smooth[-1]) < 0.05 for v in smooth[i:]))
     collapse = first(rs, "ENTROPY COLLAPSE")

@@ -280,6 +280,7 @@ class StageRun:
     bar: Any = None
     nonfinite: list = field(default_factory=list)  # the current streak of skipped non-finite steps
     latch: Any = None                             # SIGINT/SIGTERM -> checkpoint at the next step boundary
+    shown: dict = field(default_factory=dict)     # health rule -> last step its alert was printed
     _t0: float = 0.0
 
     def done(self) -> bool:
@@ -388,6 +389,12 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
     return stop
 
 
+ALERT_REPEAT = 25
+"""An alert that stays raised is printed when it is first raised and then only every this many steps (it is
+in every metrics row as ``health/status`` / ``health/alerts`` and on the progress bar meanwhile): the quickstart's
+GRPO stage printed its dead-groups warning on nearly every one of 250 steps."""
+
+
 def _health_step(run: StageRun, rec: dict) -> bool:
     """Feed the health monitor: status, alerts, actions (each with its reason), moved knobs, the healthy
     snapshot a ``stop`` action ships; True when the stage must stop."""
@@ -398,7 +405,9 @@ def _health_step(run: StageRun, rec: dict) -> bool:
     rec.update(knob_metrics(mon, run.knobs))
     main = _is_main(run)
     for a in alerts if main else []:
-        run.progress.console.print(f"[{'red' if a.level == 'critical' else 'yellow'}]health: {a.rule}[/] {a.message}")
+        if run.step - run.shown.get(a.rule, -ALERT_REPEAT) >= ALERT_REPEAT:
+            run.progress.console.print(f"[{'red' if a.level == 'critical' else 'yellow'}]health: {a.rule}[/] {a.message}")
+            run.shown[a.rule] = run.step
     for a in actions if main else []:
         run.progress.console.print(f"[magenta]health action[/] step {run.step}: {a}")
     if alerts:
