@@ -11,7 +11,6 @@ digits: reward = the share of digit characters, pass = all digits — learnable 
 import json
 import re
 
-import pytest
 from safetensors.torch import load_file
 
 from rlvr.config.data import BuiltinArithmetic
