@@ -50,7 +50,6 @@ from rlvr.trainers.guards import (
     SignalLatch,
     VerifierStormError,
     checked_latest,
-    grads_finite,
     is_nonfinite,
     nonfinite_message,
     skip_update,
@@ -115,10 +114,13 @@ def optimizer_step(model, opt, sched, max_grad_norm: float, loss: float | None =
 
     A non-finite ``loss`` or gradient skips the update (see :mod:`rlvr.trainers.guards`): the gradients
     are dropped, the schedule still advances, and the returned norm is NaN/inf so the step's record shows it."""
-    if (loss is not None and not math.isfinite(loss)) or not grads_finite(model):
+    if loss is not None and not math.isfinite(loss):
         skip_update([opt], sched)
         return float("nan")
-    norm = clip_grads(model, max_grad_norm)
+    norm = clip_grads(model, max_grad_norm)  # the total norm is non-finite iff some gradient element is
+    if not math.isfinite(norm):  # (the clip scaled the grads by a NaN factor: dropped with them)
+        skip_update([opt], sched)
+        return float("nan")
     opt.step()
     if sched is not None:
         sched.step()
