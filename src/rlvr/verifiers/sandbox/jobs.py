@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import shutil
 import signal
 import struct
@@ -13,13 +15,14 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.verifiers.sandbox.cgroups import open_tree_cgroup
+from rlvr.verifiers.sandbox.cgroups import lease_tree_cgroup, open_tree_cgroup, return_tree_cgroup
 from rlvr.verifiers.sandbox.harness import limit_hit
 from rlvr.verifiers.sandbox.isolation import Isolation, detect_isolation
 from rlvr.verifiers.sandbox.launch import feed, harness_can_drop_root, kill_tree, spawn_candidate, spawn_harness
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.supervise import Stream, pump
 from rlvr.verifiers.sandbox.uids import acquire_uid, kill_uid, remove_uid_files
+from rlvr.verifiers.sandbox import warm
 
 HARNESS_OUTCOMES = ("pass", "wrong", "crash", "violation", "infra")
 
@@ -39,10 +42,12 @@ class SandboxResult:
 class _Session:
     """Leased uid, working dirs and guaranteed cleanup (process trees, uid, files) for one run."""
 
-    def __init__(self, iso: Isolation, limits: SandboxLimits):
+    def __init__(self, iso: Isolation, limits: SandboxLimits, warm: bool = False):
         self.iso, self.limits, self.procs = iso, limits, []
+        self.warm = warm  # warm runs: the candidate's cwd is its fresh /tmp; cgroups are reused
         self.lease = self.harness_lease = self.cgroup = None
         self.root = ""
+        self.tree_dead = False  # warm runs: the job's monitor reported its whole PID namespace gone
 
     def __enter__(self) -> _Session:
         if self.iso.uid_switch:
@@ -53,12 +58,17 @@ class _Session:
                 self.harness_lease = acquire_uid(self.iso.uid_base)
                 kill_uid(self.harness_lease.uid)
         if self.limits.tree_limits:
-            self.cgroup = open_tree_cgroup(self.limits.tree_memory, self.limits.max_procs)
+            lease = lease_tree_cgroup if self.warm else open_tree_cgroup
+            self.cgroup = lease(self.limits.tree_memory, self.limits.max_procs)
+        if self.warm and self.harness_lease is None:  # the harness runs as us: one private dir per process
+            self.root = _shared_root()
+            return self
         self.root = tempfile.mkdtemp(prefix="rlvr-sbx-")
         os.chmod(self.root, 0o711)  # the candidate may traverse to its own dir, not list ours
         os.mkdir(self.harness_dir, 0o700)
-        os.mkdir(self.candidate_dir, 0o700)
-        if self.lease is not None:
+        if not self.warm:
+            os.mkdir(self.candidate_dir, 0o700)
+        if self.lease is not None and not self.warm:
             os.chown(self.candidate_dir, self.lease.uid, self.lease.gid)
         if self.harness_lease is not None:
             os.chown(self.harness_dir, self.harness_lease.uid, self.harness_lease.gid)
@@ -89,16 +99,32 @@ class _Session:
         for p in self.procs:
             kill_tree(p)
         if self.cgroup is not None:
-            self.cgroup.close()
+            return_tree_cgroup(self.cgroup) if self.warm else self.cgroup.close()
         if self.harness_lease is not None:
             kill_uid(self.harness_lease.uid)
             self.harness_lease.release()
         if self.lease is not None:
-            kill_uid(self.lease.uid, rounds=1 if self.iso.uses_bwrap else 2)
+            if not self.tree_dead:
+                kill_uid(self.lease.uid, rounds=1 if self.iso.uses_bwrap else 2)
             if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
                 remove_uid_files(self.lease.uid)
             self.lease.release()
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self.root != _SHARED_ROOT.get(os.getpid()):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+_SHARED_ROOT: dict[int, str] = {}
+
+
+def _shared_root() -> str:
+    """This process's private directory for warm harness runs that keep the caller's uid (removed at exit)."""
+    root = _SHARED_ROOT.get(os.getpid())
+    if root is None or not os.path.isdir(root):
+        root = _SHARED_ROOT[os.getpid()] = tempfile.mkdtemp(prefix="rlvr-sbx-")
+        os.chmod(root, 0o700)
+        os.mkdir(os.path.join(root, "h"), 0o700)
+        atexit.register(shutil.rmtree, root, True)
+    return root
 
 
 def _exit_signal(rc: int | None, bwrap: bool) -> int | None:
@@ -146,6 +172,9 @@ def _close(*fds: int) -> None:
             pass
 
 
+SANDBOX_MODES = ("auto", "warm", "cold")
+
+
 def run_function(
     source: str,
     entry_point: str,
@@ -153,13 +182,36 @@ def run_function(
     prelude: str | None = None,
     limits: SandboxLimits | None = None,
     isolation: str = "auto",
+    sandbox: str = "auto",
 ) -> SandboxResult:
     """Load ``source`` in the sandbox and run each check block's ``check(candidate)`` in the harness.
 
     ``checks``: [{"name": "tests", "source": "<defines check(candidate)>"}, ...], all must pass.
+    ``sandbox``: ``warm`` (fork servers, :mod:`warm`; ``infra`` where they cannot run), ``cold`` (two fresh
+    interpreters per run) or ``auto`` (warm where it can run, else cold). ``details["sandbox"]`` says which.
     """
+    if sandbox not in SANDBOX_MODES:
+        raise ValueError(f"sandbox must be one of {SANDBOX_MODES}, got {sandbox!r}")
     limits = limits or SandboxLimits()
     iso = detect_isolation(isolation)
+    reason = warm.warm_unavailable(iso) if sandbox != "cold" else "sandbox='cold'"
+    if reason is None:
+        result = _run_function_warm(source, entry_point, checks, prelude, limits, iso)
+        if result is not None:
+            return result
+        reason = "the fork server could not be started"
+    if sandbox == "warm":
+        return SandboxResult("infra", {"error": f"warm sandbox unavailable: {reason}", "sandbox": "warm",
+                                       "isolation": iso.level})
+    result = _run_function_cold(source, entry_point, checks, prelude, limits, iso)
+    result.details.update(sandbox="cold", **({"warm_unavailable": reason} if sandbox == "auto" else {}))
+    return result
+
+
+def _run_function_cold(
+    source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None, limits: SandboxLimits,
+    iso: Isolation,
+) -> SandboxResult:
     t0 = time.monotonic()
     job = json.dumps({"source": source, "entry_point": entry_point, "prelude": prelude, "checks": checks})
     with _Session(iso, limits) as sess:
@@ -212,6 +264,117 @@ def run_function(
     result.seconds = time.monotonic() - t0
     result.details["isolation"] = iso.level
     return result
+
+
+def _run_function_warm(
+    source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None, limits: SandboxLimits,
+    iso: Isolation,
+) -> SandboxResult | None:
+    """The warm path (:mod:`warm`); a fork server that died mid-job is restarted and the job retried once,
+    then ``infra``. None when the servers cannot be started at all (the caller falls back to cold)."""
+    for attempt in range(2):
+        t0 = time.monotonic()
+        try:
+            cand_srv = warm.server("candidate", iso, limits)
+            harness_srv = warm.server("harness", iso, limits)
+        except warm.ServerDied:
+            return None
+        try:
+            result = _warm_attempt(source, entry_point, checks, prelude, limits, iso, cand_srv, harness_srv)
+        except warm.ServerDied as e:
+            if attempt == 0:
+                warm.STATS["retried"] += 1
+                continue
+            result = SandboxResult("infra", {"error": f"warm sandbox failed twice: {e}"})
+        result.seconds = time.monotonic() - t0
+        result.details.update(isolation=iso.level, sandbox="warm", template_pid=cand_srv.proc.pid)
+        return result
+    return None  # not reached
+
+
+def _warm_attempt(
+    source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None, limits: SandboxLimits,
+    iso: Isolation, cand_srv: warm.WarmServer, harness_srv: warm.WarmServer,
+) -> SandboxResult:
+    t0 = time.monotonic()
+    job = json.dumps({"source": source, "entry_point": entry_point, "prelude": prelude, "checks": checks})
+    warm.STATS["jobs"] += 1
+    with _Session(iso, limits, warm=True) as sess:
+        (req_r, req_w), (resp_r, resp_w), (res_r, res_w), (out_r, out_w), (hout_r, hout_w) = _pipes(5)
+        (job_r, job_w), (ready_r, ready_w), (ck_r, ck_w), (cs_r, cs_w), (hk_r, hk_w), (hs_r, hs_w) = _pipes(6)
+        cg_fds = [os.open(f, os.O_WRONLY | os.O_CLOEXEC) for f in sess.cgroup.procs_files] if sess.cgroup else []
+        mine = [out_r, hout_r, res_r, job_w, ready_r, ck_w, cs_r, hk_w, hs_r]
+        try:
+            cand_fds = {"req": req_r, "resp": resp_w, "out": out_w, "ready": ready_w, "kill": ck_r, "status": cs_w}
+            cand_fds.update({f"cgroup{i}": fd for i, fd in enumerate(cg_fds)})
+            cand_srv.submit(warm.candidate_job(iso, limits, sess.lease.uid), cand_fds)
+            harness_cfg = {"uid": sess.harness_lease.uid if sess.harness_lease else None,
+                           "rlimits": limits.harness_rlimits(), "message_limit": limits.message_limit_bytes}
+            harness_srv.submit({"cfg": harness_cfg, "cwd": sess.harness_dir},
+                               {"job": job_r, "to": req_w, "from": resp_r, "result": res_w, "out": hout_w,
+                                "kill": hk_r, "status": hs_w})
+        except warm.ServerDied:
+            _close(*mine)
+            raise
+        finally:
+            _close(req_r, req_w, resp_r, resp_w, res_w, out_w, hout_w, job_r, ready_w, ck_r, cs_w, hk_r, hs_w, *cg_fds)
+        _send(job_w, job.encode("utf-8"))
+        out, hout, res = Stream(out_r, 4096, counted=False), Stream(hout_r, 4096, counted=False), Stream(res_r, 1 << 20, False)
+        status, ended, ready = None, False, False
+        try:
+            stop = pump([out, hout, res], lambda: res.eof and hout.eof, t0 + limits.timeout_s, limits.output_limit_bytes)
+            result = _function_result(stop, res, hout, out, limits)
+            ended = result.details.pop("candidate_ended", False)
+            status = warm.read_status(cs_r, 0.5) if ended else None
+            ready = bool(select.select([ready_r], [], [], 0)[0]) and os.read(ready_r, 1) == b"R"
+        finally:
+            _close(ck_w, hk_w)  # the monitors SIGKILL what is left: the candidate's whole PID namespace
+            if status is None:
+                status = warm.read_status(cs_r, 5.0)
+            sess.tree_dead = status is not None or _eof(cs_r, 5.0)
+            _close(out_r, hout_r, res_r, ready_r, cs_r, hs_r)
+        if not ready:
+            if not cand_srv.alive():
+                raise warm.ServerDied("the candidate fork server died during the job")
+            return SandboxResult("infra", {"error": "the warm sandbox could not set up the candidate process",
+                                           "candidate_output": out.text()[-1000:]})
+        if ended:
+            result.details.update(warm.exit_details(status))
+            if result.outcome == "crash":
+                result.outcome = _signal_outcome(result.details)
+        if not cand_srv.alive() and result.outcome != "pass":
+            raise warm.ServerDied("the candidate fork server died during the job")
+        return sess.tree_outcome(result)
+
+
+def _send(fd: int, data: bytes) -> None:
+    """Write ``data`` and close: at once when the pipe takes it whole (the usual job), else on a thread."""
+    os.set_blocking(fd, False)
+    try:
+        n = os.write(fd, data)
+    except BlockingIOError:
+        n = 0
+    except OSError:
+        _close(fd)
+        return
+    if n == len(data):
+        _close(fd)
+    else:
+        os.set_blocking(fd, True)
+        feed(fd, data[n:])
+
+
+def _eof(fd: int, wait_s: float) -> bool:
+    """Did the writer close ``fd`` within ``wait_s`` (the monitor exits once its worker is reaped)?"""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if select.select([fd], [], [], deadline - time.monotonic())[0]:
+            try:
+                if not os.read(fd, 64):
+                    return True
+            except OSError:
+                return True
+    return False
 
 
 def _function_result(
