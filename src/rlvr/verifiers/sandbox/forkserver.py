@@ -2,19 +2,21 @@
 
 Stdlib only and free of rlvr imports: this file's source is sent into the sandboxed candidate server (inside
 bubblewrap) and into the trusted harness server, after wire.py and values.py and before runner.py /
-harness.py, exactly like those files. The template itself never runs a job's code: it only receives a
-request (JSON + the job's file descriptors, ``SCM_RIGHTS`` over its control socket), forks and goes back
-to waiting. So every candidate starts from the same clean interpreter that has imported nothing of any
-candidate's, and nothing a candidate does (files, monkeypatches, environment, threads, children, limits,
-memory) can reach the template or the next candidate.
+harness.py, exactly like those files. The template itself never runs a job's code: it receives a request
+(JSON + the job's file descriptors, ``SCM_RIGHTS`` over its control socket), forks the job's **worker**,
+and supervises it. So every candidate starts from the same clean interpreter that has imported nothing of
+any candidate's, and nothing a candidate does (files, monkeypatches, environment, threads, children,
+limits, memory) reaches the template or the next candidate.
 
-Per job the server forks a **monitor** ``M`` (trusted, still privileged) that optionally unshares fresh
-namespaces for the job (candidate side: mount, PID, IPC, UTS, network) and forks the **worker** ``W``
-(in the fresh PID namespace ``W`` is PID 1, so when it dies the kernel kills everything it started). ``M``
-then waits for ``W`` to exit or for its ``kill`` pipe to reach end-of-file (the host closed its end: the
-job is over, or its time is up, or the host itself died) -- then it SIGKILLs ``W``, reaps it and writes
-``W``'s wait status (4 bytes, big-endian) on the job's ``status`` pipe. ``W`` never holds ``kill`` or
-``status``.
+One job at a time per server. The server waits for the worker to exit or for the job's ``kill`` pipe to
+reach end-of-file (the host closed its end: the job is over, its time is up, or the host died), then kills
+the job's whole tree and reports the worker's wait status (4 bytes, big-endian) on the job's ``status``
+pipe once the tree is gone; only then does it read the next request. The candidate server is PID 1 of
+bubblewrap's PID namespace (``--as-pid-1``), so "the whole tree" is everything else in that namespace:
+``kill(-1, SIGKILL)`` from PID 1 reaches every other process in it (daemons that called ``setsid``
+included, atomically with respect to fork), and orphans are reparented to it and reaped. The harness server
+kills the worker's process group (the worker starts its own session), as a cold run kills its harness.
+The worker never holds ``kill``, ``status`` or the control socket.
 """
 
 import json
@@ -38,59 +40,73 @@ def _close_other_fds(keep):
     os.closerange(last + 1, 1 << 16)
 
 
-def _monitor(job, fds, run, unshare):
-    """In the forked monitor: fresh namespaces (``unshare(flags)``), fork the worker, supervise it."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    kill_fd, status_fd = fds.pop("kill"), fds.pop("status")
-    _close_other_fds(set(fds.values()) | {kill_fd, status_fd})
-    if unshare is not None:
-        unshare(job)
-    pid = os.fork()
-    if pid == 0:  # the worker: runs the job and exits, never returning into the server loop
-        code = 1
+def _worker(job, fds, run, pid1):
+    """In the forked worker: its own session (harness), only its own descriptors, then the job."""
+    code = 1
+    try:
+        if not pid1:
+            os.setsid()
+        _close_other_fds(set(fds.values()))
+        code = run(job, fds) or 0
+    except SystemExit as e:  # as the interpreter would exit on it
+        code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
+    except BaseException as e:  # noqa: BLE001 - reported to the host through the job's own pipes
         try:
-            os.close(kill_fd)
-            os.close(status_fd)
-            code = run(job, fds) or 0
-        except SystemExit as e:  # as the interpreter would exit on it
-            code = e.code if isinstance(e.code, int) else 0 if e.code is None else 1
-        except BaseException as e:  # noqa: BLE001 - reported to the host through the job's own pipes
-            try:
-                os.write(2, f"rlvr forkserver worker: {type(e).__name__}: {e}\n".encode())
-            except OSError:
-                pass
-        os._exit(code)
-    for fd in fds.values():
-        os.close(fd)
+            os.write(2, f"rlvr forkserver worker: {type(e).__name__}: {e}\n".encode())
+        except OSError:
+            pass
+    os._exit(code)
+
+
+def _kill_tree(pid, pid1):
+    if pid1:  # PID 1 of the namespace: every other process in it
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _supervise(pid, kill_fd, pid1):
+    """Wait for the worker's exit or the kill pipe's EOF; kill the tree; return the worker's wait status
+    once nothing of the job is left."""
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     poller.register(kill_fd, select.POLLIN | select.POLLHUP)
     poller.register(pidfd, select.POLLIN)
-    while True:
-        ready = [fd for fd, _ in poller.poll()]
-        if pidfd in ready:
-            break
-        if kill_fd in ready:
-            try:
-                data = os.read(kill_fd, 64)
-            except OSError:
-                data = b""
-            if not data:  # EOF: the host is done with this job (or gone)
-                os.kill(pid, signal.SIGKILL)
-                break
+    done = False
+    while not done:
+        for fd, _ in poller.poll():
+            if fd == pidfd:
+                done = True
+            elif fd == kill_fd:
+                try:
+                    data = os.read(kill_fd, 64)
+                except OSError:
+                    data = b""
+                done = done or not data  # EOF: the host is done with this job (or gone)
+    os.close(pidfd)
+    _kill_tree(pid, pid1)
     _, status = os.waitpid(pid, 0)
-    try:
-        os.write(status_fd, struct.pack(">i", status))
-    except OSError:
-        pass
-    os._exit(0)
+    while pid1:  # reap every orphan; a round that finds none left ends it
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        _kill_tree(pid, pid1)
+    return status
 
 
-def serve_forever(ctl_fd, run, unshare=None):
-    """Answer job requests on the control socket until it closes. Each request: one JSON message
-    ``{"fds": [names...], ...}`` with as many descriptors. No reply: the host learns that the job started
-    from the job's own pipes (a server that died closes them unused)."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # monitors are reaped by the kernel
+def serve_forever(ctl_fd, run, pid1=False):
+    """Run job requests from the control socket one at a time until it closes. A request is one JSON
+    message ``{"fds": [names...], ...}`` with as many descriptors, ``kill`` and ``status`` among them. No
+    reply on the socket: the job's own pipes tell the host everything (a server that died closes them)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     ctl = socket.socket(fileno=ctl_fd)
     ctl.sendall(b'{"ready": true}\n')
     while True:
@@ -102,10 +118,8 @@ def serve_forever(ctl_fd, run, unshare=None):
             return
         try:
             job = json.loads(data.decode("utf-8"))
-            names = job["fds"]
-            if len(names) != len(received):
-                raise ValueError(f"{len(names)} descriptors named, {len(received)} received")
-            fds = dict(zip(names, received))
+            fds = dict(zip(job["fds"], received, strict=True))
+            kill_fd, status_fd = fds.pop("kill"), fds.pop("status")
         except (ValueError, KeyError, TypeError) as e:
             for fd in received:
                 os.close(fd)
@@ -116,8 +130,16 @@ def serve_forever(ctl_fd, run, unshare=None):
         if pid == 0:
             try:
                 ctl.close()
-                _monitor(job, fds, run, unshare)
+                os.close(kill_fd)
+                os.close(status_fd)
             finally:
-                os._exit(70)
-        for fd in received:
+                _worker(job, fds, run, pid1)
+        for fd in fds.values():
             os.close(fd)
+        status = _supervise(pid, kill_fd, pid1)
+        try:
+            os.write(status_fd, struct.pack(">i", status))
+        except OSError:
+            pass
+        os.close(status_fd)
+        os.close(kill_fd)

@@ -351,6 +351,9 @@ def main():
         ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
         for name in ("typing", "collections", "math", "re", "itertools", "functools", "random", "resource"):
             importlib.import_module(name)
+        import gc
+
+        gc.freeze()
         serve_forever(cfg["ctl_fd"], warm_job)
         return
     _setup(cfg)

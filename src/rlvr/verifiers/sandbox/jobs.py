@@ -275,19 +275,22 @@ def _run_function_warm(
     for attempt in range(2):
         t0 = time.monotonic()
         try:
-            cand_srv = warm.server("candidate", iso, limits)
-            harness_srv = warm.server("harness", iso, limits)
+            pair = warm.acquire(iso, limits)
         except warm.ServerDied:
             return None
+        reusable = False
         try:
-            result = _warm_attempt(source, entry_point, checks, prelude, limits, iso, cand_srv, harness_srv)
+            result = _warm_attempt(source, entry_point, checks, prelude, limits, iso, *pair)
+            reusable = True
         except warm.ServerDied as e:
             if attempt == 0:
                 warm.STATS["retried"] += 1
                 continue
             result = SandboxResult("infra", {"error": f"warm sandbox failed twice: {e}"})
+        finally:
+            warm.release(pair, reusable)
         result.seconds = time.monotonic() - t0
-        result.details.update(isolation=iso.level, sandbox="warm", template_pid=cand_srv.proc.pid)
+        result.details.update(isolation=iso.level, sandbox="warm", template_pid=pair[0].proc.pid)
         return result
     return None  # not reached
 

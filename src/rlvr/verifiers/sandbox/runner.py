@@ -24,7 +24,7 @@ except NameError:  # imported normally (tests, linters)
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWNET = 0x40000000
-_CLONE_NEWUTS, _CLONE_NEWIPC, _CLONE_NEWPID = 0x04000000, 0x08000000, 0x20000000
+_CLONE_NEWUTS, _CLONE_NEWIPC = 0x04000000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 
@@ -145,23 +145,16 @@ def run_program(source):
     exec(compile(source, "main.py", "exec", dont_inherit=True), module_namespace("__main__"))  # noqa: S102
 
 
-def warm_unshare(job):
-    """In the warm server's monitor, per job: fresh mount, PID, IPC, UTS and network namespaces (the worker
-    forked next is PID 1 of its own namespace; its mounts, SysV/POSIX IPC objects, sockets die with it)."""
-    import ctypes
-
-    flags = _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS | (_CLONE_NEWNET if job.get("net", True) else 0)
-    if ctypes.CDLL(None, use_errno=True).unshare(flags) != 0:
-        raise OSError(ctypes.get_errno(), "unshare of the job's namespaces failed")
-
-
-def _fresh_mounts(tmpfs_mb, keep):
-    """In the warm worker (PID 1 of its namespaces, still root): a private mount tree with a fresh empty
-    /tmp and /dev/shm and a /proc that shows only this job's processes; the interpreter's directories
-    that lie under /tmp are bound back, read-only."""
+def _fresh_namespaces(tmpfs_mb, keep):
+    """In the warm worker (still root): its own mount, IPC, UTS and network namespaces -- a private mount
+    tree with a fresh empty /tmp and /dev/shm (the interpreter's directories that lie under /tmp bound back,
+    read-only); SysV/POSIX IPC objects, sockets and the hostname die with the job."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
+    flags = _CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWNET
+    if libc.unshare(flags) != 0:
+        raise OSError(ctypes.get_errno(), "unshare of the job's namespaces failed")
 
     def mount(src, dst, fstype, flags, data=None):
         if libc.mount(src, dst, fstype, flags, data) != 0:
@@ -174,12 +167,11 @@ def _fresh_mounts(tmpfs_mb, keep):
     if os.path.isdir("/dev/shm"):
         mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, opts)
     _rebind(libc, held)
-    mount(b"proc", b"/proc", b"proc", _MS_NOSUID | _MS_NODEV | 8)  # 8: MS_NOEXEC
 
 
 def warm_job(job, fds):
-    """The warm worker: join the job's cgroup, fresh mounts, limits, uid drop -- then it is the candidate
-    process of a cold run (reports ``ready`` on its own pipe first, so a setup failure is never the
+    """The warm worker: join the job's cgroup, fresh namespaces and mounts, limits, uid drop -- then it is the
+    candidate process of a cold run (reports ``ready`` on its own pipe first, so a setup failure is never the
     candidate's)."""
     out = fds.pop("out")
     os.dup2(out, 1)
@@ -191,7 +183,7 @@ def warm_job(job, fds):
     for name in [n for n in fds if n.startswith("cgroup")]:  # before anything else starts: the whole tree
         os.write(fds[name], b"0")
         os.close(fds.pop(name))
-    _fresh_mounts(job["tmpfs_mb"], job.get("keep") or ())
+    _fresh_namespaces(job["tmpfs_mb"], job.get("keep") or ())
     drop_privileges({"rlimits": job["rlimits"], "uid": job["uid"], "cwd": "/tmp"})
     if "random" in sys.modules:  # imported by the template: reseed, or every candidate shares one stream
         sys.modules["random"].seed()
@@ -214,12 +206,15 @@ WARM_PRELOAD = ("typing", "collections", "math", "re", "itertools", "functools",
 
 
 def warm_server(cfg):
-    """The template inside bubblewrap: imports, then forks one fresh worker per job (forkserver.py)."""
+    """The template inside bubblewrap (PID 1 of its namespace): imports, then forks one fresh worker per job
+    (forkserver.py)."""
+    import gc
     import importlib
 
     for name in WARM_PRELOAD:
         importlib.import_module(name)
-    serve_forever(cfg["ctl_fd"], warm_job, warm_unshare)
+    gc.freeze()  # the template's objects are never collected: a worker's collections do not touch them
+    serve_forever(cfg["ctl_fd"], warm_job, pid1=True)
 
 
 def main():

@@ -42,10 +42,10 @@ class ServerDied(Exception):
 
 
 class WarmServer:
-    """One fork server process and its control socket (requests go one at a time under ``lock``)."""
+    """One fork server process and its control socket; it runs one job at a time (see :func:`acquire`)."""
 
-    def __init__(self, kind: str, proc: subprocess.Popen, sock: socket.socket) -> None:
-        self.kind, self.proc, self.sock = kind, proc, sock
+    def __init__(self, kind: str, proc: subprocess.Popen, sock: socket.socket, python: str) -> None:
+        self.kind, self.proc, self.sock, self.python = kind, proc, sock, python
         self.lock = threading.Lock()
         self._buf = b""
         self.jobs = 0
@@ -103,7 +103,8 @@ def _spawn(kind: str, iso: Isolation, tmpfs_mb: int) -> WarmServer:
         if kind == "candidate":
             cfg = {"mode": "server", "ctl_fd": theirs.fileno(), "sys_path": list(site_dirs(iso.python))}
             cmd = [iso.python, *PY_FLAGS, *script_args(iso.python, "runner"), json.dumps(cfg)]
-            cmd = bwrap_args(iso.bwrap, iso.python, tmpfs_mb, os.geteuid() == 0) + ["--", *cmd]
+            # --as-pid-1: the server is PID 1 of the namespace, so it can kill and reap everything else in it
+            cmd = bwrap_args(iso.bwrap, iso.python, tmpfs_mb, os.geteuid() == 0) + ["--as-pid-1", "--", *cmd]
             env = candidate_env()
         else:
             cfg = {"server": True, "ctl_fd": theirs.fileno(), "sys_path": list(site_dirs(sys.executable))}
@@ -117,7 +118,7 @@ def _spawn(kind: str, iso: Isolation, tmpfs_mb: int) -> WarmServer:
         raise
     finally:
         theirs.close()
-    server = WarmServer(kind, proc, ours)
+    server = WarmServer(kind, proc, ours, iso.python)
     try:
         server.wait_ready()
     except ServerDied:
@@ -153,8 +154,8 @@ def _spawn_via_thread(kind: str, iso: Isolation, tmpfs_mb: int) -> WarmServer:
     return value
 
 
-_servers: dict[tuple, WarmServer] = {}
-_failures: dict[tuple, int] = {}
+_idle: dict[str, list[tuple[WarmServer, WarmServer]]] = {}
+_failures: dict[str, int] = {}
 _lock = threading.Lock()
 _owner = [os.getpid()]
 
@@ -165,41 +166,58 @@ def warm_unavailable(iso: Isolation) -> str | None:
         return f"needs bubblewrap and the uid switch (level bwrap+uid), this is {iso.level!r}"
     if not hasattr(os, "pidfd_open") or not hasattr(socket, "send_fds"):
         return "needs Python >= 3.9 (os.pidfd_open, socket.send_fds)"
-    key = ("candidate", iso.python)
-    if _failures.get(key, 0) >= MAX_SPAWN_FAILURES:
-        return f"the fork server failed to start {MAX_SPAWN_FAILURES} times in this process"
+    if _failures.get(iso.python, 0) >= MAX_SPAWN_FAILURES:
+        return f"the fork servers failed to start {MAX_SPAWN_FAILURES} times in this process"
     return None
 
 
-def server(kind: str, iso: Isolation, limits: SandboxLimits) -> WarmServer:
-    """This process's fork server of ``kind`` (candidate | harness), started or restarted as needed."""
+def acquire(iso: Isolation, limits: SandboxLimits) -> tuple[WarmServer, WarmServer]:
+    """An idle (candidate server, harness server) pair of this process -- each runs one job at a time --
+    started now if there is none (or the idle one died: it is replaced and counted)."""
     with _lock:
         if _owner[0] != os.getpid():  # a forked child: the parent's servers are not ours to use
-            _servers.clear()
+            _idle.clear()
             _owner[0] = os.getpid()
-        key = (kind, iso.python)
-        srv = _servers.get(key)
-        if srv is not None and srv.alive():
-            return srv
-        if srv is not None:
-            srv.close()
+        pool = _idle.setdefault(iso.python, [])
+        while pool:
+            pair = pool.pop()
+            if pair[0].alive() and pair[1].alive():
+                return pair
+            for srv in pair:
+                srv.close()
             STATS["respawned"] += 1
-        try:
-            srv = _servers[key] = _spawn_via_thread(kind, iso, limits.tmpfs_mb)
-        except ServerDied:
-            _servers.pop(key, None)
-            _failures[("candidate", iso.python)] = _failures.get(("candidate", iso.python), 0) + 1
-            raise
-        STATS["spawned"] += 1
-        return srv
+    cand = None
+    try:
+        cand = _spawn_via_thread("candidate", iso, limits.tmpfs_mb)
+        harness = _spawn_via_thread("harness", iso, limits.tmpfs_mb)
+    except ServerDied:
+        if cand is not None:
+            cand.close()
+        _failures[iso.python] = _failures.get(iso.python, 0) + 1
+        raise
+    STATS["spawned"] += 1
+    return cand, harness
+
+
+def release(pair: tuple[WarmServer, WarmServer], reusable: bool) -> None:
+    """Give a pair back after its job (reusable: both alive and idle), else stop it."""
+    if reusable and all(srv.alive() for srv in pair):
+        with _lock:
+            if _owner[0] == os.getpid():
+                _idle.setdefault(pair[0].python, []).append(pair)
+                return
+    for srv in pair:
+        srv.close()
 
 
 def close_servers() -> None:
-    """Stop this process's fork servers (they also die with the process)."""
+    """Stop this process's idle fork servers (all of them also die with the process)."""
     with _lock:
-        for srv in _servers.values():
-            srv.close()
-        _servers.clear()
+        for pool in _idle.values():
+            for pair in pool:
+                for srv in pair:
+                    srv.close()
+        _idle.clear()
 
 
 def candidate_job(iso: Isolation, limits: SandboxLimits, uid: int) -> dict[str, Any]:
@@ -209,7 +227,6 @@ def candidate_job(iso: Isolation, limits: SandboxLimits, uid: int) -> dict[str, 
         "tmpfs_mb": limits.tmpfs_mb,
         "message_limit": limits.message_limit_bytes,
         "keep": hidden_dirs(iso.python),
-        "net": os.environ.get("RLVR_WARM_NET", "1") == "1",
     }
 
 
