@@ -92,14 +92,14 @@ def _supervise(pid, kill_fd, pid1):
                 done = done or not data  # EOF: the host is done with this job (or gone)
     os.close(pidfd)
     _kill_tree(pid, pid1)
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
     while pid1:  # reap every orphan; a round that finds none left ends it
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
             break
         _kill_tree(pid, pid1)
-    return status
+    return status, usage.ru_utime + usage.ru_stime
 
 
 def serve_forever(ctl_fd, run, pid1=False):
@@ -136,9 +136,9 @@ def serve_forever(ctl_fd, run, pid1=False):
                 _worker(job, fds, run, pid1)
         for fd in fds.values():
             os.close(fd)
-        status = _supervise(pid, kill_fd, pid1)
+        status, cpu = _supervise(pid, kill_fd, pid1)
         try:
-            os.write(status_fd, struct.pack(">i", status))
+            os.write(status_fd, struct.pack(">id", status, cpu))
         except OSError:
             pass
         os.close(status_fd)

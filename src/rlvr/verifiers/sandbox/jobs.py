@@ -21,7 +21,7 @@ from rlvr.verifiers.sandbox.isolation import Isolation, detect_isolation
 from rlvr.verifiers.sandbox.launch import feed, harness_can_drop_root, kill_tree, spawn_candidate, spawn_harness
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.supervise import Stream, pump
-from rlvr.verifiers.sandbox.uids import acquire_uid, kill_uid, remove_uid_files
+from rlvr.verifiers.sandbox.uids import acquire_uid, keep_uid, kill_uid, remove_uid_files, reuse_uid
 from rlvr.verifiers.sandbox import warm
 
 HARNESS_OUTCOMES = ("pass", "wrong", "crash", "violation", "infra")
@@ -51,7 +51,7 @@ class _Session:
 
     def __enter__(self) -> _Session:
         if self.iso.uid_switch:
-            self.lease = acquire_uid(self.iso.uid_base)
+            self.lease = reuse_uid(self.iso.uid_base) if self.warm else acquire_uid(self.iso.uid_base)
             if not self.iso.uses_bwrap:  # leftovers of a verifier killed mid-run (bubblewrap: died with it)
                 kill_uid(self.lease.uid)
             if harness_can_drop_root():  # the harness drops root too, where it can still import its modules
@@ -104,11 +104,13 @@ class _Session:
             kill_uid(self.harness_lease.uid)
             self.harness_lease.release()
         if self.lease is not None:
-            if not self.tree_dead:
+            if self.tree_dead:  # warm: the server reported the job's whole tree gone
+                keep_uid(self.lease)
+            else:
                 kill_uid(self.lease.uid, rounds=1 if self.iso.uses_bwrap else 2)
-            if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
-                remove_uid_files(self.lease.uid)
-            self.lease.release()
+                if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
+                    remove_uid_files(self.lease.uid)
+                self.lease.release()
         if self.root != _SHARED_ROOT.get(os.getpid()):
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -331,18 +333,20 @@ def _warm_attempt(
             status = warm.read_status(cs_r, 0.5) if ended else None
             ready = bool(select.select([ready_r], [], [], 0)[0]) and os.read(ready_r, 1) == b"R"
         finally:
-            _close(ck_w, hk_w)  # the monitors SIGKILL what is left: the candidate's whole PID namespace
+            _close(ck_w, hk_w)  # the servers SIGKILL what is left: the candidate's whole tree, the harness
             if status is None:
                 status = warm.read_status(cs_r, 5.0)
-            sess.tree_dead = status is not None or _eof(cs_r, 5.0)
+            sess.tree_dead = status is not None  # sent once nothing of the job is left
             _close(out_r, hout_r, res_r, ready_r, cs_r, hs_r)
         if not ready:
             if not cand_srv.alive():
                 raise warm.ServerDied("the candidate fork server died during the job")
             return SandboxResult("infra", {"error": "the warm sandbox could not set up the candidate process",
                                            "candidate_output": out.text()[-1000:]})
+        if status is not None:
+            result.details["candidate_cpu_s"] = round(status[1], 4)
         if ended:
-            result.details.update(warm.exit_details(status))
+            result.details.update(warm.exit_details(status[0] if status else None))
             if result.outcome == "crash":
                 result.outcome = _signal_outcome(result.details)
         if not cand_srv.alive() and result.outcome != "pass":
@@ -365,19 +369,6 @@ def _send(fd: int, data: bytes) -> None:
     else:
         os.set_blocking(fd, True)
         feed(fd, data[n:])
-
-
-def _eof(fd: int, wait_s: float) -> bool:
-    """Did the writer close ``fd`` within ``wait_s`` (the monitor exits once its worker is reaped)?"""
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if select.select([fd], [], [], deadline - time.monotonic())[0]:
-            try:
-                if not os.read(fd, 64):
-                    return True
-            except OSError:
-                return True
-    return False
 
 
 def _function_result(

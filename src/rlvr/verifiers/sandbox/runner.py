@@ -22,9 +22,7 @@ except NameError:  # imported normally (tests, linters)
     from rlvr.verifiers.sandbox.forkserver import serve_forever
     from rlvr.verifiers.sandbox.wire import recv_msg, send_msg
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
-_CLONE_NEWUTS, _CLONE_NEWIPC = 0x04000000, 0x08000000
+_CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x40000000, 0x04000000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 
@@ -146,14 +144,15 @@ def run_program(source):
 
 
 def _fresh_namespaces(tmpfs_mb, keep):
-    """In the warm worker (still root): its own mount, IPC, UTS and network namespaces -- a private mount
-    tree with a fresh empty /tmp and /dev/shm (the interpreter's directories that lie under /tmp bound back,
-    read-only); SysV/POSIX IPC objects, sockets and the hostname die with the job."""
+    """In the warm worker (still root): its own mount, IPC and UTS namespaces -- a private mount tree with a
+    fresh empty /tmp and /dev/shm (the interpreter's directories that lie under /tmp bound back, read-only);
+    SysV/POSIX IPC objects (which outlive their creator) die with the job. The network namespace is the
+    server's own (bubblewrap's: loopback only, no route out), used by one job at a time: a job's sockets
+    die with its processes, and changing anything else in it needs privileges the candidate never has."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    flags = _CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWUTS | _CLONE_NEWNET
-    if libc.unshare(flags) != 0:
+    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWUTS) != 0:
         raise OSError(ctypes.get_errno(), "unshare of the job's namespaces failed")
 
     def mount(src, dst, fstype, flags, data=None):

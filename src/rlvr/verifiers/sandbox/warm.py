@@ -16,6 +16,7 @@ Used where the isolation level is ``bwrap+uid`` (root and bubblewrap); anywhere 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import queue
@@ -220,25 +221,34 @@ def close_servers() -> None:
         _idle.clear()
 
 
+@functools.cache
+def _hidden(python: str) -> tuple[str, ...]:
+    return tuple(hidden_dirs(python))
+
+
 def candidate_job(iso: Isolation, limits: SandboxLimits, uid: int) -> dict[str, Any]:
     return {
         "rlimits": limits.candidate_rlimits(True),
         "uid": uid,
         "tmpfs_mb": limits.tmpfs_mb,
         "message_limit": limits.message_limit_bytes,
-        "keep": hidden_dirs(iso.python),
+        "keep": _hidden(iso.python),
     }
 
 
-def read_status(fd: int, wait_s: float) -> int | None:
-    """The worker's wait status from its monitor (None if none came within ``wait_s``)."""
+STATUS = struct.Struct(">id")
+
+
+def read_status(fd: int, wait_s: float) -> tuple[int, float] | None:
+    """``(wait status, CPU seconds)`` of the job's worker, sent by its server once the job's whole tree is
+    gone (None if nothing came within ``wait_s``)."""
     if not select.select([fd], [], [], wait_s)[0]:
         return None
     try:
-        data = os.read(fd, 4)
+        data = os.read(fd, STATUS.size)
     except OSError:
         return None
-    return struct.unpack(">i", data)[0] if len(data) == 4 else None
+    return STATUS.unpack(data) if len(data) == STATUS.size else None
 
 
 def exit_details(status: int | None) -> dict[str, Any]:
