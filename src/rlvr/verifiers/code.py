@@ -243,4 +243,4 @@ class CodeVerifier:
                 return res.outcome, details
             if normalize_output(res.stdout) != normalize_output(case["output"]):
                 return "wrong", {**details, "error": "output differs"}
-        return "pass", {"io_cases": len(io_tests), "isolation": details.get("isolation")}
+        return "pass", {"io_cases": len(io_tests), "isolation": details.get("isolation"), "sandbox": "cold"}

@@ -445,7 +445,7 @@ def run_program(
         cand.stdout.close()
         cand.stderr.close()
     result.seconds = time.monotonic() - t0
-    result.details["isolation"] = iso.level
+    result.details.update(isolation=iso.level, sandbox="cold")  # programs always run cold
     return result
 
 
