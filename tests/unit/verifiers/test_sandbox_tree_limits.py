@@ -46,7 +46,7 @@ def test_a_tree_of_processes_is_held_to_one_memory_limit(sandbox):
     assert (res.outcome, res.reward) == ("violation", 0.0) and res.details["limit"] == "memory (whole process tree)"
     assert res.details["sandbox"] == sandbox
     # cold: the run's cgroup is gone; warm: at most empty ones kept for the next run, removed at exit
-    assert not [d for d in _my_cgroups() if open(os.path.join(d, "cgroup.procs")).read().strip()]
+    assert not [d for d in _my_cgroups() if cgroups._pids(d)]
     cgroups.close_free_cgroups()
     assert not _my_cgroups()
     assert v.verify(TASK, GOOD).outcome == "pass"  # the warm server survived the OOM kill of its job

@@ -22,6 +22,7 @@ import sys
 try:  # inside the harness process the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
+    from rlvr.verifiers.sandbox.forkserver import serve_forever
     from rlvr.verifiers.sandbox.values import (
         Context,
         ValueUnavailable,
@@ -30,7 +31,6 @@ except NameError:  # imported normally (tests, linters)
         module_namespace,
         rebuild_exception,
     )
-    from rlvr.verifiers.sandbox.forkserver import serve_forever
     from rlvr.verifiers.sandbox.wire import WireError, recv_msg, send_msg
 
 
@@ -355,7 +355,7 @@ def main():
         import signal
 
         ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-        for name in ("typing", "collections", "math", "re", "itertools", "functools", "random", "resource"):
+        for name in ("typing", "collections", "math", "re", "itertools", "functools", "resource"):
             importlib.import_module(name)
         import gc
 

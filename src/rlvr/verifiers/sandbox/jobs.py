@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import glob
 import json
 import os
 import select
@@ -15,14 +16,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlvr.verifiers.sandbox import warm
 from rlvr.verifiers.sandbox.cgroups import lease_tree_cgroup, open_tree_cgroup, return_tree_cgroup
 from rlvr.verifiers.sandbox.harness import limit_hit
 from rlvr.verifiers.sandbox.isolation import Isolation, detect_isolation
-from rlvr.verifiers.sandbox.launch import feed, harness_can_drop_root, kill_tree, spawn_candidate, spawn_harness
+from rlvr.verifiers.sandbox.launch import (
+    feed,
+    harness_can_drop_root,
+    kill_tree,
+    spawn_candidate,
+    spawn_harness,
+)
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.supervise import Stream, pump
 from rlvr.verifiers.sandbox.uids import acquire_uid, keep_uid, kill_uid, remove_uid_files, reuse_uid
-from rlvr.verifiers.sandbox import warm
 
 HARNESS_OUTCOMES = ("pass", "wrong", "crash", "violation", "infra")
 
@@ -119,10 +126,18 @@ _SHARED_ROOT: dict[int, str] = {}
 
 
 def _shared_root() -> str:
-    """This process's private directory for warm harness runs that keep the caller's uid (removed at exit)."""
+    """This process's private directory for warm harness runs that keep the caller's uid (removed at exit;
+    one left by a process that was killed is removed by the next process that makes its own)."""
     root = _SHARED_ROOT.get(os.getpid())
     if root is None or not os.path.isdir(root):
-        root = _SHARED_ROOT[os.getpid()] = tempfile.mkdtemp(prefix="rlvr-sbx-")
+        for stale in glob.glob(os.path.join(tempfile.gettempdir(), "rlvr-sbx-w*-*")):
+            try:
+                os.kill(int(os.path.basename(stale).split("-")[2][1:]), 0)
+            except ProcessLookupError:
+                shutil.rmtree(stale, ignore_errors=True)
+            except (ValueError, IndexError, PermissionError):
+                pass
+        root = _SHARED_ROOT[os.getpid()] = tempfile.mkdtemp(prefix=f"rlvr-sbx-w{os.getpid()}-")
         os.chmod(root, 0o700)
         os.mkdir(os.path.join(root, "h"), 0o700)
         atexit.register(shutil.rmtree, root, True)

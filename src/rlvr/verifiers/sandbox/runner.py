@@ -18,8 +18,8 @@ import sys
 try:  # inside the sandbox the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
-    from rlvr.verifiers.sandbox.values import Context, decode_value, describe, encode_value, module_namespace
     from rlvr.verifiers.sandbox.forkserver import serve_forever
+    from rlvr.verifiers.sandbox.values import Context, decode_value, describe, encode_value, module_namespace
     from rlvr.verifiers.sandbox.wire import recv_msg, send_msg
 
 _CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x40000000, 0x04000000, 0x08000000
@@ -201,7 +201,7 @@ def warm_job(job, fds):
 
 # modules the template imports once, so a candidate's ``from typing import List`` costs nothing
 WARM_PRELOAD = ("typing", "collections", "math", "re", "itertools", "functools", "heapq", "bisect",
-                "string", "random", "hashlib", "ctypes", "resource")
+                "string", "ctypes", "resource")
 
 
 def warm_server(cfg):
