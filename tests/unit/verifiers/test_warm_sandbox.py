@@ -228,3 +228,14 @@ def test_the_cold_path_runs_where_the_warm_one_cannot_and_says_so():
     assert CodeVerifier(timeout_s=10.0, sandbox="cold").verify(task, good).details["sandbox"] == "cold"
     with pytest.raises(ValueError, match="sandbox must be one of"):
         run_function("def f(x):\n    return x\n", "f", CHECK_EMPTY, sandbox="lukewarm")
+
+
+def test_a_worker_whose_setup_fails_is_infra_not_a_crash_of_the_candidate(monkeypatch):
+    """The worker proves it reached the candidate's code (one byte on its own pipe, written after setup):
+    without it the verdict is ``infra``, kept out of the advantages, whatever the harness saw."""
+    bad = dict(warm.candidate_job(detect_isolation("auto"), LIMITS, 1_500_000_001), uid="no such uid")
+    monkeypatch.setattr(warm, "candidate_job", lambda *a: bad)
+    res = _run("def f(x):\n    return []\n")
+    assert res.outcome == "infra" and "could not set up" in res.details["error"], res
+    monkeypatch.undo()
+    assert _run("def f(x):\n    return []\n").outcome == "pass"  # the template itself is fine

@@ -353,7 +353,7 @@ def _warm_attempt(
                 status = warm.read_status(cs_r, 5.0)
             sess.tree_dead = status is not None  # sent once nothing of the job is left
             _close(out_r, hout_r, res_r, ready_r, cs_r, hs_r)
-        if not ready:
+        if not ready and result.outcome != "timeout":  # a cold run's timeout counts its start-up too
             if not cand_srv.alive():
                 raise warm.ServerDied("the candidate fork server died during the job")
             return SandboxResult("infra", {"error": "the warm sandbox could not set up the candidate process",
