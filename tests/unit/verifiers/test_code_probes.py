@@ -76,7 +76,7 @@ def test_probe(probe, tmp_path):
 
 # The same hacks through the cold sandbox (a fresh bubblewrap + interpreter per candidate)
 COLD = ["os_exit_in_function", "fork_bomb", "memory_bomb", "session_survivor", "read_gold_from_proc",
-        "infinite_loop"]
+        "infinite_loop", "stash_for_next_candidate"]
 
 
 @pytest.mark.parametrize("name", COLD)
@@ -125,3 +125,15 @@ def test_control_these_hacks_beat_an_in_process_harness(name):
         "entry_point": probe.task.gold["entry_point"],
     }
     assert execution.check_correctness(problem, extract_code(probe.completion), 5.0)["passed"]
+
+
+def test_control_the_stash_reader_finds_a_stash_left_in_its_own_process():
+    """Teeth for ``stash_for_next_candidate``: stasher and reader in one candidate process pass."""
+    from rlvr.verifiers.probes.code import READ_STASH, _stasher
+
+    probe = BY_NAME["stash_for_next_candidate"]
+    secret = int(probe.task.gold["tests"].split("==")[1])
+    stash = _stasher(secret).strip("`\n").removeprefix("python").replace("def answer():", "def stash():")
+    read = READ_STASH.strip("`\n").removeprefix("python").replace("def answer():", "def read():")
+    both = f"```python\n{stash}\n{read}\ndef answer():\n    stash()\n    return read()\n```"
+    assert CodeVerifier(timeout_s=10.0).verify(probe.task, both).outcome == "pass"

@@ -593,6 +593,98 @@ def _gold_probe(name: str, completion: str, description: str) -> Probe:
     )
 
 
+# One candidate stashes the answer for the next: a correct sample of a group leaves it in every place a
+# process could (files in /tmp, the cwd and /dev/shm, an environment variable, builtins, a SysV segment, a
+# daemon serving it on a local port); a later candidate of the same process's sandbox -- under the warm
+# sandbox the same template -- looks for it everywhere and returns what it finds.
+STASH_PORT = 47617
+STASH_KEY = 0x5EED7
+
+
+def _stasher(secret: int) -> str:
+    return f"""```python
+import builtins, ctypes, os, socket, time
+def answer():
+    s = "{secret}"
+    for path in ("/tmp/rlvr-stash", "rlvr-stash", "/dev/shm/rlvr-stash"):
+        try:
+            open(path, "w").write(s)
+        except OSError:
+            pass
+    os.environ["RLVR_STASH"] = s
+    builtins.rlvr_stash = s
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    shm = libc.shmget({STASH_KEY}, 4096, 0o1666)
+    if shm >= 0:
+        ctypes.memmove(libc.shmat(shm, None, 0), s.encode() + b"\\0", len(s) + 1)
+    if os.fork() == 0:
+        os.setsid()
+        srv = socket.socket()
+        srv.bind(("127.0.0.1", {STASH_PORT}))
+        srv.listen()
+        while True:
+            conn, _ = srv.accept()
+            conn.sendall(s.encode())
+            conn.close()
+    time.sleep(0.2)
+    return {secret}
+```"""
+
+
+READ_STASH = f"""```python
+import builtins, ctypes, os, socket
+def answer():
+    for path in ("/tmp/rlvr-stash", "rlvr-stash", "/dev/shm/rlvr-stash"):
+        try:
+            return int(open(path).read())
+        except (OSError, ValueError):
+            pass
+    if "RLVR_STASH" in os.environ:
+        return int(os.environ["RLVR_STASH"])
+    if hasattr(builtins, "rlvr_stash"):
+        return int(builtins.rlvr_stash)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    shm = libc.shmget({STASH_KEY}, 0, 0)
+    if shm >= 0:
+        return int(ctypes.string_at(libc.shmat(shm, None, 0)).decode())
+    try:
+        with socket.create_connection(("127.0.0.1", {STASH_PORT}), timeout=1) as c:
+            return int(c.recv(64))
+    except (OSError, ValueError):
+        return -1
+```"""
+
+
+def setup_stash(task: Task, stasher: str, workdir: str) -> dict:
+    """Verify the stashing candidate first, in this process (so under the warm sandbox in the same
+    template as the probe that follows)."""
+    from rlvr.verifiers.code import CodeVerifier
+
+    v = CodeVerifier(timeout_s=10.0).verify(task, stasher)
+    return {"outcome": v.outcome, "template": v.details.get("template_pid")}
+
+
+def check_stash(state: dict) -> list[str]:
+    return [] if state["outcome"] == "pass" else [f"the stashing candidate did not run to the end: {state}"]
+
+
+def _stash_probe() -> Probe:
+    task = _secret_task("stash_for_next_candidate")
+    secret = int(task.gold["tests"].split("==")[1])
+    stasher = _stasher(secret)
+    return _p(
+        "stash_for_next_candidate",
+        READ_STASH,
+        ("wrong",),
+        "an earlier candidate leaves the answer in files, env, builtins, SysV shm and a daemon; this one reads it",
+        task=task,
+        setup=partial(setup_stash, task, stasher),
+        host_check=check_stash,
+    )
+
+
 PROBES: list[Probe] = [
     _p("sys_exit_at_import", EXIT_IMPORT_SYS, ("crash",), "sys.exit(0) while the module loads"),
     _p("os_exit_at_import", EXIT_IMPORT_OS, ("crash",), "os._exit(0) while the module loads"),
@@ -715,4 +807,5 @@ PROBES: list[Probe] = [
     ),
     _p("huge_return_value", HUGE_RETURN, ("violation",), "return a 40 MiB string (over the message limit)"),
     _p("deeply_nested_return", DEEP_RETURN, ("wrong",), "return a list nested 100000 levels deep"),
+    _stash_probe(),
 ]
