@@ -239,3 +239,14 @@ def test_a_worker_whose_setup_fails_is_infra_not_a_crash_of_the_candidate(monkey
     assert res.outcome == "infra" and "could not set up" in res.details["error"], res
     monkeypatch.undo()
     assert _run("def f(x):\n    return []\n").outcome == "pass"  # the template itself is fine
+
+
+def test_concurrent_runs_in_one_process_each_get_their_own_template():
+    from concurrent.futures import ThreadPoolExecutor
+
+    checks = [{"name": "tests", "source": "def check(candidate):\n    assert candidate(2) == 4\n"}]
+    srcs = ["def f(x):\n    return x * 2\n", "def f(x):\n    return x + 1\n", "def f(x):\n    while True:\n        pass\n"]
+    with ThreadPoolExecutor(2) as ex:
+        res = list(ex.map(lambda s: _run(s, checks, SandboxLimits(timeout_s=1.5)), srcs[::-1] + srcs[:1]))
+    assert [r.outcome for r in res] == ["timeout", "wrong", "pass", "pass"]
+    assert all(r.details["sandbox"] == "warm" for r in res)
