@@ -40,6 +40,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (sets threads + OMP_WAIT_POLICY before torch loads)
 from _common import (
+    end_rlvr_steps_at_metrics_line,
     fmt_row,
     hold_baton_from_batch_fetch,
     interleave,
@@ -96,13 +97,9 @@ def rlvr_worker(baton, a, model_dir: str, pairs_path: str, work: str) -> dict:
         baton.begin()
         return inner_step(*args, **kw)
 
-    class Writer(pref.MetricsWriter):
-        def log(self, step, metrics):
-            super().log(step, metrics)
-            if "time/step" in metrics:
-                baton.end()
+    end_rlvr_steps_at_metrics_line(baton)
 
-    pref.paired_step, pref.MetricsWriter = paired_step, Writer
+    pref.paired_step = paired_step
     stage = PreferenceStage(
         name="rlvr", loss=DPOLoss(beta=0.1), pairs=PairsFile(path=pairs_path),
         optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
