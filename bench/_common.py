@@ -138,7 +138,7 @@ def hold_baton_from_batch_fetch(trainer, baton) -> None:
 def end_rlvr_steps_at_metrics_line(baton) -> None:
     """rlvr: pass the baton on when a step's metrics line is written (the end of ``log_step``'s work that
     matters: the row is written after the update, the held-out monitors and the health checks)."""
-    import rlvr.trainers.common as common
+    from rlvr.trainers import common
 
     class Writer(common.MetricsWriter):
         def log(self, step, metrics):

