@@ -33,10 +33,10 @@ policy's own plus fixed noise so the KL term is not 0) with rlvr's ``update_mini
 ``_compute_loss``; they are printed side by side and must agree (same clipped surrogate, same k3 KL,
 same seq-mean-token-mean aggregation).
 
-TRL in its fastest setting for this work on CPU: generation by ``model.generate`` with the default
-dynamic cache (``cache_implementation="static"`` measured slower here), no vLLM (GPU only), no
-``old_per_token_logps`` pass (μ = 1 and ``steps_per_generation`` = gradient accumulation = 1, so TRL
-skips it), ``log_completions`` off, logging off. The reference model is a second copy on both sides
+TRL in its fastest setting for this work on CPU: generation by ``model.generate`` (the default cache;
+``--trl-cache`` tries another ``cache_implementation``), no vLLM (GPU only), no ``old_per_token_logps``
+pass (μ = 1 and ``steps_per_generation`` = gradient accumulation = 1, so TRL skips it),
+``log_completions`` off, logging off. The reference model is a second copy on both sides
 (TRL: ``ref_model``; rlvr: ``frozen_reference``).
 
 Measurement: the two trainers run in two processes (torch threads = 2, OMP_WAIT_POLICY=PASSIVE) that

