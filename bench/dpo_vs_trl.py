@@ -23,7 +23,8 @@ default here; the target is stated against it). The precompute pass happens befo
 
 Rows trained: each side counts the pairs its loss received per step (rlvr: the pairs handed to its
 step function; TRL: half the rows of the batch its ``compute_loss`` received). Peak RSS: each side's
-own process at its end. Loss check: both losses on the same ``check`` pairs (the first ones), with the
+own process at its end (the token-id check runs in the driver, so the TRL worker imports no rlvr).
+Loss check: both losses on the same ``check`` pairs (the first ones), with the
 same reference log-probabilities (the policy's own plus fixed offsets, so the loss is not exactly
 log 2): rlvr's ``paired_step`` and TRL's ``compute_loss`` on its collated rows, printed side by side.
 The step-0 loss each side logged while training (log 2 on both: the reference is the policy) is in
@@ -168,7 +169,6 @@ def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: boo
 def trl_worker(baton, a, model_dir: str, pairs: list[dict], work: str, precompute: bool) -> dict:
     """DPOTrainer.train; a step runs from its batch fetch to on_step_end."""
     trainer = trl_trainer(a, model_dir, pairs, work, precompute, [step_end_callback(baton)])
-    check_same_tokens(model_dir, pairs, trainer.train_dataset)
     hold_baton_from_batch_fetch(trainer, baton)
     inner = trainer.compute_loss
     rows: list[int] = []
@@ -216,16 +216,21 @@ def check_same_tokens(model_dir: str, pairs: list[dict], trl_ds) -> None:
 
 # ---------------------------------------------------------------- loss check
 
-def loss_parity(a, model_dir: str, pairs: list[dict], pairs_path: str, work: str) -> dict:
-    """rlvr's and TRL's DPO loss on the same pairs with the same reference log-probabilities."""
+def loss_parity(a, model_dir: str, pairs: list[dict], pairs_path: str, work: str) -> dict | None:
+    """TRL's token ids of the first pairs == rlvr's (checked here, in the driver, so that the TRL worker's
+    memory holds no rlvr import); then, unless ``--check 0``, rlvr's and TRL's DPO loss on the same pairs
+    with the same reference log-probabilities."""
     import torch
 
     from rlvr.data.preference import PreferencePair
     from rlvr.trainers.preference import encode_pairs, pair_logprobs, paired_step
 
-    n = min(a.check, len(pairs))
+    n = min(max(a.check, 8), len(pairs))
     trainer = trl_trainer(a, model_dir, pairs[:n], work, precompute=True)
     check_same_tokens(model_dir, pairs[:n], trainer.train_dataset)
+    if not a.check:
+        return None
+    n = min(a.check, len(pairs))
     model, tok = trainer.model, trainer.processing_class
     model.train()
     data = encode_pairs(tok, [PreferencePair(prompt=p["prompt"], chosen=p["chosen"], rejected=p["rejected"])
@@ -268,10 +273,8 @@ def bench(a, progress=None) -> dict:
     info = machine()
     t_start = time.time()
     try:
-        parity = None
-        if a.check:
-            say(f"DPO {a.size}: loss check on {a.check} fixed pairs")
-            parity = loss_parity(a, model_dir, pairs, pairs_path, str(work / "parity"))
+        say(f"DPO {a.size}: token ids checked equal" + (f", loss check on {a.check} fixed pairs" if a.check else ""))
+        parity = loss_parity(a, model_dir, pairs, pairs_path, str(work / "parity"))
         say(f"DPO {a.size}: {a.steps + 1} steps per side, interleaved")
         res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args)
     finally:
