@@ -176,6 +176,28 @@ def micro_batches(examples, idx: list[int], micro: int, bucketing: bool, packing
     return [idx[s:s + micro] for s in range(0, len(idx), micro)]
 
 
+def packing_supported(model) -> bool:
+    """Whether ``model`` keeps attention within each example of a packed row (transformers' block-diagonal
+    mask from restarting ``position_ids``; remote-code or older architectures may ignore it). Probed once per
+    model object: the logits of a 4-token example packed after another equal its logits alone."""
+    ok = getattr(model, "_rlvr_packing_ok", None)
+    if ok is None:
+        probe = [5, 6, 7, 8]
+        with torch.no_grad():
+            ids = torch.tensor([probe + probe], device=model.device)
+            pos = torch.tensor([[0, 1, 2, 3] * 2], device=model.device)
+            packed = model(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).logits[0, 4:]
+            alone = model(input_ids=ids[:, :4], use_cache=False).logits[0]
+        ok = bool(torch.allclose(packed.float(), alone.float(), atol=1e-3, rtol=1e-3))
+        if not ok:
+            import warnings
+
+            warnings.warn(f"{type(model).__name__} attends across packed examples: SFT packing is off for it")
+        with contextlib.suppress(AttributeError, TypeError):
+            object.__setattr__(model, "_rlvr_packing_ok", ok)
+    return ok
+
+
 def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_id: int, bf16: bool,
              loss_kwargs: dict | None = None, packing: bool = False) -> dict:
     """Forward/backward over micro-batches of ``examples[idx]`` (``(ids, loss_mask)`` pairs); the loss is the
@@ -188,6 +210,7 @@ def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_i
     padded path. Either way the loss sums the same tokens' NLL over the same denominator (the step's
     loss-mask tokens), so packing changes neither the loss nor the gradient, only the padding computed."""
     total_tokens = sum(sum(examples[i][1]) for i in idx)
+    packing = packing and packing_supported(model)
     cap = max((len(examples[i][0]) for i in idx), default=0)
 
     def forward(mb):

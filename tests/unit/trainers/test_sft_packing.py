@@ -3,6 +3,7 @@ change with packing (same tokens, same denominator)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from rlvr.data.packing import pack_rows, packed_batch
@@ -91,3 +92,29 @@ def test_packing_changes_nothing_when_no_two_examples_fit_a_row():
     assert abs(rec["train/loss"] - base["train/loss"]) < 1e-6  # same rows, padded path (order differs)
     for a, b in zip(g0, g1):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+def test_a_model_that_attends_across_packed_examples_is_not_packed():
+    model, _ = _model()
+    ex = _examples(2)
+
+    class Leaky(torch.nn.Module):  # ignores position_ids: attends across examples
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        @property
+        def device(self):
+            return self.inner.device
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+
+    leaky = Leaky(model)
+    with pytest.warns(UserWarning, match="attends across packed examples"):
+        rec = sft_step(leaky, ex, list(range(len(ex))), 64, True, 0, False, packing=True)
+    g1 = [p.grad.clone() for p in model.parameters()]
+    base, g0 = _step(model, ex, packing=False, micro=64)
+    assert abs(rec["train/loss"] - base["train/loss"]) < 1e-5
+    for a, b in zip(g0, g1):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
