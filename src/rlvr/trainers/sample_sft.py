@@ -18,8 +18,8 @@ import warnings
 from pathlib import Path
 
 from rlvr.data.order import TaskStream, data_order
-from rlvr.errors import ConfigError
 from rlvr.data.sources import load_task_source
+from rlvr.errors import ConfigError
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.rejection import rejection_sample
 from rlvr.trainers.common import (
