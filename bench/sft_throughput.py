@@ -2,7 +2,7 @@
 
     PYTHONPATH=src OMP_WAIT_POLICY=PASSIVE python bench/sft_throughput.py                 # 5m and 20m, bf16
     PYTHONPATH=src python bench/sft_throughput.py --sizes 1m 5m --fp32 --steps 4 --json out.json
-    PYTHONPATH=src python bench/sft_throughput.py --packing-compare        # packed vs bucketed, ragged lengths
+    PYTHONPATH=src python bench/sft_throughput.py --packing-compare --sizes 1m [--cpu-time]   # packed vs bucketed
 
 ``measure(sizes, steps, bf16)`` (imported by ``bench/run.py``) returns, per tiny-model size,
 ``{"params", "tokens_per_s", "gflops", "bf16_peak_gflops", "fraction_of_peak"}`` plus a few diagnostics.
@@ -81,17 +81,18 @@ def ragged_examples(n: int = 512, lo: int = 16, hi: int = 256, seed: int = 0):
     return out
 
 
-def time_steps(model, examples, steps: int, bf16: bool, packing: bool = True, micro: int = BATCH):
-    """Median seconds of a whole SFT optimizer step, and the (token rows) of the last step."""
+def time_steps(model, examples, steps: int, bf16: bool, packing: bool = True, micro: int = BATCH,
+               clock=time.perf_counter):
+    """Median seconds (of ``clock``) of a whole SFT optimizer step, and the (token rows) of the last step."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     times = []
     for s in range(steps + 1):
         idx = data_order(len(examples), 0, s, BATCH)
-        t = time.perf_counter()
+        t = clock()
         rec = sft_step(model, examples, idx, micro, True, 0, bf16, packing=packing)
         optimizer_step(model, opt, None, 1.0, rec["train/loss"])
         if s:  # the first step is warm-up
-            times.append(time.perf_counter() - t)
+            times.append(clock() - t)
     return statistics.median(times), [examples[i][0] for i in idx]
 
 
@@ -130,18 +131,21 @@ def measure(sizes=("5m", "20m"), steps: int = 3, bf16: bool = True) -> dict:
     return out
 
 
-def packing_compare(size: str = "5m", steps: int = 3, bf16: bool = False, micro: int = 16) -> dict:
-    """Packed vs bucketed SFT steps on ragged lengths (16-256 tokens), alternating step by step."""
-    torch.set_num_threads(THREADS)
+def packing_compare(size: str = "5m", steps: int = 3, bf16: bool = False, micro: int = 16,
+                    cpu_time: bool = False) -> dict:
+    """Packed vs bucketed SFT steps on ragged lengths (16-256 tokens), alternating step by step; wall
+    seconds on 2 threads, or (``cpu_time``) CPU seconds on 1 thread (steadier on a shared machine)."""
+    torch.set_num_threads(1 if cpu_time else THREADS)
+    clock = time.process_time if cpu_time else time.perf_counter
     model, _ = build_tiny(size=size, seed=0)
     ex = ragged_examples()
     res = {"packed": [], "bucketed": []}
     for _ in range(steps):
         for name, packing in (("bucketed", False), ("packed", True)):
-            res[name].append(time_steps(model, ex, 1, bf16, packing=packing, micro=micro)[0])
+            res[name].append(time_steps(model, ex, 1, bf16, packing=packing, micro=micro, clock=clock)[0])
     med = {k: statistics.median(v) for k, v in res.items()}
-    return {"size": size, "micro_batch_size": micro, "packed_s": med["packed"], "bucketed_s": med["bucketed"],
-            "ratio": med["packed"] / med["bucketed"]}
+    return {"size": size, "micro_batch_size": micro, "clock": "cpu, 1 thread" if cpu_time else "wall",
+            "packed_s": med["packed"], "bucketed_s": med["bucketed"], "ratio": med["packed"] / med["bucketed"]}
 
 
 def main(argv=None) -> int:
@@ -150,10 +154,11 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--fp32", action="store_true", help="no bf16 autocast")
     ap.add_argument("--packing-compare", action="store_true")
+    ap.add_argument("--cpu-time", action="store_true", help="packing compare: CPU seconds on 1 thread")
     ap.add_argument("--json", default=None, help="also write the result here")
     a = ap.parse_args(argv)
     if a.packing_compare:
-        res = {s: packing_compare(s, a.steps) for s in a.sizes}
+        res = {s: packing_compare(s, a.steps, cpu_time=a.cpu_time) for s in a.sizes}
         for s, r in res.items():
             print(f"{s}: packed {r['packed_s']:.3f}s  bucketed {r['bucketed_s']:.3f}s  ratio {r['ratio']:.2f}")
     else:
