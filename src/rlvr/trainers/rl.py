@@ -201,8 +201,9 @@ def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, 
     if micros is None:
         micros = update_micro_batches(model, batch, list(range(len(batch))), micro)
     for rows in micros:
-        ids, att, _ = pad_batch([batch.input_ids[i] for i in rows], pad_id, left=False, device=model.device)
-        lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16)
+        ids, att, lm = pad_batch([batch.input_ids[i] for i in rows], pad_id, [batch.loss_mask[i] for i in rows],
+                                 left=False, device=model.device)
+        lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16, wanted=lm)
         for k, i in enumerate(rows):
             out[i] = lp[k, : len(batch.input_ids[i])].tolist()
     return out
@@ -241,7 +242,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     ids, att, lm, old = b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs
     sampler = old  # the engine's logprobs of the sampled tokens (or, off-policy, the recomputed ones)
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
-                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef))
+                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef), wanted=lm)
     gap_metrics = {}
     if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
         gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))

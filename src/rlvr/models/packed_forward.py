@@ -1,0 +1,213 @@
+"""A padding-free, differentiable training forward for Llama-architecture causal LMs (Llama, Qwen2, Mistral).
+
+The training forward of a batch of ragged rows spends most of its time in the projections and the MLP.
+HF's forward runs them on the padded ``[B, T]`` grid; here they run on the packed real tokens only:
+
+    h = embed(ids[real])                                        # [N, hidden], N = number of real tokens
+    for each layer:  x = RMSNorm(h);  q, k, v = RoPE(W_q x), RoPE(W_k x), W_v x      (on [N, ·])
+                     o = causal attention of each row on its own tokens   (a padded view, see below)
+                     h = h + W_o o;  x = RMSNorm(h);  h = h + W_down (SiLU(W_gate x) ⊙ W_up x)
+    logits = W_lm RMSNorm(h[wanted])                            # only where a logprob is asked for
+
+Attention runs on a view where each row's real tokens sit at ``0 .. len-1`` (right-aligned padding after
+them), so ``scaled_dot_product_attention(is_causal=True)`` is exact for every real query: its padding keys
+come after it. Left-padded, right-padded or holed ``attention_mask`` rows are all the same here: the real
+tokens in order, positions ``0 .. len-1`` (as ``position_ids_from_mask``). The ops are HF's, op for op
+(RMSNorm in float32 cast back before the weight, RoPE from the model's own ``rotary_emb`` so scaled RoPE
+types are honoured, ``q·k / sqrt(D)``); autograd runs through the model's own Parameters, so the
+gradient is the HF forward's (tests: ``tests/unit/models/test_packed_forward.py``).
+
+Generic over the batch: the RL update, the preference step and an SFT step can all use it through
+``rlvr.models.logprobs.token_logprobs``. ``unsupported_reason(model)`` says why a model must take the HF
+forward instead (LoRA/peft, another architecture, hooks, dropout, sliding windows, dynamic RoPE).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_CLASSES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
+STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
+
+
+def unsupported_reason(model) -> str | None:
+    """None when ``model`` can take the packed training forward, else why not (then: the HF forward)."""
+    name = type(model).__name__
+    if hasattr(model, "peft_config"):
+        return "a peft/LoRA-wrapped model"
+    if name not in SUPPORTED_CLASSES:
+        return f"{name} is not one of {sorted(SUPPORTED_CLASSES)}"
+    cfg, inner = model.config, getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return f"{name} has no .model.layers / .model.rotary_emb"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
+    if getattr(inner.rotary_emb, "rope_type", "default") not in STATIC_ROPE_TYPES:
+        return "a dynamic RoPE type"
+    if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+        return "attention dropout is on"
+    if getattr(cfg, "sliding_window", None) is not None and (
+            name == "MistralForCausalLM" or "sliding_attention" in (getattr(cfg, "layer_types", None) or [])):
+        return "a sliding attention window"
+    if type(inner.embed_tokens) is not torch.nn.Embedding or type(model.lm_head) is not torch.nn.Linear:
+        return "embed_tokens / lm_head are not plain Embedding / Linear modules"
+    linear = torch.nn.Linear
+    for i, layer in enumerate(inner.layers):
+        att, mlp = layer.self_attn, layer.mlp
+        if not all(type(p) is linear for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj,
+                                                mlp.up_proj, mlp.down_proj)):
+            return f"layer {i} has non-plain projection modules (adapters, quantisation, ...)"
+    if any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in model.modules()):
+        return "the model has forward hooks"
+    return None
+
+
+def supports(model) -> bool:
+    """``unsupported_reason(model) is None``, cached per model object (re-checked when its mode flips)."""
+    key = (model.training, len(model._forward_hooks))
+    cached = getattr(model, "_rlvr_packed_ok", None)
+    if cached is None or cached[0] != key:
+        cached = (key, unsupported_reason(model) is None)
+        try:
+            object.__setattr__(model, "_rlvr_packed_ok", cached)
+        except (AttributeError, TypeError):
+            return cached[1]
+    return cached[1]
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's RMSNorm: ``w * (x / sqrt(mean(x²) + eps))`` in float32, cast back to x's dtype before ``w *``."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return w * y.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Packing:
+    """Where the real tokens of a ``[B, T]`` batch go: the packed tokens the layers run on, and the
+    attention view ``[B, L]`` (each row's real tokens at ``0 .. len-1``, L = the longest row).
+
+    ``shared [B]`` (optional): how many leading real tokens of each row may be computed once for every
+    row that starts with the same tokens (a GRPO group's prompt, a DPO pair's prompt). Those tokens'
+    hidden states are identical in each such row (causal attention, same positions), so they are packed
+    once; every row's attention view reads them, and their gradient is the sum over the rows (the
+    backward of an index_select). Fields: ``ids [N]``, ``pos [N]`` of the packed tokens; per real slot
+    (row-major, S of them) ``slot_flat [S]`` its index in ``B*T``, ``slot_view [S]`` in ``B*L``,
+    ``slot_tok [S]`` its packed token (None: the identity, nothing shared); ``owner_view [N]`` the view
+    slot each packed token's attention output is read from.
+    """
+
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, shared: torch.Tensor | None = None):
+        real = attention_mask.bool()
+        B, T = real.shape
+        self.B, self.T = B, T
+        self.slot_flat = real.reshape(-1).nonzero().squeeze(-1)
+        rank = (real.long().cumsum(-1) - 1).reshape(-1)[self.slot_flat]
+        lens = real.sum(-1)
+        self.L = L = int(lens.max()) if B else 0
+        self.slot_view = self.slot_flat // T * L + rank
+        self.slot_rank = rank
+        slot_ids = input_ids.reshape(-1)[self.slot_flat]
+        self.slot_ids = slot_ids
+        self.slot_tok = None if shared is None else _share(slot_ids, lens, shared)
+        if self.slot_tok is None:
+            self.ids, self.pos, self.owner_view = slot_ids, rank, self.slot_view
+            self.N = slot_ids.numel()
+        else:
+            n = int(self.slot_tok.max()) + 1
+            self.N = n
+            self.ids = slot_ids.new_zeros(n).scatter_(0, self.slot_tok, slot_ids)
+            self.pos = rank.new_zeros(n).scatter_(0, self.slot_tok, rank)
+            self.owner_view = self.slot_view.new_zeros(n).scatter_(0, self.slot_tok.flip(0), self.slot_view.flip(0))
+        self.identity = bool(self.slot_tok is None and self.N == B * L and L == T)  # no padding at all
+
+
+def _share(slot_ids: torch.Tensor, lens: torch.Tensor, shared: torch.Tensor) -> torch.Tensor | None:
+    """Packed token of each real slot when rows starting with the same ``shared`` tokens share them; None
+    when no two rows do."""
+    ids, lens_l, sh = slot_ids.tolist(), lens.tolist(), shared.tolist()
+    seen: dict = {}
+    tok: list[int] = []
+    n = off = 0
+    dup = False
+    for b, ln in enumerate(lens_l):
+        k = min(int(sh[b]), ln)
+        key = tuple(ids[off:off + k]) if k > 0 else None
+        base = seen.get(key) if key is not None else None
+        if base is None:
+            idx = list(range(n, n + ln))
+            if key is not None:
+                seen[key] = idx[:k]
+            n += ln
+        else:
+            dup = True
+            idx = base + list(range(n, n + ln - k))
+            n += ln - k
+        tok.extend(idx)
+        off += ln
+    return torch.tensor(tok, dtype=torch.long, device=slot_ids.device) if dup else None
+
+
+def packed_hidden(model, pk: Packing) -> torch.Tensor:
+    """The final-norm hidden states of the packed tokens ``[N, hidden]`` (differentiable)."""
+    inner = model.model
+    h = F.embedding(pk.ids, inner.embed_tokens.weight)
+    cos, sin = inner.rotary_emb(h, pk.pos[None])
+    cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, D]
+    B, L = pk.B, pk.L
+    for layer in inner.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        D = att.head_dim
+        Hq, Hkv = att.q_proj.out_features // D, att.k_proj.out_features // D
+        x = _rms(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+        q = F.linear(x, att.q_proj.weight, att.q_proj.bias).view(-1, Hq, D)
+        k = F.linear(x, att.k_proj.weight, att.k_proj.bias).view(-1, Hkv, D)
+        v = F.linear(x, att.v_proj.weight, att.v_proj.bias)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        qv, kv, vv = (_to_view(t.reshape(t.shape[0], -1), pk, n) for t, n in ((q, Hq), (k, Hkv), (v, Hkv)))
+        o = F.scaled_dot_product_attention(qv, kv, vv, is_causal=True, scale=att.scaling, enable_gqa=Hq != Hkv)
+        o = o.transpose(1, 2).reshape(B * L, Hq * D)
+        o = o if pk.identity else o.index_select(0, pk.owner_view)
+        h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
+        x = _rms(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
+        g = F.linear(x, mlp.gate_proj.weight, mlp.gate_proj.bias)
+        u = F.linear(x, mlp.up_proj.weight, mlp.up_proj.bias)
+        h = h + F.linear(F.silu(g) * u, mlp.down_proj.weight, mlp.down_proj.bias)
+    return _rms(h, inner.norm.weight, inner.norm.variance_epsilon)
+
+
+def _to_view(t: torch.Tensor, pk: Packing, heads: int) -> torch.Tensor:
+    """Packed ``[N, heads*D]`` -> attention view ``[B, heads, L, D]`` (zeros on padding)."""
+    B, L = pk.B, pk.L
+    if not pk.identity:
+        src = t if pk.slot_tok is None else t.index_select(0, pk.slot_tok)
+        t = t.new_zeros(B * L, t.shape[1]).index_copy(0, pk.slot_view, src)
+    return t.view(B, L, heads, -1).transpose(1, 2)
+
+
+def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  wanted: torch.Tensor | None = None, share_prefix: bool = True):
+    """``(logits [M, V], targets [M], where [M])``: the next-token logits of the real tokens that have a
+    successor in their row (and, given ``wanted [B, T]``, only where that successor is wanted);
+    ``targets`` the successor token, ``where`` its flat index in ``[B*T]`` (where its logprob belongs).
+
+    With ``wanted`` and ``share_prefix``, the real tokens before each row's first wanted position are
+    shared between rows that start with the same tokens (see :class:`Packing`)."""
+    shared = None
+    if wanted is not None and share_prefix:
+        real = attention_mask.bool()
+        shared = (real & (wanted.bool().long().cumsum(-1) == 0)).sum(-1)
+    pk = Packing(input_ids, attention_mask, shared)
+    h = packed_hidden(model, pk)
+    succ = torch.nonzero(pk.slot_rank > 0).squeeze(-1)        # real slots with a predecessor in their row
+    if wanted is not None:
+        succ = succ[wanted.reshape(-1)[pk.slot_flat[succ]].bool()]
+    src = succ - 1 if pk.slot_tok is None else pk.slot_tok[succ - 1]
+    logits = F.linear(h.index_select(0, src), model.lm_head.weight)
+    return logits, pk.slot_ids[succ], pk.slot_flat[succ]
