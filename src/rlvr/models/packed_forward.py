@@ -64,16 +64,9 @@ def unsupported_reason(model) -> str | None:
 
 
 def supports(model) -> bool:
-    """``unsupported_reason(model) is None``, cached per model object (re-checked when its mode flips)."""
-    key = (model.training, len(model._forward_hooks))
-    cached = getattr(model, "_rlvr_packed_ok", None)
-    if cached is None or cached[0] != key:
-        cached = (key, unsupported_reason(model) is None)
-        try:
-            object.__setattr__(model, "_rlvr_packed_ok", cached)
-        except (AttributeError, TypeError):
-            return cached[1]
-    return cached[1]
+    """``unsupported_reason(model) is None`` (checked at every call, ~50 µs for a tiny model: a hook or an
+    adapter added later is seen)."""
+    return unsupported_reason(model) is None
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -92,17 +85,17 @@ class Packing:
     """Where the real tokens of a ``[B, T]`` batch go: the packed tokens the layers run on, and the
     attention view ``[B, L]`` (each row's real tokens at ``0 .. len-1``, L = the longest row).
 
-    ``shared [B]`` (optional): how many leading real tokens of each row may be computed once for every
-    row that starts with the same tokens (a GRPO group's prompt, a DPO pair's prompt). Those tokens'
-    hidden states are identical in each such row (causal attention, same positions), so they are packed
-    once; every row's attention view reads them, and their gradient is the sum over the rows (the
-    backward of an index_select). Fields: ``ids [N]``, ``pos [N]`` of the packed tokens; per real slot
+    ``share``: the tokens of a prefix that several rows start with (a GRPO group's prompt; a DPO pair's
+    prompt and the common start of its chosen and rejected answers) are packed once: their hidden states
+    are identical in each such row (causal attention, same tokens, same positions). Every row's attention
+    view reads them, each row's logprobs read their logits, and their gradient is the sum over the rows
+    (the backward of an index_select). Fields: ``ids [N]``, ``pos [N]`` of the packed tokens; per real slot
     (row-major, S of them) ``slot_flat [S]`` its index in ``B*T``, ``slot_view [S]`` in ``B*L``,
     ``slot_tok [S]`` its packed token (None: the identity, nothing shared); ``owner_view [N]`` the view
     slot each packed token's attention output is read from.
     """
 
-    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, shared: torch.Tensor | None = None):
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, share: bool = True):
         real = attention_mask.bool()
         B, T = real.shape
         self.B, self.T = B, T
@@ -114,7 +107,7 @@ class Packing:
         self.slot_rank = rank
         slot_ids = input_ids.reshape(-1)[self.slot_flat]
         self.slot_ids = slot_ids
-        self.slot_tok = None if shared is None else _share(slot_ids, lens, shared)
+        self.slot_tok = _share(slot_ids, lens) if share else None
         if self.slot_tok is None:
             self.ids, self.pos, self.owner_view = slot_ids, rank, self.slot_view
             self.N = slot_ids.numel()
@@ -127,30 +120,22 @@ class Packing:
         self.identity = bool(self.slot_tok is None and self.N == B * L and L == T)  # no padding at all
 
 
-def _share(slot_ids: torch.Tensor, lens: torch.Tensor, shared: torch.Tensor) -> torch.Tensor | None:
-    """Packed token of each real slot when rows starting with the same ``shared`` tokens share them; None
-    when no two rows do."""
-    ids, lens_l, sh = slot_ids.tolist(), lens.tolist(), shared.tolist()
-    seen: dict = {}
+def _share(slot_ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor | None:
+    """Packed token of each real slot, one per distinct prefix (a trie over the rows: a slot's token is
+    the node of its row's tokens up to and including it); None when no two rows share a first token."""
+    ids, lens_l = slot_ids.tolist(), lens.tolist()
+    node: dict[tuple[int, int], int] = {}
     tok: list[int] = []
-    n = off = 0
-    dup = False
-    for b, ln in enumerate(lens_l):
-        k = min(int(sh[b]), ln)
-        key = tuple(ids[off:off + k]) if k > 0 else None
-        base = seen.get(key) if key is not None else None
-        if base is None:
-            idx = list(range(n, n + ln))
-            if key is not None:
-                seen[key] = idx[:k]
-            n += ln
-        else:
-            dup = True
-            idx = base + list(range(n, n + ln - k))
-            n += ln - k
-        tok.extend(idx)
+    off = 0
+    for ln in lens_l:
+        parent = -1
+        for t in ids[off:off + ln]:
+            parent = node.setdefault((parent, t), len(node))
+            tok.append(parent)
         off += ln
-    return torch.tensor(tok, dtype=torch.long, device=slot_ids.device) if dup else None
+    if len(node) == len(tok):
+        return None
+    return torch.tensor(tok, dtype=torch.long, device=slot_ids.device)
 
 
 def packed_hidden(model, pk: Packing) -> torch.Tensor:
@@ -197,13 +182,8 @@ def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     successor in their row (and, given ``wanted [B, T]``, only where that successor is wanted);
     ``targets`` the successor token, ``where`` its flat index in ``[B*T]`` (where its logprob belongs).
 
-    With ``wanted`` and ``share_prefix``, the real tokens before each row's first wanted position are
-    shared between rows that start with the same tokens (see :class:`Packing`)."""
-    shared = None
-    if wanted is not None and share_prefix:
-        real = attention_mask.bool()
-        shared = (real & (wanted.bool().long().cumsum(-1) == 0)).sum(-1)
-    pk = Packing(input_ids, attention_mask, shared)
+    ``share_prefix``: prefixes common to several rows are computed once (see :class:`Packing`)."""
+    pk = Packing(input_ids, attention_mask, share_prefix)
     h = packed_hidden(model, pk)
     succ = torch.nonzero(pk.slot_rank > 0).squeeze(-1)        # real slots with a predecessor in their row
     if wanted is not None:

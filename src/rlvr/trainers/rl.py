@@ -40,6 +40,7 @@ from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.mismatch import mismatch_weights
+from rlvr.models import packed_forward
 from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
@@ -175,7 +176,8 @@ def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) 
     """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
     mini-batch ``batch.subset(rows)``."""
     fwd = [i for i in rows if i < len(batch)]
-    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro, split_overhead(model))
+    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro,
+                              split_overhead(model, packed_forward.supports(model)))
     return [[fwd[k] for k in m] for m in plan]
 
 
