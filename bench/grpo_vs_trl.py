@@ -66,8 +66,6 @@ def parse_args():
     ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
     ap.add_argument("--max-new", type=int, default=64, help="max_new_tokens / max_completion_length")
     ap.add_argument("--temperature", type=float, default=1.0)
-    ap.add_argument("--beta", type=float, default=0.0,
-                    help="KL-to-reference coefficient on both sides (> 0: a reference forward in every step)")
     ap.add_argument("--steps", type=int, default=24, help="measured steps per side (+1 run and dropped at the end)")
     ap.add_argument("--skip", type=int, default=3, help="warm-up steps dropped")
     ap.add_argument("--reward", choices=["correct+length", "correct"], default="correct+length")
@@ -102,7 +100,7 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     rewards = [RewardTerm(name="correct")] + ([RewardTerm(name="length")] if "length" in a.reward else [])
     stage = RLStage(
         name="rlvr", data=BuiltinArithmetic(families=["mul21"], n=n_tasks, split="train", seed=0),
-        loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"), kl=KLConfig(beta=a.beta),
+        loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"), kl=KLConfig(beta=0.0),
         sampling=SamplingConfig(group_size=a.group, temperature=a.temperature, top_p=1.0, max_new_tokens=a.max_new),
         rewards=rewards, optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
         max_steps=a.steps + 1, tasks_per_step=a.prompts, micro_batch_size=a.prompts * a.group, save_every=0,
@@ -151,7 +149,7 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
         per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1,
         num_generations=a.group, max_completion_length=a.max_new, temperature=a.temperature, top_p=1.0,
-        beta=a.beta, num_iterations=1, epsilon=0.2, loss_type="grpo", scale_rewards="group",
+        beta=0.0, num_iterations=1, epsilon=0.2, loss_type="grpo", scale_rewards="group",
         learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
         optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
         dataloader_num_workers=0, log_completions=False)
