@@ -158,9 +158,9 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
                        _cat_bias(att.q_proj, att.k_proj, att.v_proj))
         qk = qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D)
         qk = qk * cos + _rotate_half(qk) * sin
-        qkv = torch.cat([qk.view(N, -1), qkv[:, (Hq + Hkv) * D:]], 1)
-        o = _attention(_to_view(qkv, pk), pk, Hq, Hkv, D, att.scaling)
-        o = o if pk.identity else o.index_select(0, pk.owner_view)
+        heads = torch.cat([qk, qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)], 1).transpose(0, 1)  # [Hq+2Hkv, N, D]
+        o = _attention(_to_view(heads, pk), pk, Hq, Hkv, att.scaling)                     # [Hq, N, D]
+        o = o.transpose(0, 1).reshape(N, Hq * D)
         h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
         x = _rms(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
         g, u = F.linear(x, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
@@ -181,30 +181,33 @@ ATTENTION = "bmm"
 length ≤ 64, head dim 32) bmm measured ~1.5× faster forward+backward than SDPA's flash kernel."""
 
 
-def _attention(view: torch.Tensor, pk: Packing, Hq: int, Hkv: int, D: int, scale: float) -> torch.Tensor:
-    """Causal attention of each row on its own tokens. ``view [B*L, (Hq + 2 Hkv) * D]`` (q, k, v) ->
-    ``[B*L, Hq*D]``."""
-    B, L = pk.B, pk.L
-    qkv = view.view(B, L, Hq + 2 * Hkv, D).transpose(1, 2)
-    q, k, v = qkv[:, :Hq], qkv[:, Hq:Hq + Hkv], qkv[:, Hq + Hkv:]
+def _attention(view: torch.Tensor, pk: Packing, Hq: int, Hkv: int, scale: float) -> torch.Tensor:
+    """Causal attention of each row on its own tokens: ``view [Hq + 2 Hkv, B*L, D]`` (q, k, v heads on the
+    padded view) -> ``[Hq, N, D]`` for the packed tokens. Head-major layout: every head's ``[B, L, D]``
+    block is contiguous, so the batched matmuls need no copies."""
+    B, L, D = pk.B, pk.L, view.shape[-1]
+    q, k, v = view.split([Hq, Hkv, Hkv], dim=0)
     if ATTENTION == "sdpa":
+        q, k, v = (t.view(-1, B, L, D).transpose(0, 1) for t in (q, k, v))
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hq != Hkv)
-        return o.transpose(1, 2).reshape(B * L, Hq * D)
-    if Hq != Hkv:
-        k, v = (t.repeat_interleave(Hq // Hkv, dim=1) for t in (k, v))
-    mask = torch.full((L, L), float("-inf"), dtype=view.dtype, device=view.device).triu_(1)
-    s = torch.baddbmm(mask.expand(B * Hq, L, L), q.reshape(B * Hq, L, D), k.reshape(B * Hq, L, D).transpose(1, 2),
-                      alpha=scale)
-    o = torch.bmm(torch.softmax(s, dim=-1), v.reshape(B * Hq, L, D))
-    return o.view(B, Hq, L, D).transpose(1, 2).reshape(B * L, Hq * D)
+        o = o.transpose(0, 1).reshape(Hq, B * L, D)
+    else:
+        if Hq != Hkv:
+            k, v = (t.repeat_interleave(Hq // Hkv, dim=0) for t in (k, v))
+        mask = torch.full((L, L), float("-inf"), dtype=view.dtype, device=view.device).triu_(1)
+        s = torch.baddbmm(mask.expand(Hq * B, L, L), q.reshape(Hq * B, L, D),
+                          k.reshape(Hq * B, L, D).transpose(1, 2), alpha=scale)
+        o = torch.bmm(torch.softmax(s, dim=-1), v.reshape(Hq * B, L, D)).view(Hq, B * L, D)
+    return o if pk.identity else o.index_select(1, pk.owner_view)
 
 
 def _to_view(t: torch.Tensor, pk: Packing) -> torch.Tensor:
-    """Packed ``[N, C]`` -> the attention view ``[B*L, C]`` (zeros on padding)."""
+    """Packed heads ``[H, N, D]`` -> the attention view ``[H, B*L, D]`` (zeros on padding)."""
     if pk.identity:
-        return t
-    src = t if pk.slot_tok is None else t.index_select(0, pk.slot_tok)
-    return t.new_zeros(pk.B * pk.L, t.shape[1]).index_copy(0, pk.slot_view, src)
+        return t.contiguous()
+    src = t if pk.slot_tok is None else t.index_select(1, pk.slot_tok)
+    return torch.zeros(t.shape[0], pk.B * pk.L, t.shape[2], dtype=t.dtype, device=t.device).index_copy_(
+        1, pk.slot_view, src)
 
 
 def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
