@@ -121,21 +121,30 @@ class Packing:
 
 
 def _share(slot_ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor | None:
-    """Packed token of each real slot, one per distinct prefix (a trie over the rows: a slot's token is
-    the node of its row's tokens up to and including it); None when no two rows share a first token."""
-    ids, lens_l = slot_ids.tolist(), lens.tolist()
-    node: dict[tuple[int, int], int] = {}
-    tok: list[int] = []
-    off = 0
-    for ln in lens_l:
-        parent = -1
-        for t in ids[off:off + ln]:
-            parent = node.setdefault((parent, t), len(node))
-            tok.append(parent)
-        off += ln
-    if len(node) == len(tok):
+    """Packed token of each real slot, one per distinct prefix (the nodes of a trie over the rows: a slot's
+    token is the node of its row's tokens up to and including it); None when no two rows share a first
+    token. Built from the rows in lexicographic order, where each row's longest common prefix with any
+    earlier row is the one with the row just before it."""
+    flat, lens_l = slot_ids.tolist(), lens.tolist()
+    starts = [0]
+    for ln in lens_l[:-1]:
+        starts.append(starts[-1] + ln)
+    rows = [flat[s:s + ln] for s, ln in zip(starts, lens_l)]
+    nodes: list[list[int] | None] = [None] * len(rows)
+    n, prev = 0, None
+    for b in sorted(range(len(rows)), key=rows.__getitem__):
+        row = rows[b]
+        common = 0
+        if prev is not None:
+            other, m = rows[prev], min(len(row), len(rows[prev]))
+            while common < m and row[common] == other[common]:
+                common += 1
+        nodes[b] = (nodes[prev][:common] if common else []) + list(range(n, n + len(row) - common))
+        n += len(row) - common
+        prev = b
+    if n == len(flat):
         return None
-    return torch.tensor(tok, dtype=torch.long, device=slot_ids.device)
+    return torch.tensor([t for r in nodes for t in r], dtype=torch.long, device=slot_ids.device)
 
 
 def packed_hidden(model, pk: Packing) -> torch.Tensor:

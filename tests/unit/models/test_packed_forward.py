@@ -71,13 +71,14 @@ def test_wanted_positions_only():
 
 
 def test_packing_by_hand():
-    # rows (right-padded): [5 6 7 8], [5 6 9 _], [4 _ _ _]. Trie: 5->0, 5 6->1, 5 6 7->2, 5 6 7 8->3,
-    # 5 6 9->4, 4->5: six packed tokens for the eight real ones; positions 0,1,2,3,2,0.
+    # rows (right-padded): [5 6 7 8], [5 6 9 _], [4 _ _ _]. Trie nodes numbered in the rows' lexicographic
+    # order ([4] < [5 6 7 8] < [5 6 9]): 4->0, 5->1, 5 6->2, 5 6 7->3, 5 6 7 8->4, 5 6 9->5 (its first two
+    # tokens are [5 6 7 8]'s): six packed tokens for the eight real ones; positions 0,0,1,2,3,2.
     ids = torch.tensor([[5, 6, 7, 8], [5, 6, 9, 0], [4, 0, 0, 0]])
     att = (ids != 0).long()
     pk = Packing(ids, att)
-    assert pk.slot_tok.tolist() == [0, 1, 2, 3, 0, 1, 4, 5]
-    assert pk.ids.tolist() == [5, 6, 7, 8, 9, 4] and pk.pos.tolist() == [0, 1, 2, 3, 2, 0]
+    assert pk.slot_tok.tolist() == [1, 2, 3, 4, 1, 2, 5, 0]
+    assert pk.ids.tolist() == [4, 5, 6, 7, 8, 9] and pk.pos.tolist() == [0, 0, 1, 2, 3, 2]
     assert pk.L == 4 and pk.slot_view.tolist() == [0, 1, 2, 3, 4, 5, 6, 8]
     assert Packing(ids, att, share=False).slot_tok is None
 
