@@ -45,6 +45,8 @@ def unsupported_reason(model) -> str | None:
         return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
     if getattr(inner.rotary_emb, "rope_type", "default") not in STATIC_ROPE_TYPES:
         return "a dynamic RoPE type"
+    if getattr(model, "is_gradient_checkpointing", False):
+        return "gradient checkpointing is on (the HF forward recomputes activations)"
     if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout is on"
     if getattr(cfg, "sliding_window", None) is not None and (

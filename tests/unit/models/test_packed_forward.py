@@ -139,3 +139,18 @@ def test_unsupported_models_take_the_hf_forward():
     assert "hooks" in unsupported_reason(model) and not packed_forward.supports(model)
     h.remove()
     assert packed_forward.supports(model)
+
+
+def test_bf16_autocast_is_close_to_the_hf_forward():
+    model = llama()
+    ids, att = ragged(False)
+    lp_hf, _ = token_logprobs(model, ids, att, bf16=True, packed=False)
+    lp, _ = token_logprobs(model, ids, att, bf16=True, packed=True)
+    ok = has_prev(att)
+    assert lp.dtype == torch.float32 and (lp[ok] - lp_hf[ok]).abs().max() < 0.05
+
+
+def test_gradient_checkpointing_takes_the_hf_forward():
+    model = llama()
+    model.gradient_checkpointing_enable()
+    assert "checkpointing" in unsupported_reason(model)
