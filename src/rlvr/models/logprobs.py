@@ -13,6 +13,7 @@ import contextlib
 import torch
 
 from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
+from rlvr.models import packed_forward
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -55,18 +56,29 @@ def autocast_ctx(enabled: bool, device_type: str = "cpu"):
 
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
-                   with_entropy: bool = False, bf16: bool = False, entropy_grad: bool = False):
+                   with_entropy: bool = False, bf16: bool = False, entropy_grad: bool = False,
+                   wanted: torch.Tensor | None = None, packed: bool | None = None):
     """``(logprobs [B, T], entropy [B, T] or None)`` of each token given its prefix.
 
     ``entropy[:, t]`` is the entropy of the distribution token ``t`` was drawn from (0 at ``t = 0``). It is
     detached unless ``entropy_grad`` (an entropy bonus in the loss): then it is computed in checkpointed
     float32 row chunks (``rlvr.losses.entropy``) and carries the gradient.
+
+    Models that support it (``rlvr.models.packed_forward``) take the padding-free packed forward
+    (``packed``: None = when supported); the values at a real token with a real predecessor are the HF
+    forward's, and 0 elsewhere (padding, each row's first token, and, given ``wanted [B, T]``, every
+    position outside it: the logits there are not computed).
     """
+    if temperature <= 0:
+        raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
+    if packed is None:
+        packed = packed_forward.supports(model)
+    if packed:
+        return _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16,
+                                      entropy_grad, wanted)
     with autocast_ctx(bf16, input_ids.device.type):
         out = model(input_ids=input_ids, attention_mask=attention_mask,
                     position_ids=position_ids_from_mask(attention_mask), use_cache=False)
-    if temperature <= 0:
-        raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
     logits = out.logits[:, :-1]
     lp = gather_logprobs(logits, input_ids[:, 1:], temperature=temperature)
     zeros = torch.zeros_like(lp[:, :1])
@@ -81,6 +93,28 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     return logprobs, entropy
 
 
+def _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16, entropy_grad,
+                           wanted):
+    """:func:`token_logprobs` on the packed forward: logits only for the positions asked for, the
+    log-softmax-gather and entropy on those ``[M, V]`` rows, scattered into ``[B, T]``."""
+    with autocast_ctx(bf16, input_ids.device.type):
+        logits, targets, where = packed_forward.packed_logits(model, input_ids, attention_mask, wanted)
+    z = _scaled(logits, temperature)
+    lp = z.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(z, -1)
+    shape, n = input_ids.shape, input_ids.numel()
+    logprobs = torch.zeros(n, dtype=torch.float32, device=lp.device).index_put((where,), lp).view(shape)
+    entropy = None
+    if with_entropy:
+        if entropy_grad:
+            ent = differentiable_entropy(z)
+        else:
+            with torch.no_grad():
+                zd = z.detach()
+                ent = torch.logsumexp(zd, -1) - (torch.softmax(zd, -1) * zd).sum(-1)
+        entropy = torch.zeros(n, dtype=ent.dtype, device=lp.device).index_put((where,), ent).view(shape)
+    return logprobs, entropy
+
+
 def sequence_logprobs(model, rows: list[tuple[list[int], list[int]]], pad_id: int, bf16: bool = False):
     """One forward pass over ``rows`` of ``(ids, loss_mask)`` -> (summed logprobs over the loss mask [R],
     completion lengths [R]) on the model's device."""
@@ -88,7 +122,7 @@ def sequence_logprobs(model, rows: list[tuple[list[int], list[int]]], pad_id: in
 
     b = TokenBatch.from_rows([r[0] for r in rows], [r[1] for r in rows], pad_id,
                              device=next(model.parameters()).device)
-    lp, _ = token_logprobs(model, b.input_ids, b.attention_mask, 1.0, bf16=bf16)
+    lp, _ = token_logprobs(model, b.input_ids, b.attention_mask, 1.0, bf16=bf16, wanted=b.loss_mask)
     return (lp * b.loss_mask).sum(dim=-1), b.loss_mask.sum(dim=1)
 
 

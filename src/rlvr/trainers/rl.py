@@ -40,6 +40,7 @@ from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.mismatch import mismatch_weights
+from rlvr.models import packed_forward
 from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
@@ -175,7 +176,8 @@ def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) 
     """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
     mini-batch ``batch.subset(rows)``."""
     fwd = [i for i in rows if i < len(batch)]
-    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro, split_overhead(model))
+    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro,
+                              split_overhead(model, packed_forward.supports(model)))
     return [[fwd[k] for k in m] for m in plan]
 
 
@@ -201,8 +203,9 @@ def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, 
     if micros is None:
         micros = update_micro_batches(model, batch, list(range(len(batch))), micro)
     for rows in micros:
-        ids, att, _ = pad_batch([batch.input_ids[i] for i in rows], pad_id, left=False, device=model.device)
-        lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16)
+        ids, att, lm = pad_batch([batch.input_ids[i] for i in rows], pad_id, [batch.loss_mask[i] for i in rows],
+                                 left=False, device=model.device)
+        lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16, wanted=lm)
         for k, i in enumerate(rows):
             out[i] = lp[k, : len(batch.input_ids[i])].tolist()
     return out
@@ -241,7 +244,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     ids, att, lm, old = b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs
     sampler = old  # the engine's logprobs of the sampled tokens (or, off-policy, the recomputed ones)
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
-                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef))
+                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef), wanted=lm)
     gap_metrics = {}
     if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
         gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))

@@ -1,0 +1,238 @@
+"""A padding-free, differentiable training forward for Llama-architecture causal LMs (Llama, Qwen2, Mistral).
+
+The training forward of a batch of ragged rows spends most of its time in the projections and the MLP.
+HF's forward runs them on the padded ``[B, T]`` grid; here they run on the packed real tokens only:
+
+    h = embed(ids[real])                                        # [N, hidden], N = number of real tokens
+    for each layer:  x = RMSNorm(h);  q, k, v = RoPE(W_q x), RoPE(W_k x), W_v x      (on [N, ·])
+                     o = causal attention of each row on its own tokens   (a padded view, see below)
+                     h = h + W_o o;  x = RMSNorm(h);  h = h + W_down (SiLU(W_gate x) ⊙ W_up x)
+    logits = W_lm RMSNorm(h[wanted])                            # only where a logprob is asked for
+
+Attention runs on a view where each row's real tokens sit at ``0 .. len-1`` (right-aligned padding after
+them), so ``scaled_dot_product_attention(is_causal=True)`` is exact for every real query: its padding keys
+come after it. Left-padded, right-padded or holed ``attention_mask`` rows are all the same here: the real
+tokens in order, positions ``0 .. len-1`` (as ``position_ids_from_mask``). The ops are HF's, op for op
+(RMSNorm in float32 cast back before the weight, RoPE from the model's own ``rotary_emb`` so scaled RoPE
+types are honoured, ``q·k / sqrt(D)``); autograd runs through the model's own Parameters, so the
+gradient is the HF forward's (tests: ``tests/unit/models/test_packed_forward.py``).
+
+Generic over the batch: the RL update, the preference step and an SFT step can all use it through
+``rlvr.models.logprobs.token_logprobs``. ``unsupported_reason(model)`` says why a model must take the HF
+forward instead (LoRA/peft, another architecture, hooks, dropout, sliding windows, dynamic RoPE).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+SUPPORTED_CLASSES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
+STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
+
+
+def unsupported_reason(model) -> str | None:
+    """None when ``model`` can take the packed training forward, else why not (then: the HF forward)."""
+    name = type(model).__name__
+    if hasattr(model, "peft_config"):
+        return "a peft/LoRA-wrapped model"
+    if name not in SUPPORTED_CLASSES:
+        return f"{name} is not one of {sorted(SUPPORTED_CLASSES)}"
+    cfg, inner = model.config, getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return f"{name} has no .model.layers / .model.rotary_emb"
+    if getattr(cfg, "hidden_act", None) != "silu":
+        return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
+    if getattr(inner.rotary_emb, "rope_type", "default") not in STATIC_ROPE_TYPES:
+        return "a dynamic RoPE type"
+    if getattr(model, "is_gradient_checkpointing", False):
+        return "gradient checkpointing is on (the HF forward recomputes activations)"
+    if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+        return "attention dropout is on"
+    if getattr(cfg, "sliding_window", None) is not None and (
+            name == "MistralForCausalLM" or "sliding_attention" in (getattr(cfg, "layer_types", None) or [])):
+        return "a sliding attention window"
+    if type(inner.embed_tokens) is not torch.nn.Embedding or type(model.lm_head) is not torch.nn.Linear:
+        return "embed_tokens / lm_head are not plain Embedding / Linear modules"
+    linear = torch.nn.Linear
+    for i, layer in enumerate(inner.layers):
+        att, mlp = layer.self_attn, layer.mlp
+        if not all(type(p) is linear for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj,
+                                                mlp.up_proj, mlp.down_proj)):
+            return f"layer {i} has non-plain projection modules (adapters, quantisation, ...)"
+    if any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in model.modules()):
+        return "the model has forward hooks"
+    return None
+
+
+def supports(model) -> bool:
+    """``unsupported_reason(model) is None`` (checked at every call, ~50 µs for a tiny model: a hook or an
+    adapter added later is seen)."""
+    return unsupported_reason(model) is None
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    """HF's RMSNorm: ``w * (x / sqrt(mean(x²) + eps))`` in float32, cast back to x's dtype before ``w *``."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return w * y.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Packing:
+    """Where the real tokens of a ``[B, T]`` batch go: the packed tokens the layers run on, and the
+    attention view ``[B, L]`` (each row's real tokens at ``0 .. len-1``, L = the longest row).
+
+    ``share``: the tokens of a prefix that several rows start with (a GRPO group's prompt; a DPO pair's
+    prompt and the common start of its chosen and rejected answers) are packed once: their hidden states
+    are identical in each such row (causal attention, same tokens, same positions). Every row's attention
+    view reads them, each row's logprobs read their logits, and their gradient is the sum over the rows
+    (the backward of an index_select). Fields: ``ids [N]``, ``pos [N]`` of the packed tokens; per real slot
+    (row-major, S of them) ``slot_flat [S]`` its index in ``B*T``, ``slot_view [S]`` in ``B*L``,
+    ``slot_tok [S]`` its packed token (None: the identity, nothing shared); ``owner_view [N]`` the view
+    slot each packed token's attention output is read from.
+    """
+
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, share: bool = True):
+        real = attention_mask.bool()
+        B, T = real.shape
+        self.B, self.T = B, T
+        self.slot_flat = real.reshape(-1).nonzero().squeeze(-1)
+        rank = (real.long().cumsum(-1) - 1).reshape(-1)[self.slot_flat]
+        lens = real.sum(-1)
+        self.L = L = int(lens.max()) if B else 0
+        self.slot_view = self.slot_flat // T * L + rank
+        self.slot_rank = rank
+        slot_ids = input_ids.reshape(-1)[self.slot_flat]
+        self.slot_ids = slot_ids
+        self.slot_tok = _share(slot_ids, lens) if share else None
+        if self.slot_tok is None:
+            self.ids, self.pos, self.owner_view = slot_ids, rank, self.slot_view
+            self.N = slot_ids.numel()
+        else:
+            n = int(self.slot_tok.max()) + 1
+            self.N = n
+            self.ids = slot_ids.new_zeros(n).scatter_(0, self.slot_tok, slot_ids)
+            self.pos = rank.new_zeros(n).scatter_(0, self.slot_tok, rank)
+            self.owner_view = self.slot_view.new_zeros(n).scatter_(0, self.slot_tok.flip(0), self.slot_view.flip(0))
+        self.identity = bool(self.slot_tok is None and self.N == B * L and L == T)  # no padding at all
+
+
+def _share(slot_ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor | None:
+    """Packed token of each real slot, one per distinct prefix (the nodes of a trie over the rows: a slot's
+    token is the node of its row's tokens up to and including it); None when no two rows share a first
+    token. Built from the rows in lexicographic order, where each row's longest common prefix with any
+    earlier row is the one with the row just before it."""
+    flat, lens_l = slot_ids.tolist(), lens.tolist()
+    starts = [0]
+    for ln in lens_l[:-1]:
+        starts.append(starts[-1] + ln)
+    rows = [flat[s:s + ln] for s, ln in zip(starts, lens_l)]
+    nodes: list[list[int] | None] = [None] * len(rows)
+    n, prev = 0, None
+    for b in sorted(range(len(rows)), key=rows.__getitem__):
+        row = rows[b]
+        common = 0
+        if prev is not None:
+            other, m = rows[prev], min(len(row), len(rows[prev]))
+            while common < m and row[common] == other[common]:
+                common += 1
+        nodes[b] = (nodes[prev][:common] if common else []) + list(range(n, n + len(row) - common))
+        n += len(row) - common
+        prev = b
+    if n == len(flat):
+        return None
+    return torch.tensor([t for r in nodes for t in r], dtype=torch.long, device=slot_ids.device)
+
+
+def packed_hidden(model, pk: Packing) -> torch.Tensor:
+    """The final-norm hidden states of the packed tokens ``[N, hidden]`` (differentiable).
+
+    Q, K and V come from one matmul with the three weights concatenated (as are the gate and up
+    projections): the concatenation is part of the graph, so each Parameter gets its own slice of the
+    gradient; RoPE rotates q and k together; attention is :func:`_attention` on the padded view."""
+    inner = model.model
+    h = F.embedding(pk.ids, inner.embed_tokens.weight)
+    cos, sin = inner.rotary_emb(h, pk.pos[None])
+    cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, D]
+    N = h.shape[0]
+    for layer in inner.layers:
+        att, mlp = layer.self_attn, layer.mlp
+        D = att.head_dim
+        Hq, Hkv = att.q_proj.out_features // D, att.k_proj.out_features // D
+        x = _rms(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+        qkv = F.linear(x, torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
+                       _cat_bias(att.q_proj, att.k_proj, att.v_proj))
+        qk = qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D)
+        qk = qk * cos + _rotate_half(qk) * sin
+        heads = torch.cat([qk, qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)], 1).transpose(0, 1)  # [Hq+2Hkv, N, D]
+        o = _attention(_to_view(heads, pk), pk, Hq, Hkv, att.scaling)                     # [Hq, N, D]
+        o = o.transpose(0, 1).reshape(N, Hq * D)
+        h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
+        x = _rms(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
+        g, u = F.linear(x, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
+                        _cat_bias(mlp.gate_proj, mlp.up_proj)).chunk(2, dim=-1)
+        h = h + F.linear(F.silu(g) * u, mlp.down_proj.weight, mlp.down_proj.bias)
+    return _rms(h, inner.norm.weight, inner.norm.variance_epsilon)
+
+
+def _cat_bias(*mods) -> torch.Tensor | None:
+    if all(m.bias is None for m in mods):
+        return None
+    return torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
+
+
+ATTENTION = "bmm"
+"""``bmm``: scores, softmax and values as batched matmuls with an additive causal mask; ``sdpa``:
+``scaled_dot_product_attention(is_causal=True)``. On CPU at the tiny models' shapes (rows × heads ≈ 256,
+length ≤ 64, head dim 32) bmm measured ~1.5× faster forward+backward than SDPA's flash kernel."""
+
+
+def _attention(view: torch.Tensor, pk: Packing, Hq: int, Hkv: int, scale: float) -> torch.Tensor:
+    """Causal attention of each row on its own tokens: ``view [Hq + 2 Hkv, B*L, D]`` (q, k, v heads on the
+    padded view) -> ``[Hq, N, D]`` for the packed tokens. Head-major layout: every head's ``[B, L, D]``
+    block is contiguous, so the batched matmuls need no copies."""
+    B, L, D = pk.B, pk.L, view.shape[-1]
+    q, k, v = view.split([Hq, Hkv, Hkv], dim=0)
+    if ATTENTION == "sdpa":
+        q, k, v = (t.view(-1, B, L, D).transpose(0, 1) for t in (q, k, v))
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=Hq != Hkv)
+        o = o.transpose(0, 1).reshape(Hq, B * L, D)
+    else:
+        if Hq != Hkv:
+            k, v = (t.repeat_interleave(Hq // Hkv, dim=0) for t in (k, v))
+        mask = torch.full((L, L), float("-inf"), dtype=view.dtype, device=view.device).triu_(1)
+        s = torch.baddbmm(mask.expand(Hq * B, L, L), q.reshape(Hq * B, L, D),
+                          k.reshape(Hq * B, L, D).transpose(1, 2), alpha=scale)
+        o = torch.bmm(torch.softmax(s, dim=-1), v.reshape(Hq * B, L, D)).view(Hq, B * L, D)
+    return o if pk.identity else o.index_select(1, pk.owner_view)
+
+
+def _to_view(t: torch.Tensor, pk: Packing) -> torch.Tensor:
+    """Packed heads ``[H, N, D]`` -> the attention view ``[H, B*L, D]`` (zeros on padding)."""
+    if pk.identity:
+        return t.contiguous()
+    src = t if pk.slot_tok is None else t.index_select(1, pk.slot_tok)
+    return torch.zeros(t.shape[0], pk.B * pk.L, t.shape[2], dtype=t.dtype, device=t.device).index_copy_(
+        1, pk.slot_view, src)
+
+
+def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  wanted: torch.Tensor | None = None, share_prefix: bool = True):
+    """``(logits [M, V], targets [M], where [M])``: the next-token logits of the real tokens that have a
+    successor in their row (and, given ``wanted [B, T]``, only where that successor is wanted);
+    ``targets`` the successor token, ``where`` its flat index in ``[B*T]`` (where its logprob belongs).
+
+    ``share_prefix``: prefixes common to several rows are computed once (see :class:`Packing`)."""
+    pk = Packing(input_ids, attention_mask, share_prefix)
+    h = packed_hidden(model, pk)
+    succ = torch.nonzero(pk.slot_rank > 0).squeeze(-1)        # real slots with a predecessor in their row
+    if wanted is not None:
+        succ = succ[wanted.reshape(-1)[pk.slot_flat[succ]].bool()]
+    src = succ - 1 if pk.slot_tok is None else pk.slot_tok[succ - 1]
+    logits = F.linear(h.index_select(0, src), model.lm_head.weight)
+    return logits, pk.slot_ids[succ], pk.slot_flat[succ]
