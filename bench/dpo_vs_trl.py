@@ -26,7 +26,8 @@ step function; TRL: half the rows of the batch its ``compute_loss`` received). P
 own process at its end (the token-id check runs in the driver, so the TRL worker imports no rlvr).
 Loss check: both losses on the same ``check`` pairs (the first ones), with the
 same reference log-probabilities (the policy's own plus fixed offsets, so the loss is not exactly
-log 2): rlvr's ``paired_step`` and TRL's ``compute_loss`` on its collated rows, printed side by side.
+log 2): rlvr's ``paired_step`` and TRL's ``compute_loss`` on its collated rows, printed side by side,
+and the gradients their backward passes leave (relative L2 difference).
 The step-0 loss each side logged while training (log 2 on both: the reference is the policy) is in
 the JSON too.
 
@@ -240,14 +241,21 @@ def loss_parity(a, model_dir: str, pairs: list[dict], pairs_path: str, work: str
     g = torch.Generator().manual_seed(0)
     data.ref_logprobs = torch.stack([pc, pr], 1) + torch.randn(n, 2, generator=g)  # reference != policy
     rec = paired_step(model, data, list(range(n)), rlvr_stage(a, pairs_path), tok.pad_token_id, False)
+    grads = lambda: torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
+    g_ours = grads()
     model.zero_grad(set_to_none=True)
     rows = [dict(trainer.train_dataset[i], ref_chosen_logps=float(data.ref_logprobs[i, 0]),
                  ref_rejected_logps=float(data.ref_logprobs[i, 1])) for i in range(n)]
     out = trainer.compute_loss(model, trainer.data_collator(rows))
-    theirs = float((out[0] if isinstance(out, tuple) else out).detach())
-    ours = float(rec["train/loss"])
+    loss = out[0] if isinstance(out, tuple) else out
+    loss.backward()
+    g_theirs = grads()
+    model.zero_grad(set_to_none=True)
+    theirs, ours = float(loss.detach()), float(rec["train/loss"])
+    gdiff = float((g_ours - g_theirs).norm() / g_theirs.norm().clamp(min=1e-12)) \
+        if g_ours.shape == g_theirs.shape else float("inf")
     return {"pairs": n, "beta": 0.1, "rlvr_loss": ours, "trl_loss": theirs, "abs_diff": abs(ours - theirs),
-            "agree": abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs))}
+            "grad_rel_diff": gdiff, "agree": abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs)) and gdiff <= 1e-4}
 
 
 # ---------------------------------------------------------------- driver
@@ -286,7 +294,7 @@ def bench(a, progress=None) -> dict:
                     "paired_median": statistics.median(paired_ratios(res["rlvr"]["step"][a.skip:],
                                                                      res[s]["step"][a.skip:]))}
         rss_ratio[s] = res["rlvr"]["rss"]["ru_maxrss_mb"] / res[s]["rss"]["ru_maxrss_mb"]
-    head = trl_sides[0]
+    head = "trl_pre" if "trl_pre" in trl_sides else trl_sides[0]  # the target is against TRL's fastest setting
     return {"benchmark": "dpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
             "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
@@ -326,7 +334,8 @@ def report(a, out: dict) -> None:
     lc = out.get("loss_check")
     if lc:
         print(f"loss on {lc['pairs']} fixed pairs (reference != policy): rlvr {lc['rlvr_loss']:.7g}  "
-              f"TRL {lc['trl_loss']:.7g}  |diff| {lc['abs_diff']:.2e}  {'agree' if lc['agree'] else 'DISAGREE'}")
+              f"TRL {lc['trl_loss']:.7g}  |diff| {lc['abs_diff']:.2e}; gradients |g_rlvr - g_TRL| / |g_TRL| "
+              f"{lc['grad_rel_diff']:.2e}  {'agree' if lc['agree'] else 'DISAGREE'}")
 
 
 if __name__ == "__main__":

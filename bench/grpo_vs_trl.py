@@ -13,7 +13,10 @@ stop ids <eos> and <|end|>, same ``max_new``), and take one optimizer step per r
 clip ε = 0.2, per-group std scaling, seq-mean-token-mean loss, AdamW lr 1e-7 (see LR) betas (0.9, 0.95),
 grad-clip 1.0, micro-batch = the whole batch: rlvr ``micro_batch_size`` = TRL
 ``per_device_train_batch_size`` = prompts × group, no gradient accumulation). float32, no bf16.
-Defaults: 8 prompts × G = 8, 32 new tokens, β = 0.04 with the k3 estimator on both sides, so each
+Defaults: 8 prompts × G = 8, 32 new tokens, β = 0.04 with the k3 estimator on both sides (TRL 1.16
+multiplies its KL term by the importance ratio by default, ``use_bias_correction_kl=True``, DeepSeek-V3.2's
+unbiased KL gradient: a different gradient from GRPO's k3, about 4% on the KL part in the loss check
+below; it is set False here so both sides compute the same formula), so each
 measured step includes the frozen reference model's forward over every row (rlvr: ``reference_logprobs``
 before the update; TRL: ``ref_per_token_logps`` in ``_generate_and_score_completions``).
 
@@ -31,7 +34,7 @@ Loss check: before timing, both sides' losses are computed on one fixed batch (p
 length, fixed random completion ids of several lengths, fixed advantages, reference logprobs = the
 policy's own plus fixed noise so the KL term is not 0) with rlvr's ``update_minibatch`` and TRL's
 ``_compute_loss``; they are printed side by side and must agree (same clipped surrogate, same k3 KL,
-same seq-mean-token-mean aggregation).
+same seq-mean-token-mean aggregation), and so must the gradients both backward passes leave.
 
 TRL in its fastest setting for this work on CPU: generation by ``model.generate`` (the default cache;
 ``--trl-cache`` tries another ``cache_implementation``), no vLLM (GPU only), no ``old_per_token_logps``
@@ -200,7 +203,8 @@ def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=()):
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
         per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1,
         num_generations=a.group, max_completion_length=a.max_new, temperature=a.temperature, top_p=1.0,
-        beta=a.beta, num_iterations=1, epsilon=0.2, loss_type="grpo", scale_rewards="group",
+        beta=a.beta, use_bias_correction_kl=False, num_iterations=1, epsilon=0.2, loss_type="grpo",
+        scale_rewards="group",
         learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
         optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
         dataloader_num_workers=0, log_completions=False, cache_implementation=a.trl_cache)
@@ -272,10 +276,13 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
     ref = [x + 0.05 * torch.randn(x.shape, generator=g) for x in lp]
     # rlvr: its update on the whole batch (on-policy, so old = the forward itself), loss before any step
     stage = rlvr_stage(a, len(tasks))
+    # the sampler's logprobs = the policy's own (it sampled them): rlvr's sampler/trainer mismatch correction
+    # (on by default) then weighs every row 1, as TRL's loss does
     batch = TrainBatch([p + c for p, c in rows], [[0] * len(p) + [1] * len(c) for p, c in rows],
-                       [[0.0] * len(p + c) for p, c in rows],
+                       [[0.0] * len(p) + x.tolist() for (p, _), x in zip(rows, lp)],
                        [[0.0] * len(p) + r.tolist() for (p, _), r in zip(rows, ref)], adv)
     met = update_minibatch(model, batch, stage, tok.pad_token_id, on_policy=True)
+    grad_ours = torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
     model.zero_grad(set_to_none=True)
     # TRL: _compute_loss on the same rows, completions right-padded
     C = max(len(c) for _, c in rows)
@@ -288,10 +295,16 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
               "ref_per_token_logps": torch.tensor(pad([r.tolist() for r in ref], 0.0)),
               "num_items_in_batch": torch.tensor(float(sum(len(c) for _, c in rows)))}
     trainer.current_gradient_accumulation_steps = 1
-    theirs = float(trainer._compute_loss(model, inputs).detach())
-    ours = float(met["train/loss"])
+    loss = trainer._compute_loss(model, inputs)
+    loss.backward()
+    grad_theirs = torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
+    model.zero_grad(set_to_none=True)
+    theirs, ours = float(loss.detach()), float(met["train/loss"])
+    gdiff = float((grad_ours - grad_theirs).norm() / grad_theirs.norm().clamp(min=1e-12)) \
+        if grad_ours.shape == grad_theirs.shape else float("inf")
     return {"rows": len(rows), "completion_lengths": lengths, "beta": a.beta, "rlvr_loss": ours, "trl_loss": theirs,
-            "abs_diff": abs(ours - theirs), "agree": abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs))}
+            "abs_diff": abs(ours - theirs), "grad_rel_diff": gdiff,
+            "agree": abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs)) and gdiff <= 1e-4}
 
 
 # ---------------------------------------------------------------- driver
@@ -381,7 +394,8 @@ def report(a, out: dict) -> None:
     lc = out.get("loss_check")
     if lc:
         print(f"loss on one fixed batch ({lc['rows']} rows, beta={lc['beta']}): rlvr {lc['rlvr_loss']:.7g}  "
-              f"TRL {lc['trl_loss']:.7g}  |diff| {lc['abs_diff']:.2e}  {'agree' if lc['agree'] else 'DISAGREE'}")
+              f"TRL {lc['trl_loss']:.7g}  |diff| {lc['abs_diff']:.2e}; gradients |g_rlvr - g_TRL| / |g_TRL| "
+              f"{lc['grad_rel_diff']:.2e}  {'agree' if lc['agree'] else 'DISAGREE'}")
 
 
 if __name__ == "__main__":

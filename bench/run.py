@@ -330,7 +330,8 @@ def markdown(res: dict) -> str:
             rw = rec.get("rows", {})
             trained = " / ".join(f"{rw[s]['trained']}/{rw[s]['of']}" for s in ("rlvr", rec["trl_side"]) if s in rw)
             lc = rec.get("loss_check") or {}
-            loss = f"{_f(lc.get('rlvr_loss'), '.7g')} / {_f(lc.get('trl_loss'), '.7g')}" if lc else "-"
+            loss = (f"{_f(lc.get('rlvr_loss'), '.7g')} / {_f(lc.get('trl_loss'), '.7g')}"
+                    + (f" (∇ rel. diff {lc['grad_rel_diff']:.0e})" if "grad_rel_diff" in lc else "")) if lc else "-"
             rows.append(f"| {sec.upper()} | {size} ({rec['params'] / 1e6:.2f}M) | {_f(rec['rlvr_step_s'])} | "
                         f"{_f(rec['trl_step_s'])} | **{_f(rec['ratio'], '.2f')}** (≤ {target}) | "
                         f"{_f(rec['paired_ratio'], '.2f')} | {_f(rec['rlvr_rss_mb'], '.0f')} | "
@@ -338,7 +339,7 @@ def markdown(res: dict) -> str:
                         f"{trained} | {loss} |")
     if rows:
         lines += [("| | model | rlvr step (s) | TRL step (s) | ratio | paired | rlvr peak MB | TRL peak MB | "
-                  "RSS ratio | rows trained rlvr / TRL | fixed-batch loss rlvr / TRL |"),
+                  "RSS ratio | rows trained rlvr / TRL | fixed-batch loss rlvr / TRL (gradients) |"),
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
     sft = res.get("sft")
     if isinstance(sft, dict):
