@@ -10,6 +10,7 @@ import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
 os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -29,6 +30,31 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 import torch
 
 torch.set_num_threads(THREADS)
+
+
+def peak_rss_mb() -> dict:
+    """This process's peak resident set size, MiB: ``ru_maxrss`` (KiB on Linux) and /proc's ``VmHWM``.
+
+    Call it at the end of a worker: each side of a comparison runs in its own spawned process, so the
+    figure is that side's own peak (imports, models, optimizer state, activations), nothing else's.
+    """
+    import resource
+
+    out = {"ru_maxrss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                out["vmhwm_mb"] = round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return out
+
+
+def heavy_modules() -> list[str]:
+    """Which of the big optional packages this process has imported (what its RSS pays for)."""
+    names = ("sympy", "math_verify", "latex2sympy2_extended", "datasets", "pandas", "pyarrow", "trl", "accelerate",
+             "rich", "scipy", "sklearn", "numba", "matplotlib", "peft", "deepspeed", "vllm")
+    return [n for n in names if n in sys.modules]
 
 
 def pin_threads() -> None:
@@ -107,6 +133,19 @@ def hold_baton_from_batch_fetch(trainer, baton) -> None:
         baton.begin()
         return inner(*args, **kw)
     trainer.get_batch_samples = fetch
+
+
+def end_rlvr_steps_at_metrics_line(baton) -> None:
+    """rlvr: pass the baton on when a step's metrics line is written (the end of ``log_step``'s work that
+    matters: the row is written after the update, the held-out monitors and the health checks)."""
+    from rlvr.trainers import common
+
+    class Writer(common.MetricsWriter):
+        def log(self, step, metrics):
+            super().log(step, metrics)
+            if "time/step" in metrics:
+                baton.end()
+    common.MetricsWriter = Writer
 
 
 def _step_end_callback():

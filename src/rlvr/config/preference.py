@@ -94,6 +94,10 @@ class PairBuilder(Section):
     """Reward model folder when ``scorer: reward_model``."""
     min_margin: float = 0.0
     """Keep a pair only if its score margin (chosen - rejected) exceeds this."""
+    batch_size: int = Field(256, ge=1)
+    """Completions decoded together in one generation batch: larger batches spread the fixed cost of each
+    decode step over more rows (the quickstart's 1m model: 1024), at the cost of KV-cache memory
+    (layers x 2 x rows x kv_heads x (prompt + max_new_tokens) x head_dim values)."""
 
 
 class PairsFile(Section):

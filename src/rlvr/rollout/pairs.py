@@ -130,13 +130,13 @@ def pairs_for_task(task: Task, samples: list[Scored], k: int, rng: np.random.Gen
 
 
 def build_pairs(model, tokenizer, cfg: PairBuilder, judge, seed: int = 0, scorer=None,
-                tasks: list[Task] | None = None, batch_size: int = 256) -> PairSet:
+                tasks: list[Task] | None = None, batch_size: int | None = None) -> PairSet:
     """Sample the policy on ``cfg.tasks``, judge (or score) the samples, and pair them (see module doc)."""
     from rlvr.rollout.hf_engine import HFEngine
 
     t0 = time.perf_counter()
     tasks = unique_tasks(tasks if tasks is not None else load_task_source(cfg.tasks), tokenizer)
-    engine = HFEngine(model, tokenizer, batch_size=batch_size)
+    engine = HFEngine(model, tokenizer, batch_size=batch_size or cfg.batch_size)
     params = SamplingParams(n=cfg.samples_per_task, temperature=cfg.temperature,
                             max_new_tokens=cfg.max_new_tokens, stop_token_ids=stop_token_ids(tokenizer),
                             seed=seed * 1_000_003 + 17)

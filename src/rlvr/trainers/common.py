@@ -29,6 +29,7 @@ import torch
 
 from rlvr.config.optim import OptimConfig
 from rlvr.data.collate import pad_batch
+from rlvr.data.packing import pack_rows, packed_batch
 from rlvr.errors import ConfigError, Interrupted
 from rlvr.losses.sft import sft_loss
 from rlvr.models.checkpoint import (
@@ -159,31 +160,74 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     return agg
 
 
-def micro_batches(examples, idx: list[int], micro: int, bucketing: bool):
-    """Split a step's examples into micro-batches (sorted by length first when bucketing)."""
+def micro_batches(examples, idx: list[int], micro: int, bucketing: bool, packing: bool = False):
+    """Split a step's examples into micro-batches of row indices (sorted by length first when bucketing).
+
+    ``packing``: the examples are first packed into rows no longer than the step's longest example
+    (``data.packing.pack_rows``, first-fit decreasing), and a micro-batch takes up to ``micro`` packed
+    rows (so at most ``micro`` x the longest example's tokens, the unpacked bound); it is returned as the
+    flat list of its examples, which :func:`sft_step` packs again into the same rows."""
+    if packing and idx:
+        lengths = [len(examples[i][0]) for i in idx]
+        rows = [[idx[j] for j in row] for row in pack_rows(lengths, max(lengths))]
+        return [[i for row in rows[s:s + micro] for i in row] for s in range(0, len(rows), micro)]
     if bucketing:
         idx = sorted(idx, key=lambda i: (len(examples[i][0]), i))
     return [idx[s:s + micro] for s in range(0, len(idx), micro)]
 
 
+def packing_supported(model) -> bool:
+    """Whether ``model`` keeps attention within each example of a packed row (transformers' block-diagonal
+    mask from restarting ``position_ids``; remote-code or older architectures may ignore it). Probed once per
+    model object: the logits of a 4-token example packed after another equal its logits alone."""
+    ok = getattr(model, "_rlvr_packing_ok", None)
+    if ok is None:
+        probe = [5, 6, 7, 8]
+        with torch.no_grad():
+            ids = torch.tensor([probe + probe], device=model.device)
+            pos = torch.tensor([[0, 1, 2, 3] * 2], device=model.device)
+            packed = model(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).logits[0, 4:]
+            alone = model(input_ids=ids[:, :4], use_cache=False).logits[0]
+        ok = bool(torch.allclose(packed.float(), alone.float(), atol=1e-3, rtol=1e-3))
+        if not ok:
+            import warnings
+
+            warnings.warn(f"{type(model).__name__} attends across packed examples: SFT packing is off for it")
+        with contextlib.suppress(AttributeError, TypeError):
+            object.__setattr__(model, "_rlvr_packing_ok", ok)
+    return ok
+
+
 def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_id: int, bf16: bool,
-             loss_kwargs: dict | None = None) -> dict:
+             loss_kwargs: dict | None = None, packing: bool = False) -> dict:
     """Forward/backward over micro-batches of ``examples[idx]`` (``(ids, loss_mask)`` pairs); the loss is the
     token mean over the whole step's batch (SFT, and the SFT update of rejection sampling / distillation).
-    ``loss_kwargs``: the SFT variant's options for ``losses.sft.sft_loss`` (``variants.sft_loss_kwargs``)."""
+    ``loss_kwargs``: the SFT variant's options for ``losses.sft.sft_loss`` (``variants.sft_loss_kwargs``).
+
+    ``packing`` (see :func:`micro_batches`): a micro-batch whose rows hold several examples is forwarded
+    packed (``data.packing.packed_batch``: positions restart at each example, ``attention_mask=None`` so
+    the model masks attention to each example's own tokens); one with one example per row takes the
+    padded path. Either way the loss sums the same tokens' NLL over the same denominator (the step's
+    loss-mask tokens), so packing changes neither the loss nor the gradient, only the padding computed."""
     total_tokens = sum(sum(examples[i][1]) for i in idx)
+    packing = packing and packing_supported(model)
+    cap = max((len(examples[i][0]) for i in idx), default=0)
 
     def forward(mb):
-        ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
-                                 device=model.device)
+        rows = pack_rows([len(examples[i][0]) for i in mb], cap) if packing else [[j] for j in range(len(mb))]
+        if len(rows) < len(mb):  # some row holds several examples
+            ids, pos, lm = packed_batch([[examples[mb[j]] for j in row] for row in rows], pad_id, model.device)
+            att = None
+        else:
+            ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
+                                     device=model.device)
+            pos = position_ids_from_mask(att)
         with autocast_ctx(bf16, ids.device.type):
-            logits = model(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
-                           use_cache=False).logits
+            logits = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
         nll_sum, _, met = sft_loss(logits, ids, lm, shift=True, **(loss_kwargs or {}))
         return nll_sum / max(1, total_tokens), {k: v for k, v in met.items() if k == "sft/trimmed_frac"}
-    met = accumulate(micro_batches(examples, idx, micro_batch_size, bucketing), forward, len(idx))
+    met = accumulate(micro_batches(examples, idx, micro_batch_size, bucketing, packing), forward, len(idx))
     return {**met, "train/tokens": total_tokens}
-
 
 
 @dataclass

@@ -18,8 +18,8 @@ import warnings
 from pathlib import Path
 
 from rlvr.data.order import TaskStream, data_order
-from rlvr.errors import ConfigError
 from rlvr.data.sources import load_task_source
+from rlvr.errors import ConfigError
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.rollout.rejection import rejection_sample
 from rlvr.trainers.common import (
@@ -68,7 +68,7 @@ def train_sample_sft(stage, model_cfg, run_dir: str | Path, seed: int = 0, init_
         if examples:
             idx = data_order(len(examples), seed * 1009 + rnd, k, min(stage.batch_size, len(examples)))
             rec.update(sft_step(model, examples, idx, stage.micro_batch_size, stage.bucketing, tok.pad_token_id,
-                                model_cfg.autocast_bf16))
+                                model_cfg.autocast_bf16, packing=stage.packing))
             rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         else:  # nothing verified this round: no update (AdamW momentum alone must not move the weights)
             with warnings.catch_warnings():

@@ -1,6 +1,6 @@
 """Supervised fine-tuning: completion-only loss on worked demonstrations.
 
-setup -> deterministic data order -> (bucketed micro-batches, exact accumulation) -> AdamW step ->
+setup -> deterministic data order -> (packed or bucketed micro-batches, exact accumulation) -> AdamW step ->
 log / eval / checkpoint. Resume restores model, optimizer, scheduler, RNG and the data position, so
 N steps == N/2 + resume + N/2.
 """
@@ -65,7 +65,7 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     while not run.done():
         idx = data_order(len(examples), seed, run.step, stage.batch_size)
         rec = sft_step(model, examples, idx, stage.micro_batch_size, stage.bucketing, tok.pad_token_id,
-                       model_cfg.autocast_bf16, sft_loss_kwargs(stage.loss))
+                       model_cfg.autocast_bf16, sft_loss_kwargs(stage.loss), packing=stage.packing)
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         rec.update(heldout.measure(model, run.step + 1, stage.max_steps))
         stop = heldout.observe(model, tok, run.step + 1, rec)

@@ -146,6 +146,12 @@ class CodeVerifier:
     """auto (best available) | bwrap (fail if bubblewrap is unusable) | rlimits (force the fallback)."""
     require_isolation: str | None = None
     """Weakest isolation level accepted (e.g. "bwrap+uid"); weaker -> every verdict is infra."""
+    sandbox: str = "auto"
+    """How function tests run: ``warm`` (a fork server per worker process inside the isolation: each candidate
+    is a fresh process forked from a clean template, in fresh namespaces; ``infra`` where it cannot run),
+    ``cold`` (a fresh bubblewrap + interpreter and a fresh harness interpreter per candidate) or ``auto``
+    (warm where the isolation level is ``bwrap+uid``, else cold). Every verdict's ``details["sandbox"]`` says
+    which ran. stdin/stdout programs always run cold."""
     tree_limits: bool = True
     """A cgroup per run bounding the candidate's whole process tree (memory_mb + the private /tmp, max_procs)
     where the machine allows; a loud warning and per-process rlimits only where it does not."""
@@ -199,6 +205,7 @@ class CodeVerifier:
                 prelude,
                 self.limits(),
                 self.isolation,
+                self.sandbox,
             )
             details = dict(res.details)
             if res.outcome != "pass":
@@ -236,4 +243,4 @@ class CodeVerifier:
                 return res.outcome, details
             if normalize_output(res.stdout) != normalize_output(case["output"]):
                 return "wrong", {**details, "error": "output differs"}
-        return "pass", {"io_cases": len(io_tests), "isolation": details.get("isolation")}
+        return "pass", {"io_cases": len(io_tests), "isolation": details.get("isolation"), "sandbox": "cold"}

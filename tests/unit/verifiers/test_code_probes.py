@@ -69,6 +69,23 @@ def test_probe(probe, tmp_path):
     assert verdict.outcome in probe.expected, verdict
     assert effects == []
     assert verdict.details.get("isolation") == detect_isolation().level
+    function_test = probe.task.gold.get("tests") is not None
+    if function_test and verdict.outcome != "format":  # warm wherever it can run (auto)
+        assert verdict.details["sandbox"] == ("warm" if detect_isolation().level == "bwrap+uid" else "cold")
+
+
+# The same hacks through the cold sandbox (a fresh bubblewrap + interpreter per candidate)
+COLD = ["os_exit_in_function", "fork_bomb", "memory_bomb", "session_survivor", "read_gold_from_proc",
+        "infinite_loop"]
+
+
+@pytest.mark.parametrize("name", COLD)
+def test_probe_through_the_cold_sandbox(name, tmp_path):
+    probe = BY_NAME[name]
+    verdict, effects = run_probe(probe, tmp_path, sandbox="cold")
+    assert verdict.reward == 0.0 and verdict.outcome in probe.expected, verdict
+    assert effects == []
+    assert verdict.details["sandbox"] == "cold"
 
 
 # The same hacks under the fallback isolation (rlimits + own uid, no bubblewrap), where this machine

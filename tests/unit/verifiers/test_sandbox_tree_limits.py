@@ -30,15 +30,26 @@ def needs_cgroups():
         pytest.skip(f"no cgroups here: {cgroups.cgroup_bases()}")
 
 
-def test_a_tree_of_processes_is_held_to_one_memory_limit():
+def _my_cgroups() -> list[str]:
+    mine = f"rlvr-sbx-{os.getpid()}-*"  # the runs of this process (other sessions may be verifying right now)
+    return glob.glob(f"/sys/fs/cgroup/*/{mine}") + glob.glob(f"/sys/fs/cgroup/*/*/*/{mine}")
+
+
+@pytest.mark.parametrize("sandbox", ["cold", "warm"])
+def test_a_tree_of_processes_is_held_to_one_memory_limit(sandbox):
     needs_cgroups()
+    if sandbox == "warm" and detect_isolation("auto").level != "bwrap+uid":
+        pytest.skip("the warm sandbox needs bwrap+uid")
     # 12 children x 100 MiB: each under its own 256 MiB address-space limit, the tree far over 320 MiB
-    v = CodeVerifier(timeout_s=4.0, memory_mb=256)
+    v = CodeVerifier(timeout_s=4.0, memory_mb=256, sandbox=sandbox)
     res = v.verify(TASK, TREE_BOMB)
     assert (res.outcome, res.reward) == ("violation", 0.0) and res.details["limit"] == "memory (whole process tree)"
-    mine = f"rlvr-sbx-{os.getpid()}-*"  # the runs of this process (other sessions may be verifying right now)
-    assert not glob.glob(f"/sys/fs/cgroup/*/{mine}") + glob.glob(f"/sys/fs/cgroup/*/*/*/{mine}")
-    assert v.verify(TASK, GOOD).outcome == "pass"
+    assert res.details["sandbox"] == sandbox
+    # cold: the run's cgroup is gone; warm: at most empty ones kept for the next run, removed at exit
+    assert not [d for d in _my_cgroups() if cgroups._pids(d)]
+    cgroups.close_free_cgroups()
+    assert not _my_cgroups()
+    assert v.verify(TASK, GOOD).outcome == "pass"  # the warm server survived the OOM kill of its job
 
 
 def test_without_cgroups_the_fallback_is_loud_and_verification_goes_on(monkeypatch, capsys):

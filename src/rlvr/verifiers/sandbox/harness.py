@@ -22,6 +22,7 @@ import sys
 try:  # inside the harness process the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
+    from rlvr.verifiers.sandbox.forkserver import serve_forever
     from rlvr.verifiers.sandbox.values import (
         Context,
         ValueUnavailable,
@@ -288,13 +289,12 @@ def run_job(job, cfg):
     return {"outcome": "pass", "details": {"calls": cand.calls}}
 
 
-def main():
+def _setup(cfg):
+    """Limits, then (where the machine allows) the harness's own unprivileged uid."""
     import resource
 
-    cfg = json.loads(sys.argv[1])
     for name, value in cfg["rlimits"]:
         resource.setrlimit(getattr(resource, name), (value, value))
-    sys.path.extend(cfg.get("sys_path") or [])
     if cfg.get("uid") is not None:  # least privilege: the tests need no root, only their pipes and cwd
         import ctypes
         import os
@@ -303,11 +303,64 @@ def main():
         os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
         os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
         ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
-    if hasattr(sys, "set_int_max_str_digits"):  # big-int answers cross as JSON digits (parse cost bounded)
-        sys.set_int_max_str_digits(100_000)
-    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+
+
+def _judge(cfg, job_bytes):
     try:
-        result = run_job(job, cfg)
+        result = run_job(json.loads(job_bytes.decode("utf-8")), cfg)
     except BaseException as e:  # noqa: BLE001 - the harness's own failure is infra
         result = {"outcome": "infra", "details": {"error": f"harness: {type(e).__name__}: {str(e)[:300]}"}}
     send_msg(cfg["fd_result"], result)
+
+
+def warm_job(job, fds):
+    """The warm harness worker (forked from the harness template, one per job): as ``main`` below, with
+    the job's pipes received from the host and the job itself on the ``job`` pipe."""
+    import os
+
+    out = fds.pop("out")
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    cfg = dict(job["cfg"], fd_to=fds["to"], fd_from=fds["from"], fd_result=fds["result"])
+    _setup(cfg)
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # dies with the server (set after the uid drop)
+    if os.getppid() == 1:  # the server is already gone
+        return 1
+    os.chdir(job["cwd"])
+    if "random" in sys.modules:  # imported by the template: reseed, as a fresh interpreter would be
+        sys.modules["random"].seed()
+    chunks = []
+    while True:
+        chunk = os.read(fds["job"], 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    _judge(cfg, b"".join(chunks))
+    sys.stdout.flush()
+    return 0
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    sys.path.extend(cfg.get("sys_path") or [])
+    if hasattr(sys, "set_int_max_str_digits"):  # big-int answers cross as JSON digits (parse cost bounded)
+        sys.set_int_max_str_digits(100_000)
+    if cfg.get("server"):  # the warm harness template (forkserver.py): dies with its parent
+        import ctypes
+        import importlib
+        import signal
+
+        ctypes.CDLL(None).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+        for name in ("typing", "collections", "math", "re", "itertools", "functools", "resource"):
+            importlib.import_module(name)
+        import gc
+
+        gc.freeze()
+        serve_forever(cfg["ctl_fd"], warm_job)
+        return
+    _setup(cfg)
+    _judge(cfg, sys.stdin.buffer.read())

@@ -297,6 +297,9 @@ def isolation_report(mode: str = "auto") -> dict:
     d.update(tree_limit_report())
     d["cgroup_used"] = not d["tree_limits"].startswith("none")
     from rlvr.verifiers.sandbox.launch import harness_can_drop_root
+    from rlvr.verifiers.sandbox.warm import warm_report
+
+    d.update(warm_report(iso))  # "sandbox": warm | cold (function tests under sandbox="auto"), and why
 
     d["harness"] = (
         "own unprivileged uid + no_new_privs"

