@@ -45,8 +45,6 @@ def unsupported_reason(model) -> str | None:
         return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
     if getattr(inner.rotary_emb, "rope_type", "default") not in STATIC_ROPE_TYPES:
         return "a dynamic RoPE type"
-    if getattr(model, "is_gradient_checkpointing", False):
-        return "gradient checkpointing is on (the HF forward recomputes activations)"
     if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout is on"
     if getattr(cfg, "sliding_window", None) is not None and (
@@ -60,8 +58,11 @@ def unsupported_reason(model) -> str | None:
         if not all(type(p) is linear for p in (att.q_proj, att.k_proj, att.v_proj, att.o_proj, mlp.gate_proj,
                                                 mlp.up_proj, mlp.down_proj)):
             return f"layer {i} has non-plain projection modules (adapters, quantisation, ...)"
-    if any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in model.modules()):
-        return "the model has forward hooks"
+    for m in model.modules():
+        if m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook"):
+            return "the model has forward hooks"
+        if getattr(m, "gradient_checkpointing", False) is True:
+            return "gradient checkpointing is on (the HF forward recomputes activations)"
     return None
 
 
@@ -159,17 +160,32 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
     h = F.embedding(pk.ids, inner.embed_tokens.weight)
     cos, sin = inner.rotary_emb(h, pk.pos[None])
     cos, sin = cos[0][:, None, :], sin[0][:, None, :]  # [N, 1, D]
+    cis = None
     N = h.shape[0]
     for layer in inner.layers:
         att, mlp = layer.self_attn, layer.mlp
         D = att.head_dim
         Hq, Hkv = att.q_proj.out_features // D, att.k_proj.out_features // D
         x = _rms(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
-        qkv = F.linear(x, torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]),
-                       _cat_bias(att.q_proj, att.k_proj, att.v_proj))
-        qk = qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D)
-        qk = qk * cos + _rotate_half(qk) * sin
-        heads = torch.cat([qk, qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)], 1).transpose(0, 1)  # [Hq+2Hkv, N, D]
+        w = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight])
+        b = _cat_bias(att.q_proj, att.k_proj, att.v_proj)
+        if COMPLEX_ROPE and x.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(x.device.type):
+            # RoPE as one complex multiply: q/k rows permuted per head to (j, j + D/2) pairs (scores q·k
+            # do not change when q and k are permuted alike), rotated in place in the matmul's output
+            perm = _pair_permutation(Hq + Hkv, Hkv, D, w.device)
+            w = w.index_select(0, perm)
+            b = None if b is None else b.index_select(0, perm)
+            heads = F.linear(x, w, b).view(N, Hq + 2 * Hkv, D)
+            if cis is None:
+                cis = torch.complex(cos[..., :D // 2], sin[..., :D // 2])  # [N, 1, D/2]
+            qk = torch.view_as_complex(heads[:, :Hq + Hkv].unflatten(-1, (D // 2, 2)))
+            qk.mul_(cis)
+        else:
+            qkv = F.linear(x, w, b)
+            qk = qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D)
+            qk = qk * cos + _rotate_half(qk) * sin
+            heads = torch.cat([qk, qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)], 1)
+        heads = heads.transpose(0, 1)  # [Hq + 2 Hkv, N, D]
         o = _attention(_to_view(heads, pk), pk, Hq, Hkv, att.scaling)                     # [Hq, N, D]
         o = o.transpose(0, 1).reshape(N, Hq * D)
         h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
@@ -180,11 +196,24 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
     return _rms(h, inner.norm.weight, inner.norm.variance_epsilon)
 
 
+def _pair_permutation(Hqk: int, Hkv: int, D: int, device) -> torch.Tensor:
+    """Rows of the fused q/k/v weight reordered so that each q and k head's half-split RoPE layout
+    ``(j, j + D/2)`` becomes adjacent pairs ``(2j, 2j + 1)``; v's rows unchanged."""
+    half = torch.arange(D // 2, device=device)
+    one = torch.stack([half, half + D // 2], -1).reshape(-1)
+    qk = (one[None, :] + D * torch.arange(Hqk, device=device)[:, None]).reshape(-1)
+    return torch.cat([qk, torch.arange(Hqk * D, (Hqk + Hkv) * D, device=device)])
+
+
 def _cat_bias(*mods) -> torch.Tensor | None:
     if all(m.bias is None for m in mods):
         return None
     return torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in mods])
 
+
+COMPLEX_ROPE = True
+"""fp32/fp64 without autocast: RoPE as one in-place complex multiply on pair-permuted q/k (else HF's
+``q cos + rotate_half(q) sin``, which costs a concatenation, a negation and three more elementwise ops)."""
 
 ATTENTION = "bmm"
 """``bmm``: scores, softmax and values as batched matmuls with an additive causal mask; ``sdpa``:

@@ -152,5 +152,24 @@ def test_bf16_autocast_is_close_to_the_hf_forward():
 
 def test_gradient_checkpointing_takes_the_hf_forward():
     model = llama()
-    model.gradient_checkpointing_enable()
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
     assert "checkpointing" in unsupported_reason(model)
+
+
+def test_kl_is_exactly_zero_while_the_policy_is_the_reference():
+    # the reference pass (no grad) and the training forward run the same packed ops on the same
+    # micro-batches (shared prompts included): identical logprobs, so KL is exactly 0 at step 0
+    import copy
+
+    model = llama()
+    ref = copy.deepcopy(model).eval()
+    prompt = [4, 11, 12, 13]
+    g = torch.Generator().manual_seed(3)
+    seqs = [prompt + torch.randint(3, 100, (n,), generator=g).tolist() for n in (5, 2, 7, 3)]
+    masks = [[0] * 4 + [1] * (len(s) - 4) for s in seqs]
+    batch = TrainBatch(seqs, masks, [[0.0] * len(s) for s in seqs], None, [1.0, -1.0, 0.5, -0.5])
+    cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=8), micro_batch_size=4,
+                  kl=KLConfig(beta=0.04))
+    batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 1.0, 4)
+    met = rl.update_minibatch(model, batch, cfg, 0, on_policy=True)
+    assert packed_forward.supports(model) and met["kl/ref"] == 0.0

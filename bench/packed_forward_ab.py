@@ -1,0 +1,107 @@
+"""CPU time of rlvr's update on the packed training forward vs the HF forward, same process, alternating.
+
+    PYTHONPATH=src python bench/packed_forward_ab.py --size 1m          # ~1 min on 1 busy core
+    PYTHONPATH=src python bench/packed_forward_ab.py --size 5m --rounds 6
+
+GRPO: one update of ``rl.update_minibatch`` with β = 0.04 on 8 prompts (``mul21`` train tasks) × G = 8
+completions of 4-32 random tokens (seeded), preceded by the frozen reference's logprobs
+(``rl.reference_logprobs``): reference forward + training forward + backward, micro-batch = 64 rows.
+DPO: one ``preference.paired_step`` on 32 pairs of ``bench/dpo_vs_trl.py``'s pairs (chosen and rejected in
+one forward + backward). Each round runs the HF path (``packed_forward.supports`` forced False) and the
+packed path back to back; the time is ``time.process_time()`` with one torch thread (CPU time, so load
+from other users of the machine perturbs it far less than wall time); the table gives the median and min
+over the rounds after ``--warmup`` and the ratio of the mins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def grpo_case(size: str):
+    from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
+    from rlvr.data.arithmetic import generate
+    from rlvr.data.chat import encode_prompt
+    from rlvr.data.collate import TrainBatch
+    from rlvr.models.tiny import build_tiny
+    from rlvr.trainers import rl
+
+    model, tok = build_tiny(None, size=size, seed=0)
+    model.train()
+    ref = copy.deepcopy(model).eval()
+    g = torch.Generator().manual_seed(0)
+    seqs, masks, adv = [], [], []
+    for t in generate(["mul21"], 8, split="train", seed=0):
+        p = list(encode_prompt(tok, t))
+        for _ in range(8):
+            n = int(torch.randint(4, 33, (1,), generator=g))
+            seqs.append(p + torch.randint(3, 100, (n,), generator=g).tolist())
+            masks.append([0] * len(p) + [1] * n)
+            adv.append(float(torch.randn(1, generator=g)))
+    batch = TrainBatch(seqs, masks, [[0.0] * len(s) for s in seqs], None, adv)
+    cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=32), micro_batch_size=64,
+                  kl=KLConfig(beta=0.04))
+
+    def step():
+        batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 1.0, 64)
+        model.zero_grad(set_to_none=True)
+        rl.update_minibatch(model, batch, cfg, 0, on_policy=True)
+    return step
+
+
+def dpo_case(size: str):
+    from dpo_vs_trl import make_pairs
+
+    from rlvr.config.preference import DPOLoss, PreferenceStage
+    from rlvr.data.preference import as_pairs, records_from_rows
+    from rlvr.models.tiny import build_tiny
+    from rlvr.trainers import preference
+
+    model, tok = build_tiny(None, size=size, seed=0)
+    model.train()
+    data = preference.encode_pairs(tok, as_pairs(records_from_rows(make_pairs(32), "bench"), "dpo"), 256)
+    stage = PreferenceStage(loss=DPOLoss(beta=0.1), batch_size=32, micro_batch_size=32)
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        preference.paired_step(model, data, list(range(32)), stage, 0, False)
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--size", default="1m")
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    a = ap.parse_args()
+    torch.set_num_threads(1)
+    from rlvr.models import packed_forward
+
+    supported = packed_forward.supports
+    for name, make in (("grpo update", grpo_case), ("dpo step", dpo_case)):
+        step = make(a.size)
+        times: dict[str, list[float]] = {"hf": [], "packed": []}
+        for _ in range(a.rounds):
+            for mode in ("hf", "packed"):
+                packed_forward.supports = (lambda m: False) if mode == "hf" else supported
+                t0 = time.process_time()
+                step()
+                times[mode].append(time.process_time() - t0)
+        packed_forward.supports = supported
+        kept = {m: ts[a.warmup:] for m, ts in times.items()}
+        for m, ts in kept.items():
+            print(f"{a.size} {name:12s} {m:7s} median {statistics.median(ts):.4f} s  min {min(ts):.4f} s")
+        print(f"{a.size} {name:12s} packed/hf (min) {min(kept['packed']) / min(kept['hf']):.3f}")
+
+
+if __name__ == "__main__":
+    main()
