@@ -7,7 +7,7 @@
 ``measure(sizes, steps, bf16)`` (imported by ``bench/run.py``) returns, per tiny-model size,
 ``{"params", "tokens_per_s", "gflops", "bf16_peak_gflops", "fraction_of_peak"}`` plus a few diagnostics.
 
-What is timed: ``rlvr.trainers.common.sft_step`` (packing on, as the SFT stage's default) followed by
+What is timed: ``rlvr.trainers.common.sft_step`` (packing on; on this data no two examples fit a row, so it is the bucketed step) followed by
 ``optimizer_step`` (clip + AdamW), i.e. one whole optimizer step of the SFT stage, on 64 demonstrations of
 the quickstart's SFT data (built-in add2/add3/mul31 worked solutions, 37-53 tokens), torch threads = 2.
 The first step is warm-up; the figure is the median of ``steps`` timed steps.

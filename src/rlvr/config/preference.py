@@ -96,8 +96,10 @@ class PairBuilder(Section):
     """Keep a pair only if its score margin (chosen - rejected) exceeds this."""
     batch_size: int = Field(256, ge=1)
     """Completions decoded together in one generation batch: larger batches spread the fixed cost of each
-    decode step over more rows (the quickstart's 1m model: 1024), at the cost of KV-cache memory
-    (layers x 2 x rows x kv_heads x (prompt + max_new_tokens) x head_dim values)."""
+    decode step over more rows (1m model, 4,648 samples: 28 s at 1024 vs 46 s at 256 wall on 2 busy threads;
+    CPU time 11.7 vs 12.9 s on 1 thread), at the cost of KV-cache memory
+    (layers x 2 x rows x kv_heads x (prompt + max_new_tokens) x head_dim values). The rows share one random
+    stream, so another batch size draws other samples (statistically the same, not the same pairs)."""
 
 
 class PairsFile(Section):

@@ -59,9 +59,9 @@ class SampleSFTBase(Section):
     """Truncate prompt+completion to this many tokens."""
     bucketing: bool = True
     """Group sequences of similar length in a micro-batch."""
-    packing: bool = True
+    packing: bool = False
     """Pack several kept samples into one row no longer than the step's longest (as ``sft.packing``: attention
-    within each sample, same loss and gradient)."""
+    within each sample, same loss and gradient; off by default, see there)."""
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=5, schedule="constant")
     """Optimiser and schedule (over all rounds' steps)."""
     max_minutes: float | None = None

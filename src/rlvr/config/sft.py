@@ -54,11 +54,12 @@ class SFTStage(Section):
     """Truncate prompt+completion to this many tokens."""
     bucketing: bool = True
     """Group sequences of similar length in a micro-batch to cut padding."""
-    packing: bool = True
+    packing: bool = False
     """Pack several examples into one row, no longer than the step's longest example (attention kept within
-    each example, positions restarting at each; same loss and gradient as unpacked). It pays when lengths vary
-    widely; where no two examples fit in the longest one (e.g. the built-in arithmetic) every row holds one
-    example and the step is the bucketed one. Measured: ``bench/sft_throughput.py``."""
+    each example, positions restarting at each; same loss and gradient as unpacked). Off by default: on this
+    CPU it measured no faster than bucketing (ragged 16-256-token rows, CPU time: 0.95-1.03x at 1m, 0.99x at
+    5m, ``bench/sft_throughput.py --packing-compare --cpu-time``); where no two examples fit in the longest
+    (e.g. the built-in arithmetic) it is exactly the bucketed step."""
     save_every: int = Field(200, ge=0)
     """Write a checkpoint every N steps (0: only at the end)."""
     keep_last: int = Field(2, ge=0)

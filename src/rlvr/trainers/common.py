@@ -188,7 +188,8 @@ def packing_supported(model) -> bool:
             pos = torch.tensor([[0, 1, 2, 3] * 2], device=model.device)
             packed = model(input_ids=ids, position_ids=pos, attention_mask=None, use_cache=False).logits[0, 4:]
             alone = model(input_ids=ids[:, :4], use_cache=False).logits[0]
-        ok = bool(torch.allclose(packed.float(), alone.float(), atol=1e-3, rtol=1e-3))
+        tol = 1e-3 if packed.dtype == torch.float32 else 3e-2  # half-precision weights: rounding, not leaks
+        ok = bool(torch.allclose(packed.float(), alone.float(), atol=tol, rtol=tol))
         if not ok:
             import warnings
 
