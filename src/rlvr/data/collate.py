@@ -47,8 +47,21 @@ def split_overhead(model, packed: bool = False) -> int:
     return base * PACKED_OVERHEAD_FACTOR if packed else base
 
 
-def plan_micro_batches(lengths: list[int], cap: int, overhead: int) -> list[list[int]]:
-    """Cut rows into micro-batches of at most ``cap`` rows that minimise padded compute.
+MICRO_TOKEN_BUDGET = {"cpu": 256}
+"""Most padded tokens in one micro-batch, by device type (others: no budget). Activation memory grows with
+a micro-batch's tokens (+100-470 MB for one 64-row micro-batch of the tiny models), while on CPU a
+forward/backward call costs little next to its tokens, so a budget bounds the peak for almost no time.
+Chosen with ``bench/packed_forward_ab.py --budgets`` (CPU time in-process, see docs/packed_forward.md)."""
+
+
+def micro_token_budget(model) -> int | None:
+    """The per-micro-batch token budget (see :data:`MICRO_TOKEN_BUDGET`) for ``model``'s device."""
+    return MICRO_TOKEN_BUDGET.get(next(model.parameters()).device.type)
+
+
+def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int | None = None) -> list[list[int]]:
+    """Cut rows into micro-batches of at most ``cap`` rows (and, given ``budget``, at most ``budget`` padded
+    tokens, a longer row alone excepted) that minimise padded compute.
 
     Rows are sorted by length; a micro-batch made of the sorted rows ``[i, j)`` costs
     ``(j - i) * lengths[j - 1] + overhead`` (its padded tokens plus a fixed cost per forward/backward).
@@ -65,6 +78,8 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int) -> list[list
     cut = np.zeros(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
         lo = max(0, j - cap)
+        if budget is not None:  # rows [i, j) pad to srt[j - 1]: at most budget // srt[j - 1] of them
+            lo = max(lo, j - max(1, budget // max(1, int(srt[j - 1]))))
         cost = best[lo:j] + (j - np.arange(lo, j)) * srt[j - 1] + overhead
         k = int(cost.argmin())
         best[j], cut[j] = cost[k], lo + k

@@ -34,7 +34,7 @@ from rlvr.advantages import zero_variance_groups
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
-from rlvr.data.collate import TrainBatch, pad_batch, plan_micro_batches, split_overhead
+from rlvr.data.collate import TrainBatch, micro_token_budget, pad_batch, plan_micro_batches, split_overhead
 from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
@@ -177,7 +177,7 @@ def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) 
     mini-batch ``batch.subset(rows)``."""
     fwd = [i for i in rows if i < len(batch)]
     plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro,
-                              split_overhead(model, packed_forward.supports(model)))
+                              split_overhead(model, packed_forward.supports(model)), micro_token_budget(model))
     return [[fwd[k] for k in m] for m in plan]
 
 
