@@ -47,7 +47,7 @@ def split_overhead(model, packed: bool = False) -> int:
     return base * PACKED_OVERHEAD_FACTOR if packed else base
 
 
-MICRO_TOKEN_BUDGET = {"cpu": 256}
+MICRO_TOKEN_BUDGET = {"cpu": 512}
 """Most padded tokens in one micro-batch, by device type (others: no budget). Activation memory grows with
 a micro-batch's tokens (+100-470 MB for one 64-row micro-batch of the tiny models), while on CPU a
 forward/backward call costs little next to its tokens, so a budget bounds the peak for almost no time.
@@ -59,28 +59,43 @@ def micro_token_budget(model) -> int | None:
     return MICRO_TOKEN_BUDGET.get(next(model.parameters()).device.type)
 
 
-def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int | None = None) -> list[list[int]]:
+def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int | None = None,
+                       groups: list | None = None) -> list[list[int]]:
     """Cut rows into micro-batches of at most ``cap`` rows (and, given ``budget``, at most ``budget`` padded
     tokens, a longer row alone excepted) that minimise padded compute.
 
     Rows are sorted by length; a micro-batch made of the sorted rows ``[i, j)`` costs
-    ``(j - i) * lengths[j - 1] + overhead`` (its padded tokens plus a fixed cost per forward/backward).
+    ``(j - i) * max(lengths[i:j]) + overhead`` (its padded tokens plus a fixed cost per forward/backward).
     An exact dynamic programme over the cut points, O(n * cap), finds the cheapest cutting. The loss
     does not depend on the cutting (every micro-batch divides by the mini-batch's global denominators);
     only the padding the model computes on does. Returns lists of row indices, shortest rows first.
+
+    ``groups`` (a hashable key per row, e.g. its prompt): rows of one group are kept next to each other,
+    groups ordered by their longest row, so that a cut forced by ``budget`` splits as few groups as it can
+    (the packed forward computes a prefix the rows of one micro-batch share once).
     """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    n = len(order)
+    n = len(lengths)
     if n == 0:
         return []
+    if groups is None:
+        order = sorted(range(n), key=lambda i: lengths[i])
+    else:
+        first: dict = {}
+        longest: dict = {}
+        for i, g in enumerate(groups):
+            first.setdefault(g, i)
+            longest[g] = max(longest.get(g, 0), lengths[i])
+        order = sorted(range(n), key=lambda i: (longest[groups[i]], first[groups[i]], lengths[i]))
     srt = np.array([lengths[i] for i in order], dtype=np.int64)
     best = np.zeros(n + 1, dtype=np.int64)
     cut = np.zeros(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
         lo = max(0, j - cap)
-        if budget is not None:  # rows [i, j) pad to srt[j - 1]: at most budget // srt[j - 1] of them
-            lo = max(lo, j - max(1, budget // max(1, int(srt[j - 1]))))
-        cost = best[lo:j] + (j - np.arange(lo, j)) * srt[j - 1] + overhead
+        width = np.maximum.accumulate(srt[lo:j][::-1])[::-1]          # max(lengths[i:j]) for i = lo .. j-1
+        size = j - np.arange(lo, j)
+        cost = best[lo:j] + size * width + overhead
+        if budget is not None:  # over budget: not allowed, unless the micro-batch is one row
+            cost = np.where((size * width > budget) & (size > 1), np.iinfo(np.int64).max, cost)
         k = int(cost.argmin())
         best[j], cut[j] = cost[k], lo + k
     micros, j = [], n
