@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python bench/packed_forward_ab.py --size 1m          # ~1 min on 1 busy core
     PYTHONPATH=src python bench/packed_forward_ab.py --size 5m --rounds 6
+    PYTHONPATH=src python bench/packed_forward_ab.py --size 1m --budgets 0,256,512,1024   # token budgets
 
 GRPO: one update of ``rl.update_minibatch`` with β = 0.04 on 8 prompts (``mul21`` train tasks) × G = 8
 completions of 4-32 random tokens (seeded), preceded by the frozen reference's logprobs
