@@ -111,20 +111,24 @@ def main() -> None:
 
 
 def budget_ab(a, budgets: list[int]) -> None:
-    """CPU time of each case under each token budget (``collate.MICRO_TOKEN_BUDGET["cpu"]``), alternating."""
+    """CPU time of each case under each token budget (set through ``collate.MICRO_ACTIVATION_BUDGET["cpu"]``),
+    alternating."""
     from rlvr.data import collate
+    from rlvr.models.tiny import SIZES
 
-    saved = collate.MICRO_TOKEN_BUDGET.get("cpu")
+    hidden, layers = SIZES[a.size][:2]
+
+    saved = collate.MICRO_ACTIVATION_BUDGET.get("cpu")
     for name, make in (("grpo update", grpo_case), ("dpo step", dpo_case)):
         step = make(a.size)
         times: dict[int, list[float]] = {b: [] for b in budgets}
         for _ in range(a.rounds):
             for b in budgets:
-                collate.MICRO_TOKEN_BUDGET["cpu"] = b or None
+                collate.MICRO_ACTIVATION_BUDGET["cpu"] = b * hidden * layers if b else None
                 t0 = time.process_time()
                 step()
                 times[b].append(time.process_time() - t0)
-        collate.MICRO_TOKEN_BUDGET["cpu"] = saved
+        collate.MICRO_ACTIVATION_BUDGET["cpu"] = saved
         base = min(times[budgets[0]][a.warmup:])
         for b, ts in times.items():
             ts = ts[a.warmup:]

@@ -47,16 +47,22 @@ def split_overhead(model, packed: bool = False) -> int:
     return base * PACKED_OVERHEAD_FACTOR if packed else base
 
 
-MICRO_TOKEN_BUDGET = {"cpu": 512}
-"""Most padded tokens in one micro-batch, by device type (others: no budget). Activation memory grows with
-a micro-batch's tokens (+100-470 MB for one 64-row micro-batch of the tiny models), while on CPU a
-forward/backward call costs little next to its tokens, so a budget bounds the peak for almost no time.
-Chosen with ``bench/packed_forward_ab.py --budgets`` (CPU time in-process, see docs/packed_forward.md)."""
+MICRO_ACTIVATION_BUDGET = {"cpu": 512 * 256 * 6}
+"""Most padded tokens × hidden size × layers in one micro-batch, by device type (others: no budget): 512
+tokens of the 5m tiny model, 1536 of the 1m. Activation memory grows with a micro-batch's tokens and the
+model's width and depth, while a cut costs a call's fixed cost and the prompt a group no longer shares, so
+the budget in tokens shrinks as the model grows. See docs/packed_forward.md for the measured trade-off."""
 
 
 def micro_token_budget(model) -> int | None:
-    """The per-micro-batch token budget (see :data:`MICRO_TOKEN_BUDGET`) for ``model``'s device."""
-    return MICRO_TOKEN_BUDGET.get(next(model.parameters()).device.type)
+    """The per-micro-batch token budget for ``model`` (see :data:`MICRO_ACTIVATION_BUDGET`), None: none."""
+    budget = MICRO_ACTIVATION_BUDGET.get(next(model.parameters()).device.type)
+    cfg = getattr(model, "config", None)
+    width = getattr(cfg, "hidden_size", None)
+    depth = getattr(cfg, "num_hidden_layers", None)
+    if budget is None or not isinstance(width, int) or not isinstance(depth, int):
+        return None
+    return max(1, budget // (width * depth))
 
 
 def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int | None = None,

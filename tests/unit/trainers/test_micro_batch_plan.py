@@ -111,9 +111,11 @@ def test_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
     grads = []
     for budget in (None, 16):  # the single padded batch vs micro-batches of at most 16 padded tokens
         if budget is None:
-            monkeypatch.delitem(collate.MICRO_TOKEN_BUDGET, "cpu", raising=False)
+            monkeypatch.delitem(collate.MICRO_ACTIVATION_BUDGET, "cpu", raising=False)
         else:
-            monkeypatch.setitem(collate.MICRO_TOKEN_BUDGET, "cpu", budget)
+            c = model.config
+            monkeypatch.setitem(collate.MICRO_ACTIVATION_BUDGET, "cpu", budget * c.hidden_size * c.num_hidden_layers)
+        assert collate.micro_token_budget(model) == budget
         assert len(collate.plan_micro_batches([len(s) for s in seqs], 6, 10**9, budget)) == (1 if budget is None else 4)
         model.zero_grad(set_to_none=True)
         update_minibatch(model, batch, cfg, 0, on_policy=False)
