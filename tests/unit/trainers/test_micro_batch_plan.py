@@ -121,3 +121,31 @@ def test_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
         update_minibatch(model, batch, cfg, 0, on_policy=False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+def test_dpo_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
+    from rlvr.config.preference import DPOLoss, PreferenceStage
+    from rlvr.trainers.preference import PairData, pair_micro_batches, paired_step
+
+    model, _ = load_pretrained(tiny_dir)
+    lens = [(3, 6), (9, 4), (5, 5), (12, 7)]
+    rows = lambda n, k: ([4, 7] + [20 + (k + j) % 30 for j in range(n)], [0, 0] + [1] * n)  # noqa: E731
+    data = PairData([rows(c, i) for i, (c, _) in enumerate(lens)], [rows(r, i + 9) for i, (_, r) in enumerate(lens)],
+                    torch.tensor([[-20.0, -18.0], [-30.0, -12.0], [-15.0, -16.0], [-40.0, -22.0]]),
+                    torch.zeros(4), torch.zeros(4), torch.ones(4), torch.zeros(4))
+    stage = PreferenceStage(loss=DPOLoss(beta=0.1), batch_size=4, micro_batch_size=4)
+    c = model.config
+    grads = []
+    for budget in (None, 32):  # one micro-batch vs at most 32 padded tokens
+        if budget is None:
+            monkeypatch.delitem(collate.MICRO_ACTIVATION_BUDGET, "cpu", raising=False)
+        else:
+            monkeypatch.setitem(collate.MICRO_ACTIVATION_BUDGET, "cpu", budget * c.hidden_size * c.num_hidden_layers)
+        micros = pair_micro_batches(model, data, [0, 1, 2, 3], 4)
+        assert sorted(i for m in micros for i in m) == [0, 1, 2, 3]
+        if budget is not None:  # pairs 2 (7, 7 tokens) and 0 (5, 8) pad to 2 pairs x 2 sides x 8 = 32; 1 (11, 6) and 3 (14, 9) go alone
+            assert micros == [[2, 0], [1], [3]]
+        model.zero_grad(set_to_none=True)
+        paired_step(model, data, [0, 1, 2, 3], stage, 0, False)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
