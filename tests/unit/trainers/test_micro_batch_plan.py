@@ -143,7 +143,8 @@ def test_dpo_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
             monkeypatch.setitem(collate.MICRO_ACTIVATION_BUDGET, "cpu", budget * c.hidden_size * c.num_hidden_layers)
         micros = pair_micro_batches(model, data, [0, 1, 2, 3], 4)
         assert sorted(i for m in micros for i in m) == [0, 1, 2, 3]
-        if budget is not None:  # pairs 2 (7, 7 tokens) and 0 (5, 8) pad to 2 pairs x 2 sides x 8 = 32; 1 (11, 6) and 3 (14, 9) go alone
+        if budget is not None:  # pairs 2 (7, 7 tokens a side) and 0 (5, 8) pad to 2 pairs x 2 sides x 8 = 32;
+            # 1 (11, 6) and 3 (14, 9) go alone
             assert micros == [[2, 0], [1], [3]]
         model.zero_grad(set_to_none=True)
         paired_step(model, data, [0, 1, 2, 3], stage, 0, False)
