@@ -33,7 +33,11 @@ torch.set_num_threads(THREADS)
 
 
 def peak_rss_mb() -> dict:
-    """This process's peak resident set size, MiB: ``ru_maxrss`` (KiB on Linux) and /proc's ``VmHWM``.
+    """This process's peak resident set size, MiB: ``ru_maxrss`` (KiB on Linux), /proc's ``VmHWM``, and
+    ``peak_mb``, the figure to compare: ``VmHWM`` where /proc has it. A spawned worker's ``ru_maxrss``
+    carries its PARENT's RSS at spawn time (Linux keeps the forked copy's high-water mark across the
+    exec: a parent holding 1.5 GB spawns a child reading ru_maxrss 1515 MB, VmHWM 15 MB), so in a
+    benchmark whose driver has imported TRL and built models it is the driver's figure, not the side's.
 
     Call it at the end of a worker: each side of a comparison runs in its own spawned process, so the
     figure is that side's own peak (imports, models, optimizer state, activations), nothing else's.
@@ -47,6 +51,7 @@ def peak_rss_mb() -> dict:
                 out["vmhwm_mb"] = round(int(line.split()[1]) / 1024, 1)
     except OSError:
         pass
+    out["peak_mb"] = out.get("vmhwm_mb", out["ru_maxrss_mb"])
     return out
 
 

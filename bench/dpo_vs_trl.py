@@ -293,7 +293,7 @@ def bench(a, progress=None) -> dict:
         ratio[s] = {"step": summary["rlvr"]["step"]["median"] / summary[s]["step"]["median"],
                     "paired_median": statistics.median(paired_ratios(res["rlvr"]["step"][a.skip:],
                                                                      res[s]["step"][a.skip:]))}
-        rss_ratio[s] = res["rlvr"]["rss"]["ru_maxrss_mb"] / res[s]["rss"]["ru_maxrss_mb"]
+        rss_ratio[s] = res["rlvr"]["rss"]["peak_mb"] / res[s]["rss"]["peak_mb"]
     head = "trl_pre" if "trl_pre" in trl_sides else trl_sides[0]  # the target is against TRL's fastest setting
     return {"benchmark": "dpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
             "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
@@ -326,7 +326,7 @@ def report(a, out: dict) -> None:
         l0 = out["step0_loss"][s]
         print(fmt_row([s, f"{m['step']['median']:.4f}", f"{m['step']['min']:.4f}", f"{m['step']['max']:.4f}",
                        f"{out['rows'][s]['trained']}/{out['rows'][s]['of']}", "-" if l0 is None else f"{l0:.5f}",
-                       f"{out['rss_mb'][s]['ru_maxrss_mb']:.0f}"], w))
+                       f"{out['rss_mb'][s]['peak_mb']:.0f}"], w))
     for s, r in ratio.items():
         tgt = f"; target <= 0.5: {'MET' if r['step'] <= 0.5 else 'MISSED'}" if s == out["headline"] else ""
         print(f"ratio rlvr/{s}: {r['step']:.3f} (paired per-step median {r['paired_median']:.3f}){tgt}; "

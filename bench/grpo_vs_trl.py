@@ -360,7 +360,7 @@ def bench(a, progress=None) -> dict:
     return {"benchmark": "grpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
             "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
-            "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["ru_maxrss_mb"] / rss["trl"]["ru_maxrss_mb"],
+            "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["peak_mb"] / rss["trl"]["peak_mb"],
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
             "target": 0.4, "met": ratio["step"] <= 0.4, "per_step": res}
 
@@ -387,7 +387,7 @@ def report(a, out: dict) -> None:
         ln = statistics.fmean(res[s]["completion_len"][a.skip:])
         print(fmt_row([s, f"{m['step']['median']:.3f}", f"{m['step']['min']:.3f}", f"{m['step']['max']:.3f}",
                        f"{m['generate']['median']:.3f}", f"{m['train']['median']:.3f}", f"{ln:.1f}",
-                       f"{r['trained']}/{r['of']}", f"{out['rss_mb'][s]['ru_maxrss_mb']:.0f}"], w))
+                       f"{r['trained']}/{r['of']}", f"{out['rss_mb'][s]['peak_mb']:.0f}"], w))
     print(f"ratio rlvr/TRL: step {ratio['step']:.3f} (paired per-step median {ratio['paired_median']:.3f}), "
           f"generate {ratio['generate']:.3f}, train {ratio['train']:.3f}; target <= 0.4: "
           f"{'MET' if ratio['step'] <= 0.4 else 'MISSED'}; peak RSS ratio {out['rss_ratio']:.2f} (target <= 0.7)")

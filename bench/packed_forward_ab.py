@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python bench/packed_forward_ab.py --size 1m          # ~1 min on 1 busy core
     PYTHONPATH=src python bench/packed_forward_ab.py --size 5m --rounds 6
+    PYTHONPATH=src python bench/packed_forward_ab.py --size 1m --budgets 0,256,512,1024   # token budgets
 
 GRPO: one update of ``rl.update_minibatch`` with β = 0.04 on 8 prompts (``mul21`` train tasks) × G = 8
 completions of 4-32 random tokens (seeded), preceded by the frozen reference's logprobs
@@ -82,9 +83,15 @@ def main() -> None:
     ap.add_argument("--size", default="1m")
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--budgets", default=None,
+                    help="comma-separated per-micro-batch token budgets (0 = none) to compare on the packed path "
+                         "instead of HF vs packed, e.g. 0,128,256,512")
     a = ap.parse_args()
     torch.set_num_threads(1)
     from rlvr.models import packed_forward
+
+    if a.budgets:
+        return budget_ab(a, [int(b) for b in a.budgets.split(",")])
 
     supported = packed_forward.supports
     for name, make in (("grpo update", grpo_case), ("dpo step", dpo_case)):
@@ -101,6 +108,32 @@ def main() -> None:
         for m, ts in kept.items():
             print(f"{a.size} {name:12s} {m:7s} median {statistics.median(ts):.4f} s  min {min(ts):.4f} s")
         print(f"{a.size} {name:12s} packed/hf (min) {min(kept['packed']) / min(kept['hf']):.3f}")
+
+
+def budget_ab(a, budgets: list[int]) -> None:
+    """CPU time of each case under each token budget (set through ``collate.MICRO_ACTIVATION_BUDGET["cpu"]``),
+    alternating."""
+    from rlvr.data import collate
+    from rlvr.models.tiny import SIZES
+
+    hidden, layers = SIZES[a.size][:2]
+
+    saved = collate.MICRO_ACTIVATION_BUDGET.get("cpu")
+    for name, make in (("grpo update", grpo_case), ("dpo step", dpo_case)):
+        step = make(a.size)
+        times: dict[int, list[float]] = {b: [] for b in budgets}
+        for _ in range(a.rounds):
+            for b in budgets:
+                collate.MICRO_ACTIVATION_BUDGET["cpu"] = b * hidden * layers if b else None
+                t0 = time.process_time()
+                step()
+                times[b].append(time.process_time() - t0)
+        collate.MICRO_ACTIVATION_BUDGET["cpu"] = saved
+        base = min(times[budgets[0]][a.warmup:])
+        for b, ts in times.items():
+            ts = ts[a.warmup:]
+            print(f"{a.size} {name:12s} budget {b or 'none':>5}  median {statistics.median(ts):.4f} s  "
+                  f"min {min(ts):.4f} s  min/first {min(ts) / base:.3f}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,8 @@ JSON shape (``--json``)::
 
 A size record: ``params``, ``rlvr_step_s`` / ``trl_step_s`` (medians of the steady-state steps), ``ratio``
 (rlvr / TRL of those medians), ``paired_ratio`` (median of back-to-back per-step ratios),
-``rlvr_rss_mb`` / ``trl_rss_mb`` (each side's peak RSS, ``ru_maxrss``), ``rss_ratio``, ``rows`` (rows each
+``rlvr_rss_mb`` / ``trl_rss_mb`` (each side's peak RSS: ``VmHWM``,
+see ``_common.peak_rss_mb``), ``rss_ratio``, ``rows`` (rows each
 side trained over the measured steps, counted from its own internals, ``of`` the rows sampled),
 ``loss_check`` (both losses on one fixed batch, side by side), GRPO also ``generate`` / ``train`` medians.
 The flat keys of ``grpo`` / ``dpo`` copy the size with the largest (worst) step ratio, named by
@@ -99,8 +100,8 @@ def size_record(out: dict, trl_side: str) -> dict:
     rss = out["rss_mb"]
     rec = {"params": out["model_params"], "rlvr_step_s": s["rlvr"]["step"]["median"],
            "trl_step_s": s[trl_side]["step"]["median"], "ratio": r["step"], "paired_ratio": r["paired_median"],
-           "rlvr_rss_mb": rss["rlvr"]["ru_maxrss_mb"], "trl_rss_mb": rss[trl_side]["ru_maxrss_mb"],
-           "rss_ratio": rss["rlvr"]["ru_maxrss_mb"] / rss[trl_side]["ru_maxrss_mb"],
+           "rlvr_rss_mb": rss["rlvr"]["peak_mb"], "trl_rss_mb": rss[trl_side]["peak_mb"],
+           "rss_ratio": rss["rlvr"]["peak_mb"] / rss[trl_side]["peak_mb"],
            "steps": s["rlvr"]["step"]["n"], "rows": out["rows"], "loss_check": out.get("loss_check"),
            "interleaved": all(v.get("interleaved", True) for v in out["per_step"].values()),
            "modules": out.get("modules"), "seconds_total": out["seconds_total"], "trl_side": trl_side,

@@ -47,25 +47,61 @@ def split_overhead(model, packed: bool = False) -> int:
     return base * PACKED_OVERHEAD_FACTOR if packed else base
 
 
-def plan_micro_batches(lengths: list[int], cap: int, overhead: int) -> list[list[int]]:
-    """Cut rows into micro-batches of at most ``cap`` rows that minimise padded compute.
+MICRO_ACTIVATION_BUDGET = {"cpu": 512 * 256 * 6}
+"""Most padded tokens × hidden size × layers in one micro-batch, by device type (others: no budget): 512
+tokens of the 5m tiny model, 1536 of the 1m. Activation memory grows with a micro-batch's tokens and the
+model's width and depth, while a cut costs a call's fixed cost and the prompt a group no longer shares, so
+the budget in tokens shrinks as the model grows. See docs/packed_forward.md for the measured trade-off."""
+
+
+def micro_token_budget(model) -> int | None:
+    """The per-micro-batch token budget for ``model`` (see :data:`MICRO_ACTIVATION_BUDGET`), None: none."""
+    budget = MICRO_ACTIVATION_BUDGET.get(next(model.parameters()).device.type)
+    cfg = getattr(model, "config", None)
+    width = getattr(cfg, "hidden_size", None)
+    depth = getattr(cfg, "num_hidden_layers", None)
+    if budget is None or not isinstance(width, int) or not isinstance(depth, int):
+        return None
+    return max(1, budget // (width * depth))
+
+
+def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int | None = None,
+                       groups: list | None = None) -> list[list[int]]:
+    """Cut rows into micro-batches of at most ``cap`` rows (and, given ``budget``, at most ``budget`` padded
+    tokens, a longer row alone excepted) that minimise padded compute.
 
     Rows are sorted by length; a micro-batch made of the sorted rows ``[i, j)`` costs
-    ``(j - i) * lengths[j - 1] + overhead`` (its padded tokens plus a fixed cost per forward/backward).
+    ``(j - i) * max(lengths[i:j]) + overhead`` (its padded tokens plus a fixed cost per forward/backward).
     An exact dynamic programme over the cut points, O(n * cap), finds the cheapest cutting. The loss
     does not depend on the cutting (every micro-batch divides by the mini-batch's global denominators);
     only the padding the model computes on does. Returns lists of row indices, shortest rows first.
+
+    ``groups`` (a hashable key per row, e.g. its prompt): rows of one group are kept next to each other,
+    groups ordered by their longest row, so that a cut forced by ``budget`` splits as few groups as it can
+    (the packed forward computes a prefix the rows of one micro-batch share once).
     """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    n = len(order)
+    n = len(lengths)
     if n == 0:
         return []
+    if groups is None:
+        order = sorted(range(n), key=lambda i: lengths[i])
+    else:
+        first: dict = {}
+        longest: dict = {}
+        for i, g in enumerate(groups):
+            first.setdefault(g, i)
+            longest[g] = max(longest.get(g, 0), lengths[i])
+        order = sorted(range(n), key=lambda i: (longest[groups[i]], first[groups[i]], lengths[i]))
     srt = np.array([lengths[i] for i in order], dtype=np.int64)
     best = np.zeros(n + 1, dtype=np.int64)
     cut = np.zeros(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
         lo = max(0, j - cap)
-        cost = best[lo:j] + (j - np.arange(lo, j)) * srt[j - 1] + overhead
+        width = np.maximum.accumulate(srt[lo:j][::-1])[::-1]          # max(lengths[i:j]) for i = lo .. j-1
+        size = j - np.arange(lo, j)
+        cost = best[lo:j] + size * width + overhead
+        if budget is not None:  # over budget: not allowed, unless the micro-batch is one row
+            cost = np.where((size * width > budget) & (size > 1), np.iinfo(np.int64).max, cost)
         k = int(cost.argmin())
         best[j], cut[j] = cost[k], lo + k
     micros, j = [], n

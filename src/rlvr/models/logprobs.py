@@ -128,11 +128,14 @@ def sequence_logprobs(model, rows: list[tuple[list[int], list[int]]], pad_id: in
 
 @torch.no_grad()
 def cached_sequence_logprobs(model, rows, pad_id: int, micro: int, bf16: bool = False) -> torch.Tensor:
-    """Summed logprobs of every row under ``model`` (no grad), in micro-batches sorted by length -> [R]."""
+    """Summed logprobs of every row under ``model`` (no grad), in length-sorted micro-batches of at most
+    ``micro`` rows and the device's token budget (see ``rlvr.data.collate.plan_micro_batches``) -> [R]."""
+    from rlvr.data.collate import micro_token_budget, plan_micro_batches, split_overhead
+
     out = torch.zeros(len(rows))
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
-    for s in range(0, len(order), micro):
-        idx = order[s:s + micro]
+    plan = plan_micro_batches([len(r[0]) for r in rows], micro, split_overhead(model, packed_forward.supports(model)),
+                              micro_token_budget(model))
+    for idx in plan:
         lp, _ = sequence_logprobs(model, [rows[i] for i in idx], pad_id, bf16)
         out[idx] = lp.float().cpu()
     return out

@@ -31,10 +31,12 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.preference import PreferenceStage
 from rlvr.data.chat import encode_completion, encode_prompt, stop_token_ids
+from rlvr.data.collate import micro_token_budget, plan_micro_batches, split_overhead
 from rlvr.data.order import data_order
 from rlvr.data.preference import as_pairs, as_unpaired, encode_pair, encode_unpaired, fit_length
 from rlvr.errors import ConfigError
 from rlvr.losses.preference import kto, kto_reference_point, rgpo_weights, weighted_mean
+from rlvr.models import packed_forward
 from rlvr.models.load import is_peft, load_model_and_tokenizer
 from rlvr.models.logprobs import cached_sequence_logprobs, sequence_logprobs
 from rlvr.rollout.engine import SamplingParams
@@ -104,11 +106,19 @@ def rgpo_tables(votes: list[list[int] | None]):
     return rgpo_weights(table)
 
 
+def pair_micro_batches(model, data: PairData, idx: list[int], micro: int) -> list[list[int]]:
+    """``idx`` cut by :func:`plan_micro_batches` (at most ``micro`` pairs and the device's token budget):
+    chosen and rejected share one forward, so a pair weighs twice its longer side in padded tokens."""
+    lengths = [2 * max(len(data.chosen[i][0]), len(data.rejected[i][0])) for i in idx]
+    plan = plan_micro_batches(lengths, micro, split_overhead(model, packed_forward.supports(model)),
+                              micro_token_budget(model))
+    return [[idx[k] for k in m] for m in plan]
+
+
 def paired_step(model, data: PairData, idx: list[int], stage, pad_id: int, bf16: bool) -> dict:
     """Forward/backward one optimizer step's pairs in micro-batches (each divided by the step's pair count);
     returns step-mean metrics."""
-    order = sorted(idx, key=lambda i: len(data.chosen[i][0]) + len(data.rejected[i][0]))
-    micros = [order[s:s + stage.micro_batch_size] for s in range(0, len(order), stage.micro_batch_size)]
+    micros = pair_micro_batches(model, data, idx, stage.micro_batch_size)
     total = len(idx)
     variant, wt = preference_variant(stage.loss), weighting(stage.weighting)
 

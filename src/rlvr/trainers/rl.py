@@ -34,7 +34,7 @@ from rlvr.advantages import zero_variance_groups
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
-from rlvr.data.collate import TrainBatch, pad_batch, plan_micro_batches, split_overhead
+from rlvr.data.collate import TrainBatch, micro_token_budget, pad_batch, plan_micro_batches, split_overhead
 from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
@@ -176,8 +176,11 @@ def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) 
     """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
     mini-batch ``batch.subset(rows)``."""
     fwd = [i for i in rows if i < len(batch)]
+    prompts = [tuple(batch.input_ids[i][:batch.loss_mask[i].index(1)]) if 1 in batch.loss_mask[i] else i
+               for i in fwd]  # keep a group's rows together: the packed forward shares their prompt
     plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro,
-                              split_overhead(model, packed_forward.supports(model)))
+                              split_overhead(model, packed_forward.supports(model)), micro_token_budget(model),
+                              prompts)
     return [[fwd[k] for k in m] for m in plan]
 
 
