@@ -186,9 +186,8 @@ def run_verifier(a, say) -> dict:
     except ImportError as e:
         return {"missing": f"bench/humaneval_verify.py could not be imported ({e})"}
     fig = humaneval_verify.measure(a.workers)
-    fig.pop("rows", None)
-    fig["return_none_all_rejected"] = not fig.get("unexpected", {}).get("return None")
-    fig["canonical_all_passed"] = not fig.get("unexpected", {}).get("canonical")
+    fig["return_none_all_rejected"] = fig["broken_pass"] == 0
+    fig["canonical_all_passed"] = fig["canonical_pass"] == fig["items"]
     return fig
 
 
