@@ -27,24 +27,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-SUPPORTED_CLASSES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
-STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
+from rlvr.models.arch import llama_family_reason
 
 
 def unsupported_reason(model) -> str | None:
     """None when ``model`` can take the packed training forward, else why not (then: the HF forward)."""
-    name = type(model).__name__
     if hasattr(model, "peft_config"):
         return "a peft/LoRA-wrapped model"
-    if name not in SUPPORTED_CLASSES:
-        return f"{name} is not one of {sorted(SUPPORTED_CLASSES)}"
-    cfg, inner = model.config, getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
-        return f"{name} has no .model.layers / .model.rotary_emb"
-    if getattr(cfg, "hidden_act", None) != "silu":
-        return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
-    if getattr(inner.rotary_emb, "rope_type", "default") not in STATIC_ROPE_TYPES:
-        return "a dynamic RoPE type"
+    why = llama_family_reason(model)
+    if why:
+        return why
+    name, cfg, inner = type(model).__name__, model.config, model.model
     if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
         return "attention dropout is on"
     if getattr(cfg, "sliding_window", None) is not None and (

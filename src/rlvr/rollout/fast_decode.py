@@ -46,8 +46,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-SUPPORTED_CLASSES = {"LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"}
-STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
+from rlvr.models.arch import llama_family_reason
+
 """RoPE types whose inverse frequencies are fixed at init (read from the model's ``inv_freq`` buffer)."""
 FUSE_MAX_BYTES = 1 << 30
 """Fuse gate/up weights (a per-generate copy) only when the copy is at most this many bytes."""
@@ -74,17 +74,10 @@ def unsupported_reason(model, capacity: int) -> str | None:
         if getattr(active, "is_prompt_learning", False):
             return "a peft prompt-learning adapter is active"
         model = base_model(model)
-    name = type(model).__name__
-    if name not in SUPPORTED_CLASSES:
-        return f"{name} is not one of {sorted(SUPPORTED_CLASSES)}"
-    cfg, inner = model.config, getattr(model, "model", None)
-    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
-        return f"{name} has no .model.layers / .model.rotary_emb"
-    if getattr(cfg, "hidden_act", None) != "silu":
-        return f"hidden_act {getattr(cfg, 'hidden_act', None)!r} is not 'silu'"
-    rope_type = getattr(inner.rotary_emb, "rope_type", "default")
-    if rope_type not in STATIC_ROPE_TYPES:
-        return f"rope type {rope_type!r} is not one of {sorted(STATIC_ROPE_TYPES)}"
+    why = llama_family_reason(model)
+    if why:
+        return why
+    name, cfg, inner = type(model).__name__, model.config, model.model
     window = getattr(cfg, "sliding_window", None)
     sliding = window is not None and (name == "MistralForCausalLM" or "sliding_attention" in (
         getattr(cfg, "layer_types", None) or []))
