@@ -65,7 +65,7 @@ def get_verifier(kind_or_name: str, **options: Any) -> Verifier:
     cls = verifier_class(kind_or_name)
     try:
         return cls(**options)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise ConfigError(f"verifier {kind_or_name!r}: bad options {sorted(options)} ({e})") from e
 
 

@@ -14,7 +14,8 @@ statement starting with SELECT/WITH/VALUES (and, when sqlglot is installed, a pa
 type is a query). A progress handler enforces the time limit; rows beyond ``max_rows`` or
 ``max_result_bytes`` stop the fetch.
 
-Comparison: same column count (names and aliases do not matter); rows as multisets, or -- when the
+Comparison: same column count, in the gold's order (names and aliases do not matter; ``column_order="any"``
+accepts any order of the columns: :mod:`rlvr.verifiers.sql_columns`); rows as multisets, or -- when the
 gold query has a top-level ORDER BY -- in the gold's order, where rows tied on the gold's ORDER BY keys
 may come in any order (and a LIMIT that cuts a tie group accepts any of its rows; see
 :mod:`rlvr.verifiers.sql_order`); ints exactly, floats within ``float_tol`` (relative and absolute);
@@ -59,6 +60,7 @@ from rlvr.envs.sqlite_guard import (
 )
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.extract import extract_answer
+from rlvr.verifiers.sql_columns import matching_orders
 from rlvr.verifiers.sql_order import order_spec, ordered_match
 
 _COMMENT_RE = re.compile(r"\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$)|\(", re.DOTALL)
@@ -90,14 +92,20 @@ class SqlVerifier:
     text/blob bytes; float_tol: relative and absolute tolerance for floats; max_sql_chars: longer SQL
     is a violation; max_completion_chars: longer completions are ``format``; max_value_bytes: SQLite's
     length limit for one string/blob; heap_mb: SQLite's process-wide hard heap limit (0 = leave it);
-    use_sqlglot: also check the statement type with sqlglot when it is installed.
+    use_sqlglot: also check the statement type with sqlglot when it is installed; column_order: "strict"
+    (columns in the gold's order, BIRD's rule: the default) or "any" (a reordering of the candidate's
+    columns may match, one for every variant -- Spider's test-suite rule, :mod:`rlvr.verifiers.sql_columns`).
     """
 
     name = "sql"
 
     def __init__(self, timeout_s: float = 5.0, max_rows: int = 10_000, max_result_bytes: int = 16_000_000,
                  float_tol: float = 1e-6, max_sql_chars: int = 20_000, max_completion_chars: int = 100_000,
-                 max_value_bytes: int = 1_000_000, heap_mb: int = 512, use_sqlglot: bool = True) -> None:
+                 max_value_bytes: int = 1_000_000, heap_mb: int = 512, use_sqlglot: bool = True,
+                 column_order: str = "strict") -> None:
+        if column_order not in ("any", "strict"):
+            raise ValueError(f"SqlVerifier column_order: {column_order!r} is not 'any' or 'strict'")
+        self.column_order = column_order
         self.timeout_s = float(timeout_s)
         self.max_rows = int(max_rows)
         self.max_result_bytes = int(max_result_bytes)
@@ -158,6 +166,7 @@ class SqlVerifier:
             return refused[0], {**details, "reason": refused[1]}
         ordered = has_top_level_order_by(gold_sql, self.use_sqlglot)
         deadline = time.monotonic() + self.timeout_s
+        orders: set[tuple[int, ...]] | None = None  # the column orders that matched every variant so far
         for i, src in enumerate(sources):
             try:
                 gold_rows, gold_cols = self._gold(src, gold_sql)
@@ -167,16 +176,24 @@ class SqlVerifier:
             rows, ncols = self._run(src, sql, deadline, trusted=False)
             if ncols != gold_cols:
                 return "wrong", {**details, "variant": i, "reason": f"{ncols} columns, expected {gold_cols}"}
-            if ties is not None:
-                row_eq = functools.partial(_row_eq, tol=self.float_tol)
-                value_eq = functools.partial(_value_eq, tol=self.float_tol)
-                same = len(rows) == len(gold_rows) and ordered_match(ties[0], ties[1], ties[2], rows, row_eq, value_eq)
-            else:
-                same = rows_match(gold_rows, rows, ordered, self.float_tol)
-            if not same:
+            orders = matching_orders(gold_rows, rows, ncols, self.float_tol,
+                                     self._rows_equal(gold_rows, ties, ordered), orders,
+                                     self.column_order == "any")
+            if not orders:
                 why = " (order matters; rows tied on the ORDER BY keys may come in any order)" if ordered else ""
                 return "wrong", {**details, "variant": i, "reason": "rows differ" + why}
+        if orders and tuple(range(len(next(iter(orders))))) not in orders:
+            details["column_order"] = list(min(orders))
         return "pass", details
+
+    def _rows_equal(self, gold_rows: list[tuple], ties: tuple | None, ordered: bool):
+        """``same(rows)``: do candidate rows (columns already in the gold's order) match the gold's?"""
+        if ties is None:
+            return lambda rows: rows_match(gold_rows, rows, ordered, self.float_tol)
+        row_eq = functools.partial(_row_eq, tol=self.float_tol)
+        value_eq = functools.partial(_value_eq, tol=self.float_tol)
+        return lambda rows: len(rows) == len(gold_rows) and ordered_match(ties[0], ties[1], ties[2], rows,
+                                                                          row_eq, value_eq)
 
     def _ties(self, src: tuple[str, str], gold_sql: str, gold_rows: list[tuple], ncols: int) -> tuple | None:
         """(the gold's full ordered rows, their ORDER BY keys, the gold's offset into them), or None
