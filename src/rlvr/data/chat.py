@@ -63,3 +63,22 @@ def encode_demos(tasks, tokenizer, max_length: int, what: str = "SFT") -> list[t
                             "assistant turn in 'messages')")
         out.append(encode_example(tokenizer, t, t.solution, max_length))
     return out
+
+
+def check_prompt_lengths(tasks, tokenizer, model, max_new_tokens: int, where: str) -> None:
+    """Refuse, before anything is generated, tasks whose prompt plus ``max_new_tokens`` does not fit the
+    model's positions (``config.max_position_embeddings``; no such field: nothing to check). Past its
+    positions a RoPE model still runs -- on positions it never saw -- so the damage would be silent."""
+    from rlvr.errors import DataError
+
+    max_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if not max_pos:
+        return
+    texts = [prompt_text(tokenizer, t) for t in tasks]
+    lens = [len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"]] if texts else []
+    over = [(t, n) for t, n in zip(tasks, lens) if n + max_new_tokens > max_pos]
+    if over:
+        t, n = max(over, key=lambda x: x[1])
+        raise DataError(f"{where}: {len(over)} of {len(tasks)} prompts do not fit the model's {max_pos} positions "
+                        f"with max_new_tokens = {max_new_tokens}: the longest, task {t.id!r}, is {n} tokens "
+                        f"(fits: prompt <= {max_pos - max_new_tokens}). Lower max_new_tokens or drop those tasks")

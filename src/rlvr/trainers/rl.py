@@ -34,6 +34,7 @@ from rlvr.advantages import zero_variance_groups
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
+from rlvr.data.chat import check_prompt_lengths
 from rlvr.data.collate import TrainBatch, micro_token_budget, pad_batch, plan_micro_batches, split_overhead
 from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
@@ -363,6 +364,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     engine = dist.engine(model, tok, bf16=model_cfg.autocast_bf16)
     agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)
+    if agent is None:
+        check_prompt_lengths(stream.tasks, tok, model, stage.sampling.max_new_tokens, f"stage {stage.name}: data")
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=judge, health=stage.health, crash_at_step=crash_at_step,

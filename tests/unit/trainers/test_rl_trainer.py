@@ -126,3 +126,22 @@ def test_lora_reference_is_the_base_with_adapters_disabled_and_resume_is_exact(t
     assert not any("lora" in k for k in wa)  # the final model is merged: a plain HF checkpoint
     for k in wa:
         assert torch.allclose(wa[k], wb[k], atol=1e-6, rtol=0), k
+
+
+def test_prompts_that_do_not_fit_the_model_are_refused_before_any_rollout(tmp_path):
+    """A prompt + max_new_tokens beyond the model's positions: a DataError naming the task, the lengths and
+    the fix, raised when the stage opens (nothing generated, no checkpoint written)."""
+    from rlvr.config.data import JsonlTasks
+    from rlvr.errors import DataError
+    from rlvr.models.tiny import build_tiny
+
+    model_dir = tmp_path / "short"
+    build_tiny(model_dir, size="test", seed=0, max_position_embeddings=40)
+    data = tmp_path / "tasks.jsonl"
+    rows = [{"id": "short", "prompt": "1+1=", "answer": "2"},
+            {"id": "long", "prompt": "1+" * 20 + "1=", "answer": "21"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    st = stage(data=JsonlTasks(path=str(data)), sampling=SamplingConfig(group_size=2, max_new_tokens=16))
+    with pytest.raises(DataError, match=r"1 of 2 prompts.*40 positions.*task 'long'.*max_new_tokens"):
+        train_rl(st, ModelConfig(path=str(model_dir)), tmp_path / "run", judge=parity_judge)
+    assert not (tmp_path / "run" / st.name / "checkpoints").exists()
