@@ -171,9 +171,10 @@ class AgentRollout:
         if self.critic is not None:
             save_critic(self.critic.critic, folder)
 
-    def step(self, stream, seed: int, step: int, needs_all: bool) -> tuple[TrainBatch, dict]:
-        """One rollout batch -> (training rows, metrics)."""
-        stage = self.stage
+    def step(self, stream, seed: int, step: int, needs_all: bool, stage=None) -> tuple[TrainBatch, dict]:
+        """One rollout batch -> (training rows, metrics). ``stage``: this step's stage with the health
+        actions' knobs applied (temperature, group size, ...); default the stage it was built with."""
+        stage = stage or self.stage
         tasks = stream.take(stage.tasks_per_step)
         trajs = self.collector.collect(tasks, stage.sampling.group_size, stage.sampling.temperature,
                                        stage.sampling.top_p, seed=seed * 100003 + step * 97)

@@ -385,7 +385,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0 or variant.trains_zero_advantage
         ro, stale = None, 0
         if agent is not None:  # multi-turn closed loop (trainers/agent.py)
-            batch, ro_rec = agent.step(stream, seed, run.step, needs_all)
+            batch, ro_rec = agent.step(stream, seed, run.step, needs_all, stage)
             cursor = stream.cursor
         else:
             ro, extra, cursor = dist.rollouts(make, run.step)

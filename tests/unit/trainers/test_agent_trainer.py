@@ -108,3 +108,24 @@ def test_single_turn_options_are_refused_or_off_in_the_closed_loop():
         RLStage(**base, sampling={"dynamic_sampling": "correct"})
     with pytest.raises(ValidationError, match=r"reward terms \['length'\] apply to single-turn"):
         RLStage(**base, rewards=[{"name": "correct"}, {"name": "length", "weight": 0.1}])
+
+
+def test_health_knobs_reach_the_multi_turn_rollout():
+    """raise_temperature / grow_group move the stage's sampling knobs; the multi-turn rollout must sample with
+    the moved values (it used the stage it was built with: the actions did nothing in agent runs)."""
+    from rlvr.monitoring.health_actions import apply_knobs
+
+    model, tok = build_tiny(size="test", seed=1)
+    st = stage(TrajectoryCredit())
+    agent = AgentRollout(st, HFEngine(model, tok), tok, model)
+    seen = {}
+
+    def collect(tasks, group_size=1, temperature=1.0, top_p=1.0, **kw):
+        seen.update(n=len(tasks), group_size=group_size, temperature=temperature)
+        raise StopIteration
+
+    agent.collector.collect = collect
+    moved = apply_knobs(st, {"temperature": 2.0, "group_size": 6})
+    with pytest.raises(StopIteration):
+        agent.step(TaskStream([echo_task(i) for i in range(6)], seed=0), seed=0, step=0, needs_all=False, stage=moved)
+    assert seen == {"n": 3, "group_size": 6, "temperature": 2.0}
