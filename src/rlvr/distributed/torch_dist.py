@@ -184,10 +184,10 @@ class TorchDist(DistContext):
                     p.grad.copy_(g)
             off += n
 
-    def agree(self, flag: bool) -> bool:
-        box = [bool(flag)]
+    def agree(self, obj):
+        box = [obj]
         td.broadcast_object_list(box, src=0)
-        return bool(box[0])
+        return box[0]
 
     def barrier(self) -> None:
         td.barrier()

@@ -399,7 +399,7 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
     if run.health is not None:
         info = f"{info} [{run.health.status}]".strip()
     if run.dist is not None:
-        stop = run.dist.agree(stop)  # rank 0 (which also evaluates) decides for every process
+        stop = _agree_with_main(run, stop)
     every = getattr(run.cfg, "log_every", 1) or 1
     if run.step % every == 0 or run.step == run.n_steps or any(k.startswith(("eval/", "heldout/")) for k in rec) or stop \
             or "health/action" in rec:
@@ -434,6 +434,18 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
                                   "ships_step": run.health.last_healthy_step if _ships_healthy(run) else run.step})
     run._t0 = time.perf_counter()
     return stop
+
+
+def _agree_with_main(run: StageRun, stop: bool) -> bool:
+    """Rank 0's stop decision and health knobs on every process: each rank's monitor sees its own share of
+    the rollouts, so left alone their actions would move β, the entropy coefficient or the temperature
+    apart and the ranks would train different losses; rank 0 (which also evaluates) decides for all."""
+    knobs = dict(run.health.knobs) if run.health is not None else None
+    stop, knobs = run.dist.agree((stop, knobs))
+    if knobs is not None:
+        run.health.knobs.clear()
+        run.health.knobs.update(knobs)
+    return bool(stop)
 
 
 ALERT_REPEAT = 25

@@ -62,9 +62,9 @@ class DistContext:
     def reduce_grads(self, model) -> None:
         """Sum the gradients of all processes into every process's ``.grad`` (before clipping)."""
 
-    def agree(self, flag: bool) -> bool:
-        """Rank 0's ``flag`` on every process (e.g. the health monitor's stop)."""
-        return flag
+    def agree(self, obj):
+        """Rank 0's ``obj`` on every process (the health monitor's stop and knobs; picklable)."""
+        return obj
 
     def barrier(self) -> None:
         """Wait for every process."""

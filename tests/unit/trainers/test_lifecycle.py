@@ -84,3 +84,37 @@ def test_health_history_survives_resume(tiny_dir, tmp_path):
     state = torch.load(tmp_path / "b" / "rl" / "checkpoints" / "step-000004" / "trainer_state.pt",
                        weights_only=False)["state"]
     assert len(state["health"]["history"]) == 4
+
+
+def test_every_rank_takes_rank_zeros_health_knobs(tiny_dir, tmp_path):
+    """Each rank's monitor sees its own rollouts; the knobs its actions move (β, entropy coefficient,
+    temperature, G) must be rank 0's on every process, or the ranks train different losses. A stand-in
+    process group hands back "rank 0's" knobs (a moved temperature) at every step: the stage samples at it
+    from the next step on and checkpoints it (before, only the stop decision was shared)."""
+    from rlvr.trainers.parallel import DistContext
+
+    class RankZeroMovedTheTemperature(DistContext):
+        def agree(self, obj):
+            stop, knobs = obj
+            return stop, {**knobs, "temperature": 1.7}
+
+    st = rl_stage()
+    import rlvr.trainers.rl as rl_mod
+
+    temps = []
+    orig = rl_mod.rollout_step
+
+    def spy(stage, *a, **kw):
+        temps.append(stage.sampling.temperature)
+        return orig(stage, *a, **kw)
+
+    rl_mod.rollout_step = spy
+    try:
+        train_rl(st, ModelConfig(path=tiny_dir), tmp_path / "r", seed=1, judge=parity_judge,
+                 dist=RankZeroMovedTheTemperature())
+    finally:
+        rl_mod.rollout_step = orig
+    assert temps == [1.0] + [1.7] * (st.max_steps - 1)
+    state = torch.load(tmp_path / "r" / "rl" / "checkpoints" / "step-000004" / "trainer_state.pt",
+                       weights_only=False)["state"]
+    assert state["health"]["knobs"]["temperature"] == 1.7
