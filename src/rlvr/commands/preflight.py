@@ -99,7 +99,7 @@ def check_tokenizer(path: Path, key: str, template: str) -> list[Problem]:
     return out
 
 
-def check_batches(i: int, st: Any) -> list[Problem]:
+def check_batches(i: int, st: Any, distributed: Any = None) -> list[Problem]:
     out = []
     pre = f"stages.{i}"
     if hasattr(st, "batch_size") and st.micro_batch_size > st.batch_size:
@@ -127,7 +127,7 @@ def check_batches(i: int, st: Any) -> list[Problem]:
             )
         from rlvr.trainers.variants import check_rl_combination
 
-        out += [Problem(f"{pre}.{key}", why) for key, why in check_rl_combination(st)]
+        out += [Problem(f"{pre}.{key}", why) for key, why in check_rl_combination(st, distributed)]
         if st.mini_batches > st.tasks_per_step * g:
             out.append(
                 Problem(
@@ -319,7 +319,7 @@ def check_recipe(recipe: Recipe, only: str | None = None, init_path: str | None 
     earlier_rm = False
     for i, st in enumerate(r.stages):
         if only is None or st.type == only:
-            probs += check_batches(i, st) + check_stage_inputs(i, st, earlier_rm) + check_pairs(i, st)
+            probs += check_batches(i, st, r.distributed) + check_stage_inputs(i, st, earlier_rm) + check_pairs(i, st)
             probs += check_judges(i, st, allow_unprobed_judge)
         earlier_rm = earlier_rm or st.type == "reward_model"
     return probs + check_tasks(r)

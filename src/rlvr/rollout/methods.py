@@ -23,6 +23,7 @@ import torch
 from rlvr.data.chat import encode_completion, encode_prompt
 from rlvr.data.collate import pad_batch
 from rlvr.data.types import Task
+from rlvr.errors import ConfigError
 from rlvr.models.logprobs import token_logprobs
 from rlvr.rollout.collector import RewardContext, Rollouts, collect, compose_rewards
 from rlvr.rollout.engine import SamplingParams
@@ -135,6 +136,10 @@ def eden_marker(tok) -> int:
 
 def eden_part(cfg, model, engine, tok, tasks, judge, sampling, rewards, k: int, seed: int) -> Rollouts:
     """``k`` samples per task from the prompt plus EDEN's perturbed position, re-based on the plain prompt."""
+    if getattr(engine, "model", None) is not model:
+        raise ConfigError(f"eden: the perturbed position is a forward hook on the trainer's model, but the rollout "
+                          f"engine ({type(engine).__name__}) samples from another copy that would not see it; EDEN "
+                          "needs the in-process HF engine (distributed.engine: hf, backend: local)")
     marker = eden_marker(tok)
     with perturbed_position(model, marker, cfg.noise_std, seed):
         part = collect(engine, tok, tasks, judge, sampling.model_copy(update={"group_size": k}), rewards, seed,

@@ -118,15 +118,18 @@ class MethodFlags:
     """What an RL-stage method (``rlvr.config.methods``) requires of the rest of the stage.
 
     ``single_turn``: it changes single-turn rollouts; ``group_relative``: its samples only mean something
-    through their group's baseline; ``per_token``: it gives the tokens of one sample different advantages."""
+    through their group's baseline; ``per_token``: it gives the tokens of one sample different advantages;
+    ``local_engine``: it samples from the trainer's own model with a change made to it (a forward hook), so
+    only the in-process HF engine sees the change (Ray rollout workers and vLLM sample from their copies)."""
 
     single_turn: bool = True
     group_relative: bool = False
     per_token: bool = False
+    local_engine: bool = False
 
 
 RL_METHODS: dict[str, MethodFlags] = {
-    "eden": MethodFlags(group_relative=True),
+    "eden": MethodFlags(group_relative=True, local_engine=True),
     "off_context": MethodFlags(group_relative=True, per_token=True),
     "double_rollout": MethodFlags(),
     "guidance": MethodFlags(group_relative=True),
@@ -135,8 +138,9 @@ RL_METHODS: dict[str, MethodFlags] = {
 """RL-stage field name -> its flags; ``check_rl_combination`` reads them against the loss variant's flags."""
 
 
-def check_rl_combination(stage) -> list[tuple[str, str]]:
-    """``(key, why)`` for each option of an RL stage that cannot go with its loss variant or rollout mode."""
+def check_rl_combination(stage, distributed=None) -> list[tuple[str, str]]:
+    """``(key, why)`` for each option of an RL stage that cannot go with its loss variant, its rollout mode
+    or the recipe's ``distributed`` section (a DistributedConfig; None: not checked)."""
     v, t = rl_variant(stage.loss), stage.loss.type
     out = []
     if stage.kl.beta > 0 and not v.allows_kl:
@@ -150,6 +154,11 @@ def check_rl_combination(stage) -> list[tuple[str, str]]:
         if flags.group_relative and not v.group_baseline(stage.loss):
             out.append((f"{name}.enabled", f"{name}'s samples are scored against their group, but loss {t!r} has "
                                            "no group baseline here"))
+        if flags.local_engine and distributed is not None and (distributed.engine, distributed.backend) != ("hf", "local"):
+            out.append((f"{name}.enabled", f"{name} changes the trainer's own model while it samples; with "
+                                           f"distributed.engine {distributed.engine!r} / backend "
+                                           f"{distributed.backend!r} the samples come from another copy, which "
+                                           "would not see it: use engine hf, backend local (or torchrun)"))
         if flags.per_token and not v.per_token_advantages:
             out.append((f"{name}.enabled", f"{name} gives the tokens of a sample different advantages, but loss "
                                            f"{t!r} weights each sequence by one advantage"))

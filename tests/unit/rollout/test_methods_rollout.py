@@ -55,6 +55,20 @@ def test_eden_samples_are_rebased_on_the_plain_prompt(tiny):
     assert all(len(lp) == len(c) for lp, c in zip(part.old_logprobs, part.completion_ids))
 
 
+def test_eden_refuses_an_engine_that_samples_from_another_copy(tiny):
+    """A remote engine (vLLM, Ray workers) never sees the hook on the trainer's model: refused, not silently plain."""
+    import copy
+
+    from rlvr.errors import ConfigError
+    from rlvr.rollout.hf_engine import HFEngine
+
+    model, tok, _ = tiny
+    other = HFEngine(copy.deepcopy(model), tok)
+    with pytest.raises(ConfigError, match="another copy"):
+        eden_part(EdenConfig(enabled=True), model, other, tok, [make_task("add2", 12, 34)], by_length,
+                  SamplingConfig(group_size=4, max_new_tokens=6), [RewardTerm()], 2, seed=0)
+
+
 def test_off_context_rescues_all_wrong_groups_with_capped_is(tiny):
     model, tok, engine = tiny
     tasks = [make_task("mul31", 347, 6), make_task("add2", 12, 34)]

@@ -149,6 +149,26 @@ def test_nonsensical_combinations_are_rejected(kw, key, words):
     assert check_rl_combination(stage()) == []
 
 
+@pytest.mark.parametrize("dist", [{"engine": "vllm"}, {"backend": "ray"}], ids=["vllm", "ray"])
+def test_eden_needs_the_in_process_engine(dist, tmp_path):
+    """EDEN's perturbed position is a forward hook on the trainer's model: vLLM and Ray rollout workers sample
+    from their own copies and would never see it (the samples would silently be plain ones)."""
+    from rlvr.commands.run import validate_command
+    from rlvr.config.distributed import DistributedConfig
+    from rlvr.errors import ConfigError
+
+    st = stage(eden={"enabled": True})
+    probs = check_rl_combination(st, DistributedConfig(**dist))
+    assert any(k == "eden.enabled" and "another copy" in why for k, why in probs), probs
+    assert check_rl_combination(st, DistributedConfig()) == []
+    bad = tmp_path / "bad.yaml"
+    sect = ", ".join(f"{k}: {v}" for k, v in dist.items())
+    bad.write_text(f"name: bad\nmodel: {{tiny: {{size: test}}}}\ndistributed: {{{sect}}}\nstages:\n  - type: rl\n"
+                   "    eden: {enabled: true}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml:6: stages.0.eden.enabled"):
+        validate_command(str(bad), [])
+
+
 def test_rlvr_validate_names_file_line_and_reason(tmp_path):
     from rlvr.commands.run import validate_command
     from rlvr.errors import ConfigError
