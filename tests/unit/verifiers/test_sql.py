@@ -7,6 +7,9 @@ import time
 import pytest
 
 from rlvr.data.types import Task
+from rlvr.errors import ConfigError
+from rlvr.verifiers.registry import get_verifier
+from rlvr.verifiers.sql_columns import MAX_REORDERINGS, reorderings
 from rlvr.verifiers.sql import (
     SqlVerifier,
     build_database,
@@ -192,3 +195,60 @@ def test_pickled_verifier_works(sv, dbs):
     clone = pickle.loads(pickle.dumps(sv))
     assert clone.verify(task("SELECT 1", database=dbs[0]), fence("SELECT 1")).passed
     assert not os.path.exists(os.path.join(os.path.dirname(dbs[0]), "x.sqlite"))
+
+# ---------------------------------------------------------------------------------- column order
+# strict by default (BIRD's rule); column_order="any" is Spider's test-suite rule (verifiers/sql_columns.py)
+
+
+def test_reordered_columns_pass_when_any_order_and_fail_by_default(dbs):
+    t = task("SELECT name, salary FROM emp WHERE dept = 'eng'", databases=list(dbs))
+    swapped = "SELECT salary, name FROM emp WHERE dept = 'eng'"
+    v = SqlVerifier(column_order="any").verify(t, fence(swapped))
+    assert v.passed and v.details["column_order"] == [1, 0]
+    strict = SqlVerifier().verify(t, fence(swapped))
+    assert strict.outcome == "wrong" and "rows differ" in strict.details["reason"]
+    same = SqlVerifier(column_order="strict").verify(t, fence("SELECT name AS n, salary FROM emp WHERE dept = 'eng'"))
+    assert same.passed and "column_order" not in same.details
+
+
+def test_reordering_keeps_the_ordered_row_rule(dbs):
+    t = task("SELECT name, salary FROM emp ORDER BY salary DESC", database=dbs[0])
+    assert SqlVerifier(column_order="any").verify(t, fence("SELECT salary, name FROM emp ORDER BY salary DESC")).passed
+    v = SqlVerifier(column_order="any").verify(t, fence("SELECT salary, name FROM emp ORDER BY salary"))
+    assert v.outcome == "wrong" and "order matters" in v.details["reason"]
+
+
+def test_columns_with_the_same_values_must_keep_their_pairing():
+    # the columns x and y hold the same values {1, 2, 3}, paired differently in each row: the reordering that
+    # fits the value multisets must still give the gold's rows
+    t = task("SELECT x, y FROM t", schema_sql="CREATE TABLE t (x INTEGER, y INTEGER); "
+                                                "INSERT INTO t VALUES (1,2),(2,3),(3,1);")
+    assert SqlVerifier(column_order="any").verify(t, fence("SELECT y, x FROM t")).passed  # the same pairs
+    # (1,1),(2,2),(3,3): each column holds {1, 2, 3}, so both orders are tried -- neither gives the gold's pairs
+    assert SqlVerifier(column_order="any").verify(t, fence("SELECT x, x FROM t")).outcome == "wrong"
+    assert SqlVerifier(column_order="any").verify(t, fence("SELECT y, y FROM t")).outcome == "wrong"
+
+
+def test_one_reordering_must_serve_every_variant(tmp_path):
+    a, b = str(tmp_path / "a.sqlite"), str(tmp_path / "b.sqlite")
+    build_database("CREATE TABLE t (x INTEGER, y INTEGER); INSERT INTO t VALUES (1,10),(2,20);", a)
+    build_database("CREATE TABLE t (x INTEGER, y INTEGER); INSERT INTO t VALUES (1,30),(2,40);", b)
+    t = task("SELECT x, y FROM t", databases=[a, b])
+    assert SqlVerifier(column_order="any").verify(t, fence("SELECT y, x FROM t")).passed  # the swap fits both variants
+    # columns as (x, y) where y < 25 (variant a) and as (y, x) elsewhere (variant b): each variant matches
+    # under some order, but no one order matches both
+    flip = "SELECT CASE WHEN y < 25 THEN x ELSE y END, CASE WHEN y < 25 THEN y ELSE x END FROM t"
+    v = SqlVerifier(column_order="any").verify(t, fence(flip))
+    assert v.outcome == "wrong" and v.details["variant"] == 1
+
+
+def test_the_search_is_bounded():
+    rows = [tuple([7] * 9)]
+    perms = list(reorderings(rows, rows, 9, 1e-6))  # 9! = 362,880 orders would all qualify
+    assert perms[0] == tuple(range(9)) and len(perms) == MAX_REORDERINGS
+    assert list(reorderings([(1, 2)], [(3, 4)], 2, 1e-6)) == [(0, 1)]  # no column fits: identity only
+
+
+def test_bad_column_order_option_names_the_option():
+    with pytest.raises(ConfigError, match="column_order"):
+        get_verifier("sql", column_order="sorted")
