@@ -84,6 +84,16 @@ class HealthConfig(Section):
     entropy_collapse_frac: float = 0.3
     """entropy_collapse: smoothed entropy below this fraction of the starting entropy. The seed table:
     0.48/1.83 = 0.26 is ENTROPY COLLAPSE, 0.56 is not."""
+    solved_pass_rate: float = Field(1.0, ge=0.0, le=1.0)
+    """entropy_collapse / entropy_trending_down stay quiet while the smoothed training pass rate is at or
+    above this (1.0, the default: never). Below 1 it treats a low entropy on a solved training set as
+    convergence rather than collapse -- e.g. 0.95: with G = 8 at p = 0.95, 66% of the groups are all-pass
+    already (p^G), so the stage is mostly spending rollouts on solved tasks. Off by default because the
+    seeds count a policy that turns deterministic as collapsed whatever its training pass rate (it stops
+    exploring and generalises worse), and a collapse on an easy task is often fastest to show up exactly
+    as the pass rate saturates; measured: the entropy-floor runs of bench/entropy_floor.py are flagged
+    ENTROPY COLLAPSE at a 0.96-0.99 training pass rate after solving their task, which 0.95 silences
+    (docs/health.md)."""
     stall_steps: int = Field(30, ge=1)
     """stalled: the smoothed pass rate moved by less than ``stall_delta`` over this many steps (3 windows:
     long enough that the EMA's lag and per-step noise do not look like a plateau)."""

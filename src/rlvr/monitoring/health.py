@@ -9,6 +9,7 @@ and returns an :class:`Alert` or nothing. The step's status is the labels of its
 Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`):
   entropy_trending_down  smoothed token entropy < ``entropy_trend_frac`` × its first-window mean, still falling
   entropy_collapse       smoothed token entropy < ``entropy_collapse_frac`` × its first-window mean (critical)
+                         (both entropy rules are quiet while the training pass rate is >= ``solved_pass_rate``, if set)
   stalled                smoothed pass rate moved < ``stall_delta`` over ``stall_steps`` steps
   kl_drift               smoothed per-token KL to the reference > ``kl_max``, or > ``kl_accel_min`` and
                          accelerating (``kl/ref_per_token`` when the stage logs it, else ``kl/ref``)
@@ -152,9 +153,12 @@ class HealthMonitor:
         return vals if vals else self._values("policy/entropy", updated_only=True)
 
     def _entropy(self) -> tuple[float, list[float]] | None:
-        """(starting entropy, smoothed series) once more than a window of it is known."""
+        """(starting entropy, smoothed series) once more than a window of it is known; None while the
+        training set is solved (``solved_pass_rate``: a converged policy's low entropy is no collapse)."""
         vals = self.entropy_values()
         if len(vals) <= self.cfg.window:
+            return None
+        if self.cfg.solved_pass_rate < 1.0 and self._smoothed("rollout/pass_rate") >= self.cfg.solved_pass_rate:
             return None
         return self._start(vals), ema_series(vals, self.cfg.window)
 

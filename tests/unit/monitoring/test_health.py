@@ -76,6 +76,21 @@ def test_a_leak_during_the_rollout_is_a_critical_alert():
 # ------------------------------------------------------------------ statuses over a smoothed history
 
 
+def test_low_entropy_on_a_solved_training_set_is_convergence_not_collapse():
+    """With solved_pass_rate 0.95, the same entropy fall at a 0.98 training pass rate raises nothing
+    (bench/entropy_floor.py's floor runs were flagged ENTROPY COLLAPSE once they had solved their task); at
+    0.5 it is a collapse; by default (1.0) there is no exemption."""
+    def run(rate, **cfg):
+        mon = HealthMonitor(HealthConfig(window=3, **cfg))
+        recs = [{**healthy(i), "rollout/pass_rate": rate} for i in range(3)] + \
+            [{**healthy(i), "policy/entropy": 0.01, "rollout/pass_rate": rate} for i in range(3, 9)]
+        return feed(mon, recs)[-1][0]
+
+    assert run(0.98, solved_pass_rate=0.95)["health/status"] == "healthy"
+    assert run(0.5, solved_pass_rate=0.95)["health/status"] == "ENTROPY COLLAPSE"
+    assert run(0.98)["health/status"] == "ENTROPY COLLAPSE"
+
+
 def seed_run(steps=40):
     """The seeds' entropy-collapse panel as a 40-step run: entropy 1.83 -> 0.11, KL 0.04 -> 0.44
     (accelerating at the end), pass rate 0.42 -> 0.79 then flat (seeds/000_*, the table the rules'
