@@ -4,6 +4,9 @@
 def quiet_hf() -> None:
     """No HF download/loading progress bars (rlvr shows its own progress); idempotent."""
     try:
+        from rlvr.models.hf import import_transformers
+
+        import_transformers()
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()

@@ -74,6 +74,9 @@ def check_model(recipe: Recipe, init_path: str | None) -> list[Problem]:
 def check_tokenizer(path: Path, key: str, template: str) -> list[Problem]:
     """The folder's tokenizer has a chat template (unless ``model.chat_template: plain``) and fits the model's
     vocabulary (a token id past the embedding table would crash mid-run, or silently read another row)."""
+    from rlvr.models.hf import import_transformers
+
+    import_transformers()
     from transformers import AutoTokenizer
 
     try:

@@ -44,6 +44,9 @@ def run_template_probe(model_dir: str | None, tool_role: str = "tool", console: 
     if not model_dir:
         raise ConfigError("rlvr probe template needs a model folder: rlvr probe template MODEL_DIR")
     try:
+        from rlvr.models.hf import import_transformers
+
+        import_transformers()
         from transformers import AutoTokenizer
 
         tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import ModelLoadError
+from rlvr.models.hf import import_transformers
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 
 RM_MARKER = "rlvr_reward_model.json"  # in a reward model's final/: marks it and names the policy it started from
@@ -44,6 +45,7 @@ def sequence_classifier_from_causal(causal, tokenizer, seed: int = 0):
     A LoRA-wrapped model is merged first (on a copy). The head's initialisation is seeded by ``seed``
     without touching the global RNG.
     """
+    import_transformers()
     from transformers import AutoModelForSequenceClassification
 
     if _is_peft(causal):
@@ -114,6 +116,7 @@ def token_values(critic, input_ids: torch.Tensor, attention_mask: torch.Tensor, 
 
 def load_reward_model(path: str | Path, dtype: torch.dtype = torch.float32):
     """A frozen reward model and its tokenizer from a local folder (``AutoModelForSequenceClassification``)."""
+    import_transformers()
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     p = Path(path)

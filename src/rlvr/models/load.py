@@ -9,6 +9,7 @@ import torch
 
 from rlvr.config.model import ModelConfig
 from rlvr.errors import ModelLoadError
+from rlvr.models.hf import import_transformers
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -60,6 +61,7 @@ def resolve_device(name: str) -> torch.device:
 
 def load_pretrained(path: str | os.PathLike, dtype: str = "float32"):
     """Load a causal LM and its tokenizer from a local folder, offline; errors name the path."""
+    import_transformers()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(path)

@@ -10,7 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+
+from rlvr.models.hf import import_transformers
+
+import_transformers()
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402 (after import_transformers)
 
 from rlvr.models.tokenizer import build_char_tokenizer
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 import string
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+
+from rlvr.models.hf import import_transformers
+
+import_transformers()
+from transformers import PreTrainedTokenizerFast  # noqa: E402 (after import_transformers)
 
 SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>",
                   "<|tool|>", "<|end|>"]
