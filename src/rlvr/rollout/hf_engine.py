@@ -74,8 +74,10 @@ class HFEngine:
         dev = self.model.device
         gen = torch.Generator(dev).manual_seed(params.seed) if params.seed is not None else None
         out = Generation([], [], [], [], [], [])
-        was_training = self.model.training
+        was_training, threads = self.model.training, torch.get_num_threads()
         self.model.eval()
+        if params.threads is not None:
+            torch.set_num_threads(params.threads)
         try:
             for s in range(0, len(rows), self.batch_size):
                 chunk = rows[s:s + self.batch_size]
@@ -89,6 +91,7 @@ class HFEngine:
                     out.prompt_index.append(pi)
         finally:
             self.model.train(was_training)
+            torch.set_num_threads(threads)
         out.texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         return out
 
