@@ -98,13 +98,9 @@ class HFEngine:
     def _generate_batch(self, prompts, params: SamplingParams, gen):
         pad = self.tokenizer.pad_token_id
         B, P, N = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
-        ids = torch.full((B, P), pad, dtype=torch.long)
-        att = torch.ones((B, P), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, P - len(p):] = torch.tensor(p)
-            att[i, :P - len(p)] = 0
         dev = self.model.device
-        ids, att = ids.to(dev), att.to(dev)
+        ids = torch.tensor([[pad] * (P - len(p)) + list(p) for p in prompts], dtype=torch.long, device=dev)
+        att = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=dev)
         pos = (att.cumsum(-1) - 1).clamp_min(0)
         stop = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -113,13 +109,14 @@ class HFEngine:
         toks, lps = [], []
         decoder = self._decoder(att, P + N)
         live = torch.arange(B, device=dev)  # the original row of each row of the forward batch
+        n_live = B
         cur_ids, cur_pos = ids, pos
         greedy = params.greedy or params.temperature == 0
         for _ in range(N):
             logits = decoder(cur_ids, cur_pos).float()
             # one uniform per row, dropped rows included: a row's draws do not depend on when others finish
             u = None if greedy else draw_uniforms(gen, B, dev)
-            if len(live) < B:
+            if n_live < B:
                 nxt_live, lp_live = _sample(logits, params, None if greedy else u.index_select(0, live))
                 nxt = torch.full((B,), pad, dtype=torch.long, device=dev).index_copy_(0, live, nxt_live)
                 lp = logits.new_zeros(B).index_copy_(0, live, lp_live)
@@ -141,12 +138,13 @@ class HFEngine:
             if n_done == B:
                 break
             cur_pos = cur_pos[:, -1:] + 1
-            finished = n_done - (B - len(live))  # done rows still in the forward batch
-            if finished >= max(1, COMPACT_FRACTION * len(live)):
+            finished = n_done - (B - n_live)  # done rows still in the forward batch
+            if finished >= max(1, COMPACT_FRACTION * n_live):
                 keep = swap_remove(done.index_select(0, live), finished)
                 live, cur_pos = live.index_select(0, keep), cur_pos.index_select(0, keep)
                 decoder.select(keep)
-            cur_ids = (nxt.index_select(0, live) if len(live) < B else nxt)[:, None]
+                n_live -= finished
+            cur_ids = (nxt.index_select(0, live) if n_live < B else nxt)[:, None]
         return _collect(toks, lps, ends, why)
 
     def _decoder(self, prompt_mask: torch.Tensor, capacity: int):
