@@ -75,6 +75,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-micro", type=int, default=None,
                     help="rlvr's micro_batch_size in grpo and dpo (default: TRL's per-device batch, the whole step's "
                          "rows; smaller cuts rlvr's activation memory, the gradient is the same)")
+    ap.add_argument("--rlvr-decode-threads", type=int, default=None,
+                    help="grpo: rlvr's sampling.decode_threads (intra-op threads while generating; default: "
+                         "the bench's thread count)")
     ap.add_argument("--workers", type=int, default=2, help="verifier workers (both harnesses)")
     ap.add_argument("--quickstart-set", action="append", default=[],
                     help="override passed to rlvr quickstart as --set (repeatable), e.g. for a shorter check")
@@ -132,8 +135,9 @@ def run_grpo(a, say) -> dict:
 
     per_size = {}
     for size in a.size_list:
+        threads = ["--rlvr-decode-threads", str(a.rlvr_decode_threads)] if a.rlvr_decode_threads else []
         args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
-                                       *micro_args(a)])
+                                       *micro_args(a), *threads])
         per_size[size] = guarded(lambda args=args: size_record(grpo_vs_trl.bench(args, say), "trl"))
     return with_flat(per_size)
 

@@ -314,6 +314,10 @@ class SamplingConfig(Section):
     row_seeds: bool = False
     """Seed each sample by (step seed, row index): samples do not depend on how the batch is split across
     workers (the Ray backend always does this; set it for a single-process run to compare with one)."""
+    decode_threads: int | None = Field(None, ge=1)
+    """Intra-op CPU threads while the in-process engine generates (restored afterwards; None: torch's
+    setting). A small model's decode ops last tens of microseconds, so waking a second thread for each
+    can cost more than it saves (docs/benchmarks.md, Generation); measure with bench/generate_ab.py."""
 
 
 class MismatchCorrection(Section):

@@ -138,7 +138,8 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
     params = SamplingParams(n=G, temperature=sampling.temperature, top_p=sampling.top_p,
                             max_new_tokens=sampling.max_new_tokens, stop_token_ids=stop_token_ids(tokenizer),
                             stop_strings=list(sampling.stop), seed=seed,
-                            row_seeds=row_seeds(seed, len(prompts) * G) if per_row else None)
+                            row_seeds=row_seeds(seed, len(prompts) * G) if per_row else None,
+                            threads=getattr(sampling, "decode_threads", None))
     gen = engine.generate(prompts, params)
     t1 = time.perf_counter()
     rep = [tasks[i] for i in gen.prompt_index]

@@ -30,7 +30,7 @@ What makes it cheaper, per decode step:
   q for attention, gate/up halves) are made once per row count, not per layer and token;
 - K and V of all layers live in one preallocated buffer ``[L, 2, B, H_kv, capacity, D]``, written in
   place; attention is ``scaled_dot_product_attention`` on views of it (a hand-written matmul/softmax
-  version measured no faster at these shapes); dropping finished rows moves live rows to the front;
+  version measured no faster at these shapes); dropping finished rows copies only the rows that move;
 - the padding mask is one preallocated additive buffer; logits are computed for the last position only;
 - the prompt pass computes each distinct prompt once (a GRPO group repeats its prompt G times) and
   copies its K/V to the group's rows.
@@ -145,8 +145,8 @@ class FastDecoder:
     ``prompt_mask [B, P]`` is 1 on prompt tokens and 0 on left padding; ``capacity`` is the number of
     positions the cache holds (prompt + new tokens). Call it once with the left-padded prompts
     ``ids, pos [B, P]`` (``prefill``), then once per token with ``ids, pos [rows, 1]`` (``step``), under
-    ``torch.no_grad()``; ``select(keep)`` keeps only rows ``keep`` (increasing indices into the current
-    rows) for all later calls. Check ``unsupported_reason(model, capacity)`` first.
+    ``torch.no_grad()``; ``select(keep)`` keeps only rows ``keep`` (indices into the current rows, any
+    order) for all later calls. Check ``unsupported_reason(model, capacity)`` first.
     """
 
     @torch.no_grad()
@@ -258,11 +258,18 @@ class FastDecoder:
         return B, qkv, qk, kv_new, q, gu, gu[:, :half], gu[:, half:]
 
     def select(self, keep: torch.Tensor) -> None:
-        """Move rows ``keep`` (of the current rows) to the front of the cache and mask buffers."""
+        """Keep rows ``keep`` (indices into the current rows, any order): new row i is old row ``keep[i]``.
+
+        Only rows whose position changes are copied (``keep[i] != i``), so the swap-remove order the
+        engine uses (a finished row's slot is filled by a live row from the tail) costs one row's cache
+        per finished row, not a copy of the whole cache."""
         n, t = len(keep), self.t
-        self.kv[:, :, :n, :, :t] = self.kv[:, :, keep, :, :t]
-        if self.padded:
-            self.mask[:n] = self.mask[keep]
+        moved = (keep != torch.arange(n, device=keep.device)).nonzero().squeeze(-1)
+        if len(moved):
+            src = keep.index_select(0, moved)  # gathered before written: any overlap is safe
+            self.kv[:, :, moved, :, :t] = self.kv[:, :, src, :, :t]
+            if self.padded:
+                self.mask[moved] = self.mask[src]
         self.rows = n
 
     def _forward(self, ids, pos, mask, causal: bool) -> torch.Tensor:

@@ -12,8 +12,11 @@ Hot-path choices (measured in bench/grpo_vs_trl.py, docs/benchmarks.md):
 - the KV cache is preallocated for ``prompt + max_new_tokens`` positions and written in place
   (``_PreallocLayer``), instead of HF's DynamicCache which re-concatenates the whole cache every token
   (O(T²) copying: ~40% of a tiny model's decode time);
-- finished rows are dropped from the batch (``decoder.select``) once a quarter of the rows still being
-  computed are done, so the forward pass and the sampling run on live rows only. Sampling is by inverse
+- finished rows are dropped from the batch (``decoder.select``) once a tenth of the rows still being
+  computed are done, so the forward pass and the sampling run on live rows only. A dropped row's slot is
+  filled by a live row from the tail (``swap_remove``), so a drop copies one row's KV cache per finished
+  row instead of the whole cache (with the front-compacting order the copy cost more than dropping
+  rows at every tenth saved; measured 3-5% of generate at 1m/5m, bench/grpo_vs_trl.py shapes). Sampling is by inverse
   CDF with one uniform per row per token, drawn for all rows (dropped ones discarded), so the random
   stream a live row sees does not depend on when others finish;
 - the attention mask is a view of one preallocated buffer (no per-token ``cat``) and is not passed at all
@@ -43,7 +46,7 @@ REASONS = ("length", "eos", "stop")
 """Finish reasons: the budget ran out; a stop token (eos, end of turn) was sampled; a stop string appeared."""
 LENGTH, EOS, STOP = range(3)
 
-COMPACT_FRACTION = 0.25
+COMPACT_FRACTION = 0.1
 """Drop finished rows from the forward batch once they are this fraction of the rows still computed."""
 
 
@@ -71,8 +74,10 @@ class HFEngine:
         dev = self.model.device
         gen = torch.Generator(dev).manual_seed(params.seed) if params.seed is not None else None
         out = Generation([], [], [], [], [], [])
-        was_training = self.model.training
+        was_training, threads = self.model.training, torch.get_num_threads()
         self.model.eval()
+        if params.threads is not None:
+            torch.set_num_threads(params.threads)
         try:
             for s in range(0, len(rows), self.batch_size):
                 chunk = rows[s:s + self.batch_size]
@@ -86,19 +91,16 @@ class HFEngine:
                     out.prompt_index.append(pi)
         finally:
             self.model.train(was_training)
+            torch.set_num_threads(threads)
         out.texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         return out
 
     def _generate_batch(self, prompts, params: SamplingParams, gen):
         pad = self.tokenizer.pad_token_id
         B, P, N = len(prompts), max(len(p) for p in prompts), params.max_new_tokens
-        ids = torch.full((B, P), pad, dtype=torch.long)
-        att = torch.ones((B, P), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, P - len(p):] = torch.tensor(p)
-            att[i, :P - len(p)] = 0
         dev = self.model.device
-        ids, att = ids.to(dev), att.to(dev)
+        ids = torch.tensor([[pad] * (P - len(p)) + list(p) for p in prompts], dtype=torch.long, device=dev)
+        att = torch.tensor([[0] * (P - len(p)) + [1] * len(p) for p in prompts], dtype=torch.long, device=dev)
         pos = (att.cumsum(-1) - 1).clamp_min(0)
         stop = torch.tensor(sorted(set(params.stop_token_ids)), dtype=torch.long, device=dev)
         done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -107,13 +109,14 @@ class HFEngine:
         toks, lps = [], []
         decoder = self._decoder(att, P + N)
         live = torch.arange(B, device=dev)  # the original row of each row of the forward batch
+        n_live = B
         cur_ids, cur_pos = ids, pos
         greedy = params.greedy or params.temperature == 0
         for _ in range(N):
             logits = decoder(cur_ids, cur_pos).float()
             # one uniform per row, dropped rows included: a row's draws do not depend on when others finish
             u = None if greedy else draw_uniforms(gen, B, dev)
-            if len(live) < B:
+            if n_live < B:
                 nxt_live, lp_live = _sample(logits, params, None if greedy else u.index_select(0, live))
                 nxt = torch.full((B,), pad, dtype=torch.long, device=dev).index_copy_(0, live, nxt_live)
                 lp = logits.new_zeros(B).index_copy_(0, live, lp_live)
@@ -135,12 +138,13 @@ class HFEngine:
             if n_done == B:
                 break
             cur_pos = cur_pos[:, -1:] + 1
-            finished = n_done - (B - len(live))  # done rows still in the forward batch
-            if finished >= max(1, COMPACT_FRACTION * len(live)):
-                keep = (~done.index_select(0, live)).nonzero().squeeze(-1)
+            finished = n_done - (B - n_live)  # done rows still in the forward batch
+            if finished >= max(1, COMPACT_FRACTION * n_live):
+                keep = swap_remove(done.index_select(0, live), finished)
                 live, cur_pos = live.index_select(0, keep), cur_pos.index_select(0, keep)
                 decoder.select(keep)
-            cur_ids = (nxt.index_select(0, live) if len(live) < B else nxt)[:, None]
+                n_live -= finished
+            cur_ids = (nxt.index_select(0, live) if n_live < B else nxt)[:, None]
         return _collect(toks, lps, ends, why)
 
     def _decoder(self, prompt_mask: torch.Tensor, capacity: int):
@@ -272,6 +276,18 @@ def _grow(buf: torch.Tensor, used: int, need: int) -> torch.Tensor:
     new = buf.new_empty(buf.shape[0], buf.shape[1], max(need, 2 * buf.shape[2]), buf.shape[3])
     new[:, :, :used] = buf[:, :, :used]
     return new
+
+
+def swap_remove(dead: torch.Tensor, n_dead: int) -> torch.Tensor:
+    """The rows to keep (``keep[i]``: the current row that becomes row i) when the rows flagged ``dead``
+    leave the batch: live rows keep their place, and each dead row among the first ``len - n_dead`` is
+    replaced by a live row from the tail, so only as many rows move as there are dead ones in front."""
+    n = dead.numel() - n_dead
+    keep = torch.arange(n, device=dead.device)
+    holes = dead[:n].nonzero().squeeze(-1)
+    if len(holes):
+        keep[holes] = (~dead[n:]).nonzero().squeeze(-1) + n
+    return keep
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor | None):

@@ -234,7 +234,8 @@ def double_rollout(cfg, engine, tok, ro: Rollouts, judge, sampling, rewards, see
     prompts = [p + comp[:k] for p, comp, k in zip(ro.prompt_ids, ro.completion_ids, cut)]
     budget = max(1, sampling.max_new_tokens - min(cut, default=0))
     params = SamplingParams(n=c, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=budget,
-                            stop_token_ids=_stops(tok), stop_strings=list(sampling.stop), seed=seed)
+                            stop_token_ids=_stops(tok), stop_strings=list(sampling.stop), seed=seed,
+                            threads=getattr(sampling, "decode_threads", None))
     gen = engine.generate(prompts, params)
     full = [ro.completion_ids[gen.prompt_index[i]][:cut[gen.prompt_index[i]]] + gen.completion_ids[i]
             for i in range(n * c)]

@@ -66,7 +66,7 @@ def hf_last_logits(model, ids, att):
 
 
 @torch.no_grad()
-def check_against_hf(model, steps=6, drop_at=3, tol=1e-5):
+def check_against_hf(model, steps=6, drop_at=3, tol=1e-5, keep=(1, 2, 4, 5)):
     lengths, P = [5, 5, 2, 7, 1, 4], 7
     ids, att = batch(lengths, P)
     assert unsupported_reason(model, P + steps) is None
@@ -81,10 +81,10 @@ def check_against_hf(model, steps=6, drop_at=3, tol=1e-5):
             break
         nxt = ref.argmax(-1, keepdim=True)
         ids, att = torch.cat([ids, nxt], 1), torch.cat([att, torch.ones_like(nxt)], 1)
-        if s == drop_at:  # row compaction: drop rows 0 and 3
-            keep = torch.tensor([1, 2, 4, 5])
-            dec.select(keep)
-            ids, att = ids[keep], att[keep]
+        if s == drop_at:  # row compaction: drop rows 0 and 3 (default)
+            k = torch.tensor(keep)
+            dec.select(k)
+            ids, att = ids[k], att[k]
         logits = dec(ids[:, -1:], (att.cumsum(-1) - 1)[:, -1:])
     assert worst <= tol, worst
     return worst
@@ -94,6 +94,22 @@ def check_against_hf(model, steps=6, drop_at=3, tol=1e-5):
 def test_fast_logits_equal_hf_on_left_padded_batches_with_row_drops(build):
     torch.manual_seed(0)
     check_against_hf(sharpen(build()))
+
+
+@pytest.mark.parametrize("keep", [(5, 1, 2, 4), (0, 1, 2, 5, 4)])
+def test_select_in_any_order_keeps_each_rows_cache(keep):
+    """Swap-remove compaction: a finished row's slot takes a row from the tail (rows move out of order;
+    rows 1, 2 or 0, 1, 2 stay where they are and are not copied)."""
+    torch.manual_seed(0)
+    check_against_hf(sharpen(qwen2_gqa()), keep=keep)
+
+
+def test_swap_remove_fills_holes_from_the_tail():
+    dead = torch.tensor([False, True, False, True, False, False, True, False])
+    # 3 dead -> 5 rows kept: holes at 1 and 3 (the front 5) take the live rows of the tail (5 and 7)
+    assert hf_engine.swap_remove(dead, 3).tolist() == [0, 5, 2, 7, 4]
+    assert hf_engine.swap_remove(torch.tensor([False, False, True]), 1).tolist() == [0, 1]
+    assert hf_engine.swap_remove(torch.tensor([True, True, False]), 2).tolist() == [2]
 
 
 def test_unfused_mlp_path_and_unpadded_batches_also_match(monkeypatch):

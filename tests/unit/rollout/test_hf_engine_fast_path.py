@@ -76,3 +76,57 @@ def test_preallocated_cache_grows_past_its_capacity_and_keeps_its_contents():
     assert cache.get_seq_length() == 5
     cache.batch_select_indices(torch.tensor([2, 0]))
     assert torch.equal(cache.layers[0].keys, torch.cat(ks, dim=2)[[2, 0]])
+
+
+def test_decode_threads_apply_during_generate_only(tiny_dir, monkeypatch):
+    """``SamplingParams.threads`` (``sampling.decode_threads``) sets torch's intra-op threads for the call
+    and restores the caller's count afterwards, also when generation fails."""
+    model, tok = load_pretrained(tiny_dir)
+    eng, seen = HFEngine(model, tok), []
+    inner = eng._generate_batch
+    monkeypatch.setattr(eng, "_generate_batch", lambda *a: (seen.append(torch.get_num_threads()), inner(*a))[1])
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    params = SamplingParams(n=2, max_new_tokens=3, seed=0, threads=want)
+    eng.generate(prompts(tok), params)
+    assert seen == [want] and torch.get_num_threads() == before
+    monkeypatch.setattr(eng, "_generate_batch", lambda *a: 1 / 0)
+    try:
+        eng.generate(prompts(tok), params)
+    except ZeroDivisionError:
+        pass
+    assert torch.get_num_threads() == before
+    eng._generate_batch = inner
+    eng.generate(prompts(tok), SamplingParams(n=2, max_new_tokens=3, seed=0))  # None: left as it is
+    assert torch.get_num_threads() == before
+
+
+def test_decode_threads_reach_the_engine_from_the_stage_config():
+    from rlvr.config.rl import SamplingConfig
+    from rlvr.data.types import Task
+    from rlvr.rollout.collector import collect
+
+    got = []
+
+    class Engine:
+        def generate(self, prompts, params):
+            got.append(params.threads)
+            raise StopIteration
+
+    class Tok:
+        chat_template = None
+        eos_token_id = 1
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [2, 3]}
+
+        def get_vocab(self):
+            return {}
+
+    for threads in (None, 1):
+        try:
+            collect(Engine(), Tok(), [Task(id="t", prompt="1+1=?", gold={"answer": "2"})], None,
+                    SamplingConfig(decode_threads=threads), [], seed=0)
+        except StopIteration:
+            pass
+    assert got == [None, 1]
