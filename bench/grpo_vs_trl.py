@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None):
                     help="rlvr micro_batch_size (default prompts x group, TRL's per_device_train_batch_size); "
                          "smaller cuts rlvr's activation memory, the gradient is the same")
     ap.add_argument("--rlvr-decode-threads", type=int, default=None,
-                    help="rlvr sampling.decode_threads: intra-op threads while generating (default: the bench's)")
+                    help="rlvr sampling.decode_threads: intra-op threads while generating (default: rlvr's, auto)")
     ap.add_argument("--trl-cache", default=None, help="TRL GRPOConfig.cache_implementation (default: dynamic)")
     ap.add_argument("--no-loss-check", action="store_true", help="skip the fixed-batch loss comparison")
     ap.add_argument("--out", default=str(RESULTS / "grpo_vs_trl.json"))
@@ -130,7 +130,7 @@ def rlvr_stage(a, n_tasks: int):
         loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"),
         kl=KLConfig(beta=a.beta, estimator="k3"),
         sampling=SamplingConfig(group_size=a.group, temperature=a.temperature, top_p=1.0, max_new_tokens=a.max_new,
-                                decode_threads=getattr(a, "rlvr_decode_threads", None)),
+                                decode_threads=getattr(a, "rlvr_decode_threads", None) or "auto"),
         rewards=rewards, optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
         max_steps=a.steps + 1, tasks_per_step=a.prompts, micro_batch_size=a.rlvr_micro or a.prompts * a.group,
         save_every=0,

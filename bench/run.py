@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None = None):
                          "rows; smaller cuts rlvr's activation memory, the gradient is the same)")
     ap.add_argument("--rlvr-decode-threads", type=int, default=None,
                     help="grpo: rlvr's sampling.decode_threads (intra-op threads while generating; default: "
-                         "the bench's thread count)")
+                         "rlvr's default, auto)")
     ap.add_argument("--workers", type=int, default=2, help="verifier workers (both harnesses)")
     ap.add_argument("--quickstart-set", action="append", default=[],
                     help="override passed to rlvr quickstart as --set (repeatable), e.g. for a shorter check")

@@ -314,10 +314,12 @@ class SamplingConfig(Section):
     row_seeds: bool = False
     """Seed each sample by (step seed, row index): samples do not depend on how the batch is split across
     workers (the Ray backend always does this; set it for a single-process run to compare with one)."""
-    decode_threads: int | None = Field(None, ge=1)
-    """Intra-op CPU threads while the in-process engine generates (restored afterwards; None: torch's
-    setting). A small model's decode ops last tens of microseconds, so waking a second thread for each
-    can cost more than it saves (docs/benchmarks.md, Generation); measure with bench/generate_ab.py."""
+    decode_threads: int | Literal["auto"] | None = "auto"
+    """Intra-op CPU threads while the in-process engine generates (restored afterwards). None: torch's
+    setting; "auto": one thread when a decode batch is small on the CPU (rows × parameters below
+    ``hf_engine.SINGLE_THREAD_DECODE_WORK``), else torch's setting. A small model's decode ops last tens of
+    microseconds, so waking a second thread for each costs more than it saves (docs/benchmarks.md,
+    Generation); measure with bench/generate_ab.py."""
 
 
 class MismatchCorrection(Section):

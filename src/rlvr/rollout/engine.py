@@ -29,8 +29,9 @@ class SamplingParams:
     row_seeds: list[int] | None = None
     """One seed per returned row (prompt-major, ``len(prompts) * n``): row i's sample depends on
     ``row_seeds[i]`` only, not on the batch it shares (``rollout.seeds``). None: one stream from ``seed``."""
-    threads: int | None = None
-    """Intra-op CPU threads for this call (in-process engines; restored afterwards). None: torch's setting."""
+    threads: int | str | None = None
+    """Intra-op CPU threads for this call (in-process engines; restored afterwards). None: torch's setting;
+    "auto": the engine decides from the batch's size (HFEngine: one thread for small CPU batches)."""
 
 
 @dataclass

@@ -50,6 +50,13 @@ COMPACT_FRACTION = 0.1
 """Drop finished rows from the forward batch once they are this fraction of the rows still computed."""
 
 
+SINGLE_THREAD_DECODE_WORK = 1.5e8
+"""``decode_threads: auto``: a CPU decode batch of fewer than this many (rows × model parameters) runs on
+one thread. Measured with 2 threads available (``bench/generate_ab.py --threads 1 2``, 64 rows, 2026-12-02,
+load ~3): the 1m tiny model (0.87M parameters, 5.5e7) generates 1.19× faster on one thread; the 5m one
+(4.8M, 3.1e8) 1.10× faster on two."""
+
+
 class HFEngine:
     """Samples from ``model`` (the training model itself: no weight copy, no sync needed)."""
 
@@ -76,8 +83,9 @@ class HFEngine:
         out = Generation([], [], [], [], [], [])
         was_training, threads = self.model.training, torch.get_num_threads()
         self.model.eval()
-        if params.threads is not None:
-            torch.set_num_threads(params.threads)
+        want = self.decode_threads(params.threads, min(len(rows), self.batch_size))
+        if want is not None:
+            torch.set_num_threads(want)
         try:
             for s in range(0, len(rows), self.batch_size):
                 chunk = rows[s:s + self.batch_size]
@@ -94,6 +102,15 @@ class HFEngine:
             torch.set_num_threads(threads)
         out.texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         return out
+
+    def decode_threads(self, threads, rows: int) -> int | None:
+        """The intra-op thread count to generate ``rows`` rows at a time with (None: leave torch's)."""
+        if threads != "auto":
+            return threads
+        if self.model.device.type != "cpu" or torch.get_num_threads() == 1:
+            return None
+        work = rows * sum(p.numel() for p in self.model.parameters())
+        return 1 if work < SINGLE_THREAD_DECODE_WORK else None
 
     def _generate_batch(self, prompts, params: SamplingParams, gen):
         pad = self.tokenizer.pad_token_id
