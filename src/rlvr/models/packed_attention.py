@@ -19,6 +19,7 @@ the index (autograd's ``index_copy`` keeps its whole source for the backward, fo
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 
 def _probs(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -93,3 +94,29 @@ class ScatterToView(torch.autograd.Function):
 def scatter_to_view(src: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
     """:class:`ScatterToView`."""
     return ScatterToView.apply(src, index, size)
+
+
+class SwiGLU(torch.autograd.Function):
+    """``silu(g) * u`` for ``gu = [g | u]`` (the fused gate/up projection's output, split in half on the last
+    dim); saves only ``gu`` (autograd keeps ``silu(g)`` as well, one more ``[N, intermediate]`` tensor per
+    layer) and recomputes ``silu(g)`` in backward. The backward is autograd's, op for op: ``MulBackward``
+    then ``silu_backward``; the gradient is the plain expression's bit for bit."""
+
+    @staticmethod
+    def forward(ctx, gu):
+        g, u = gu.chunk(2, dim=-1)
+        ctx.save_for_backward(gu)
+        return F.silu(g) * u
+
+    @staticmethod
+    def backward(ctx, grad):
+        (gu,) = ctx.saved_tensors
+        g, u = gu.chunk(2, dim=-1)
+        dg = torch.ops.aten.silu_backward(grad * u, g)
+        du = grad * F.silu(g)
+        return torch.cat([dg, du], dim=-1)
+
+
+def swiglu(gu: torch.Tensor) -> torch.Tensor:
+    """:class:`SwiGLU`."""
+    return SwiGLU.apply(gu)

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.models.arch import llama_family_reason
-from rlvr.models.packed_attention import causal_attention, scatter_to_view
+from rlvr.models.packed_attention import causal_attention, scatter_to_view, swiglu
 
 
 def unsupported_reason(model) -> str | None:
@@ -199,9 +199,8 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
         o = o.transpose(0, 1).reshape(N, Hq * D)
         h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
         x = _rms(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-        g, u = F.linear(x, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]),
-                        _cat_bias(mlp.gate_proj, mlp.up_proj)).chunk(2, dim=-1)
-        h = h + F.linear(F.silu(g) * u, mlp.down_proj.weight, mlp.down_proj.bias)
+        gu = F.linear(x, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj))
+        h = h + F.linear(swiglu(gu), mlp.down_proj.weight, mlp.down_proj.bias)
     return _rms(h, inner.norm.weight, inner.norm.variance_epsilon)
 
 

@@ -2,9 +2,10 @@
 expression: the same output and gradient, bit for bit; under bf16 autocast, float32 arithmetic on bf16
 inputs. ScatterToView against index_copy."""
 
+import pytest
 import torch
 
-from rlvr.models.packed_attention import causal_attention, scatter_to_view
+from rlvr.models.packed_attention import causal_attention, scatter_to_view, swiglu
 
 
 def plain(q, k, v, scale):
@@ -66,3 +67,17 @@ def test_scatter_to_view_is_index_copy_and_saves_only_the_index():
     (g,) = torch.autograd.grad((out * w).sum(), src)
     (g_ref,) = torch.autograd.grad((ref * w).sum(), src)
     assert torch.equal(g, g_ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_swiglu_equals_silu_times_up_and_saves_only_its_input(dtype):
+    gu = torch.randn(5, 12).to(dtype).requires_grad_()
+    w = torch.randn(5, 6).to(dtype)
+    out = swiglu(gu)
+    g, u = gu.chunk(2, dim=-1)
+    ref = torch.nn.functional.silu(g) * u
+    assert torch.equal(out, ref)
+    assert [t.shape for t in out.grad_fn.saved_tensors] == [gu.shape]
+    (a,) = torch.autograd.grad((out * w).sum(), gu)
+    (b,) = torch.autograd.grad((ref * w).sum(), gu)
+    assert torch.equal(a, b)
