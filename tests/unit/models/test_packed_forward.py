@@ -150,6 +150,32 @@ def test_bf16_autocast_is_close_to_the_hf_forward():
     assert lp.dtype == torch.float32 and (lp[ok] - lp_hf[ok]).abs().max() < 0.05
 
 
+def test_rows_rounded_up_under_autocast_change_no_value_and_no_gradient(monkeypatch):
+    """Under CPU bf16 autocast the packed tokens and logit rows are rounded up (AUTOCAST_ROWS; dummy tokens
+    nothing reads): the logprobs and the gradient are those without rounding, and the GEMMs see a multiple
+    of the rounding as their row count."""
+    model = llama()
+    ids, att = ragged(False)
+    out = {}
+    for rows in (1, 16):
+        monkeypatch.setattr(packed_forward, "AUTOCAST_ROWS", rows)
+        model.zero_grad(set_to_none=True)
+        seen = []
+        real_linear = torch.nn.functional.linear
+
+        def linear(x, *a, **k):
+            seen.append(x.shape[0])
+            return real_linear(x, *a, **k)
+        monkeypatch.setattr(packed_forward.F, "linear", linear)
+        lp, _ = token_logprobs(model, ids, att, bf16=True, packed=True)
+        monkeypatch.setattr(packed_forward.F, "linear", real_linear)
+        lp.sum().backward()
+        out[rows] = (lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]), seen)
+    assert all(n % 16 == 0 for n in out[16][2]) and not all(n % 16 == 0 for n in out[1][2])
+    assert torch.allclose(out[1][0], out[16][0], atol=1e-6)
+    assert torch.allclose(out[1][1], out[16][1], rtol=1e-3, atol=1e-5)
+
+
 def test_gradient_checkpointing_takes_the_hf_forward():
     model = llama()
     (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
