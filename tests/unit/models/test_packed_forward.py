@@ -157,20 +157,21 @@ def test_rows_rounded_up_under_autocast_change_no_value_and_no_gradient(monkeypa
     model = llama()
     ids, att = ragged(False)
     out = {}
+    seen: list[int] = []
+    real_linear = torch.nn.functional.linear
+
+    def linear(x, *a, **k):
+        seen.append(x.shape[0])
+        return real_linear(x, *a, **k)
     for rows in (1, 16):
         monkeypatch.setattr(packed_forward, "AUTOCAST_ROWS", rows)
         model.zero_grad(set_to_none=True)
-        seen = []
-        real_linear = torch.nn.functional.linear
-
-        def linear(x, *a, **k):
-            seen.append(x.shape[0])
-            return real_linear(x, *a, **k)
+        seen.clear()
         monkeypatch.setattr(packed_forward.F, "linear", linear)
         lp, _ = token_logprobs(model, ids, att, bf16=True, packed=True)
         monkeypatch.setattr(packed_forward.F, "linear", real_linear)
         lp.sum().backward()
-        out[rows] = (lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]), seen)
+        out[rows] = (lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]), list(seen))
     assert all(n % 16 == 0 for n in out[16][2]) and not all(n % 16 == 0 for n in out[1][2])
     assert torch.allclose(out[1][0], out[16][0], atol=1e-6)
     assert torch.allclose(out[1][1], out[16][1], rtol=1e-3, atol=1e-5)
