@@ -91,13 +91,13 @@ class Packing:
     ``slot_tok [S]`` its packed token (None: the identity, nothing shared); ``owner_view [N]`` the view
     slot each packed token's attention output is read from.
 
-    ``pad_to``: N is rounded up to a multiple of it with dummy tokens whose outputs nothing reads (their
+    ``pad_to``: N is rounded up (:func:`rounded_rows`) with dummy tokens whose outputs nothing reads (their
     gradient is 0). Under bf16 autocast on CPU every distinct GEMM row count costs oneDNN a JIT-compiled
     primitive (~0.6 MB, cached for the process's life): :func:`packed_logits` rounds N (and the logit rows)
-    up to a multiple of :data:`AUTOCAST_ROWS` there, so ragged batches reuse a few shapes.
+    up (:data:`AUTOCAST_ROWS`) there, so ragged batches reuse a few shapes.
     """
 
-    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, share: bool = True, pad_to: int = 1):
+    def __init__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, share: bool = True, pad_to: int = 0):
         real = attention_mask.bool()
         B, T = real.shape
         self.B, self.T = B, T
@@ -119,8 +119,8 @@ class Packing:
             self.ids = slot_ids.new_zeros(n).scatter_(0, self.slot_tok, slot_ids)
             self.pos = rank.new_zeros(n).scatter_(0, self.slot_tok, rank)
             self.owner_view = self.slot_view.new_zeros(n).scatter_(0, self.slot_tok.flip(0), self.slot_view.flip(0))
-        if self.N % pad_to:  # dummy packed tokens (id and position 0) that no view slot and no logit reads
-            extra = pad_to - self.N % pad_to
+        extra = rounded_rows(self.N, pad_to) - self.N
+        if extra:  # dummy packed tokens (id and position 0) that no view slot and no logit reads
             if self.slot_tok is None:
                 self.slot_tok = torch.arange(self.N, device=slot_ids.device)
             self.ids = torch.cat([self.ids, self.ids.new_zeros(extra)])
@@ -273,7 +273,7 @@ def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
     ``share_prefix``: prefixes common to several rows are computed once (see :class:`Packing`)."""
     dev = input_ids.device.type
-    rows = AUTOCAST_ROWS if dev == "cpu" and torch.is_autocast_enabled(dev) else 1
+    rows = AUTOCAST_ROWS if dev == "cpu" and torch.is_autocast_enabled(dev) else 0
     pk = Packing(input_ids, attention_mask, share_prefix, pad_to=rows)
     h = packed_hidden(model, pk)
     succ = torch.nonzero(pk.slot_rank > 0).squeeze(-1)        # real slots with a predecessor in their row
@@ -281,15 +281,27 @@ def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         succ = succ[wanted.reshape(-1)[pk.slot_flat[succ]].bool()]
     src = succ - 1 if pk.slot_tok is None else pk.slot_tok[succ - 1]
     M = src.numel()
-    if M % rows:  # the logit rows rounded up as the packed tokens (the extra rows sliced off)
-        src = torch.cat([src, src.new_zeros(rows - M % rows)])
+    if rounded_rows(M, rows) > M:  # the logit rows rounded up as the packed tokens (the extra rows sliced off)
+        src = torch.cat([src, src.new_zeros(rounded_rows(M, rows) - M)])
     logits = F.linear(h.index_select(0, src), model.lm_head.weight)[:M]
     return logits, pk.slot_ids[succ], pk.slot_flat[succ]
 
 
-AUTOCAST_ROWS = 256
-"""Under CPU bf16 autocast, the packed token count and the logit row count are rounded up to a multiple of
-this (see :class:`Packing`), so ragged batches reuse a few GEMM shapes. Measured (12 GRPO updates with
-ragged batches, ``VmHWM`` MiB, one thread): 1m fp32 508, bf16 with 64-row rounding 564 and still growing,
-with 256-row rounding 520 (flat) at the same CPU time; 5m fp32 582, bf16 605. Without rounding the bf16
-GRPO bench's rlvr process peaked at 1173 MB at 5m (664 MB in fp32)."""
+AUTOCAST_ROWS = 4
+"""Under CPU bf16 autocast, the packed token count and the logit row count are rounded up to one of
+``AUTOCAST_ROWS`` steps per power of two (:func:`rounded_rows`: 1000 -> 1024, 1100 -> 1280; at most +25%,
+~12% on average), so ragged batches reuse a few GEMM shapes (see :class:`Packing`). Measured (12 GRPO
+updates on fresh ragged batches, ``VmHWM`` MiB, one thread): 1m fp32 508, bf16 with a fixed 64-row
+rounding 564 and still growing, with a fixed 256-row rounding 520 (flat); but a fixed 256 rounding costs
+the budget's small DPO micro-batches (~400 tokens) up to +60% of the GEMM rows: the 5m DPO step's bf16/fp32
+CPU time went from 0.64 to 1.0. Four steps per octave: 1m 541 (0.187 s/update), 5m 629 (fp32 582, fixed 256:
+605), DPO 5m bf16/fp32 0.67 again. Without rounding the bf16 GRPO bench's rlvr process peaked at 1173 MB
+at 5m (664 MB in fp32)."""
+
+
+def rounded_rows(n: int, steps: int) -> int:
+    """``n`` rounded up to a multiple of ``2^floor(log2 n) / steps`` (at least 16); ``steps`` 0: ``n``."""
+    if steps <= 0 or n <= 16:
+        return n
+    q = max(16, (1 << (n.bit_length() - 1)) // steps)
+    return -(-n // q) * q
