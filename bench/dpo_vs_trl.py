@@ -81,7 +81,11 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--skip", type=int, default=3, help="warm-up steps dropped")
     ap.add_argument("--trl", default="trl_pre",
                     help="TRL variants, comma-separated: trl_pre (precomputed reference, the fastest), "
-                         "trl (reference forward each step)")
+                         "trl (reference forward each step), trl_pre_bf16 (trl_pre with DPOConfig bf16=True); "
+                         "the target is against the faster of trl_pre and trl_pre_bf16")
+    ap.add_argument("--rlvr-bf16", action="store_true",
+                    help="rlvr's training forwards (step and reference cache) under bf16 autocast "
+                         "(model.autocast_bf16: train)")
     ap.add_argument("--rlvr-micro", type=int, default=None,
                     help="rlvr micro_batch_size (default --batch, TRL's per_device_train_batch_size); smaller cuts "
                          "rlvr's activation memory, the gradient is the same")
@@ -137,7 +141,8 @@ def rlvr_worker(baton, a, model_dir: str, pairs_path: str, work: str) -> dict:
     pref.paired_step = paired_step
     stage = rlvr_stage(a, pairs_path)
     pin_threads()
-    pref.train_preference(stage, ModelConfig(path=model_dir), Path(work), seed=0)
+    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False)
+    pref.train_preference(stage, model_cfg, Path(work), seed=0)
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "time/step" in r]
     own = [r["time/step"] - w for r, w in zip(recs, baton.waits)]  # its clock runs while it waits its turn
@@ -148,7 +153,8 @@ def rlvr_worker(baton, a, model_dir: str, pairs_path: str, work: str) -> dict:
 
 # ---------------------------------------------------------------- TRL side
 
-def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: bool, callbacks=()):
+def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: bool, callbacks=(),
+                bf16: bool = False):
     from datasets import Dataset
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
@@ -158,7 +164,7 @@ def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: boo
                              "rejected": [{"role": "assistant", "content": p["rejected"]}]} for p in pairs])
     tok = AutoTokenizer.from_pretrained(model_dir)
     cfg = DPOConfig(
-        output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=False, fp16=False, report_to="none",
+        output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=bf16, fp16=False, report_to="none",
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
         per_device_train_batch_size=a.batch, gradient_accumulation_steps=1, beta=0.1, loss_type=["sigmoid"],
         max_length=MAX_LENGTH, precompute_ref_log_probs=precompute, learning_rate=LR, lr_scheduler_type="constant",
@@ -167,9 +173,10 @@ def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: boo
     return DPOTrainer(model=model_dir, args=cfg, train_dataset=ds, processing_class=tok, callbacks=list(callbacks))
 
 
-def trl_worker(baton, a, model_dir: str, pairs: list[dict], work: str, precompute: bool) -> dict:
+def trl_worker(baton, a, model_dir: str, pairs: list[dict], work: str, precompute: bool,
+               bf16: bool = False) -> dict:
     """DPOTrainer.train; a step runs from its batch fetch to on_step_end."""
-    trainer = trl_trainer(a, model_dir, pairs, work, precompute, [step_end_callback(baton)])
+    trainer = trl_trainer(a, model_dir, pairs, work, precompute, [step_end_callback(baton)], bf16)
     hold_baton_from_batch_fetch(trainer, baton)
     inner = trainer.compute_loss
     rows: list[int] = []
@@ -196,7 +203,14 @@ def trl_precomputed(baton, a, model_dir, pairs, work):
     return trl_worker(baton, a, model_dir, pairs, work, precompute=True)
 
 
-VARIANTS = {"trl": trl_default, "trl_pre": trl_precomputed}
+def trl_precomputed_bf16(baton, a, model_dir, pairs, work):
+    return trl_worker(baton, a, model_dir, pairs, work, precompute=True, bf16=True)
+
+
+VARIANTS = {"trl": trl_default, "trl_pre": trl_precomputed, "trl_pre_bf16": trl_precomputed_bf16}
+FASTEST = ("trl_pre", "trl_pre_bf16")
+"""TRL's fastest settings for this work (precomputed reference, either precision): the target is against
+the faster of those run."""
 
 
 def check_same_tokens(model_dir: str, pairs: list[dict], trl_ds) -> None:
@@ -294,7 +308,8 @@ def bench(a, progress=None) -> dict:
                     "paired_median": statistics.median(paired_ratios(res["rlvr"]["step"][a.skip:],
                                                                      res[s]["step"][a.skip:]))}
         rss_ratio[s] = res["rlvr"]["rss"]["peak_mb"] / res[s]["rss"]["peak_mb"]
-    head = "trl_pre" if "trl_pre" in trl_sides else trl_sides[0]  # the target is against TRL's fastest setting
+    fastest = [s for s in trl_sides if s in FASTEST] or trl_sides[:1]  # the target: against TRL's fastest setting
+    head = min(fastest, key=lambda s: summary[s]["step"]["median"])
     return {"benchmark": "dpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
             "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,

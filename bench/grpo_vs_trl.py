@@ -12,7 +12,10 @@ completions for each of ``prompts`` prompts per step (same temperature, top_p = 
 stop ids <eos> and <|end|>, same ``max_new``), and take one optimizer step per rollout batch (μ = 1,
 clip ε = 0.2, per-group std scaling, seq-mean-token-mean loss, AdamW lr 1e-7 (see LR) betas (0.9, 0.95),
 grad-clip 1.0, micro-batch = the whole batch: rlvr ``micro_batch_size`` = TRL
-``per_device_train_batch_size`` = prompts × group, no gradient accumulation). float32, no bf16.
+``per_device_train_batch_size`` = prompts × group, no gradient accumulation). float32 by default;
+``--rlvr-bf16`` runs rlvr's training forwards under bf16 autocast (``model.autocast_bf16: train``), and then
+TRL runs in both precisions (``GRPOConfig(bf16=...)``, two TRL processes interleaved with rlvr's) and the
+comparison is against its faster one (``--trl-precision``; the output says which and both times).
 Defaults: 8 prompts × G = 8, 32 new tokens, β = 0.04 with the k3 estimator on both sides (TRL 1.16
 multiplies its KL term by the importance ratio by default, ``use_bias_correction_kl=True``, DeepSeek-V3.2's
 unbiased KL gradient: a different gradient from GRPO's k3, about 4% on the KL part in the loss check
@@ -103,12 +106,20 @@ def parse_args(argv: list[str] | None = None):
                          "smaller cuts rlvr's activation memory, the gradient is the same")
     ap.add_argument("--rlvr-decode-threads", type=int, default=None,
                     help="rlvr sampling.decode_threads: intra-op threads while generating (default: rlvr's, auto)")
+    ap.add_argument("--rlvr-bf16", action="store_true",
+                    help="rlvr's training forwards under bf16 autocast (model.autocast_bf16: train; generation "
+                         "stays float32)")
+    ap.add_argument("--trl-precision", choices=("fp32", "bf16", "fastest"), default=None,
+                    help="TRL's precision (GRPOConfig bf16); fastest: run both as two TRL sides and compare "
+                         "against the faster (default: fastest with --rlvr-bf16, else fp32)")
     ap.add_argument("--trl-cache", default=None, help="TRL GRPOConfig.cache_implementation (default: dynamic)")
     ap.add_argument("--no-loss-check", action="store_true", help="skip the fixed-batch loss comparison")
     ap.add_argument("--out", default=str(RESULTS / "grpo_vs_trl.json"))
     a = ap.parse_args(argv)
     if a.skip >= a.steps:
         ap.error(f"--skip {a.skip} must be smaller than --steps {a.steps}")
+    if a.trl_precision is None:
+        a.trl_precision = "fastest" if a.rlvr_bf16 else "fp32"
     return a
 
 
@@ -153,7 +164,8 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     rl_mod.rollout_step = rollout_step
     stage = rlvr_stage(a, n_tasks)
     pin_threads()
-    rl_mod.train_rl(stage, ModelConfig(path=model_dir), Path(work), seed=0)  # judge: the stage's reward_judge
+    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False)
+    rl_mod.train_rl(stage, model_cfg, Path(work), seed=0)  # judge: the stage's reward_judge
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "time/step" in r][:-1]  # the last step overlaps the others' teardown
     n_rows = a.prompts * a.group
@@ -192,7 +204,7 @@ def trl_reward_funcs(a) -> list:
             + ([trl_spread] if "spread" in a.reward else []))
 
 
-def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=()):
+def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=(), bf16: bool = False):
     """GRPOTrainer with the settings of the module docstring (fastest for this work on CPU)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
@@ -202,7 +214,7 @@ def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=()):
                             for t in tasks])
     tok = AutoTokenizer.from_pretrained(model_dir)
     cfg = GRPOConfig(
-        output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=False, fp16=False, report_to="none",
+        output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=bf16, fp16=False, report_to="none",
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
         per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1,
         num_generations=a.group, max_completion_length=a.max_new, temperature=a.temperature, top_p=1.0,
@@ -215,7 +227,7 @@ def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=()):
                        processing_class=tok, callbacks=list(callbacks))
 
 
-def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
+def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str, bf16: bool = False) -> dict:
     """GRPOTrainer.train; a step runs from its batch fetch to on_step_end (see _common.StepEnd)."""
     gen_times: list[float] = []
     lens: list[float] = []
@@ -223,7 +235,7 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
     rows_var: list[int] = []
     losses: list[float] = []
 
-    trainer = trl_trainer(a, model_dir, tasks, work, [step_end_callback(baton)])
+    trainer = trl_trainer(a, model_dir, tasks, work, [step_end_callback(baton)], bf16)
     hold_baton_from_batch_fetch(trainer, baton)
     inner = trainer._generate_single_turn
     inner_loss = trainer._compute_loss
@@ -250,6 +262,27 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
             "train": [s_ - g for s_, g in zip(step, gen_times)], "completion_len": lens[:-1],
             "rows_trained": rows[:-1], "rows_with_variance": rows_var[:-1], "loss": losses[:-1],
             "interleaved": baton.interleaved, "rss": peak_rss_mb(), "modules": heavy_modules()}
+
+
+def trl_bf16_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
+    """:func:`trl_worker` with ``GRPOConfig(bf16=True)`` (accelerate's bf16 autocast, fp32 weights)."""
+    return trl_worker(baton, a, model_dir, tasks, work, bf16=True)
+
+
+TRL_SIDES = {"fp32": ("trl", trl_worker), "bf16": ("trl_bf16", trl_bf16_worker)}
+"""TRL's precisions: the side name and its worker."""
+
+
+def trl_sides(precision: str) -> dict:
+    """``{side: worker}`` for ``--trl-precision`` (fastest: both precisions, each its own process)."""
+    keys = ("fp32", "bf16") if precision == "fastest" else (precision,)
+    return dict(TRL_SIDES[k] for k in keys)
+
+
+def pick_fastest(res: dict, sides: list[str], skip: int) -> tuple[str, dict]:
+    """The TRL side with the smallest median step, and every TRL side's median step (s)."""
+    med = {s: statistics.median(res[s]["step"][skip:]) for s in sides}
+    return min(med, key=med.get), med
 
 
 # ---------------------------------------------------------------- loss check
@@ -347,11 +380,13 @@ def bench(a, progress=None) -> dict:
             say(f"GRPO {a.size}: loss check on a fixed batch")
             parity = loss_parity(a, model_dir, tasks, plain, str(work / "parity"))
         say(f"GRPO {a.size}: {a.steps + 1} steps per side, interleaved")
-        res = interleave({"rlvr": rlvr_worker, "trl": trl_worker},
-                         (a, model_dir, n_tasks, str(work / "rlvr")), alt_args={"trl": (a, model_dir, plain,
-                                                                                       str(work / "trl"))})
+        trl = trl_sides(a.trl_precision)
+        res = interleave({"rlvr": rlvr_worker, **trl}, (a, model_dir, n_tasks, str(work / "rlvr")),
+                         alt_args={s: (a, model_dir, plain, str(work / s)) for s in trl})
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    fastest, trl_medians = pick_fastest(res, list(trl), a.skip)  # the comparison is against TRL's faster one
+    res = {"rlvr": res["rlvr"], "trl": res[fastest]}
     keys = ("step", "own_step", "generate", "train")
     summary = {s: {k: summarize(res[s][k][a.skip:]) for k in keys} for s in res}
     paired = paired_ratios(res["rlvr"]["step"][a.skip:], res["trl"]["step"][a.skip:])
@@ -365,6 +400,10 @@ def bench(a, progress=None) -> dict:
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
             "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["peak_mb"] / rss["trl"]["peak_mb"],
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
+            "precision": {"rlvr": "bf16 autocast (training forwards)" if a.rlvr_bf16 else "fp32",
+                          "trl": "bf16" if fastest == "trl_bf16" else "fp32",
+                          "trl_median_step_s": {("bf16" if s == "trl_bf16" else "fp32"): v
+                                                for s, v in trl_medians.items()}},
             "target": 0.4, "met": ratio["step"] <= 0.4, "per_step": res}
 
 
@@ -394,6 +433,10 @@ def report(a, out: dict) -> None:
     print(f"ratio rlvr/TRL: step {ratio['step']:.3f} (paired per-step median {ratio['paired_median']:.3f}), "
           f"generate {ratio['generate']:.3f}, train {ratio['train']:.3f}; target <= 0.4: "
           f"{'MET' if ratio['step'] <= 0.4 else 'MISSED'}; peak RSS ratio {out['rss_ratio']:.2f} (target <= 0.7)")
+    prec = out.get("precision")
+    if prec:
+        tried = ", ".join(f"{k} {v:.3f} s" for k, v in prec["trl_median_step_s"].items())
+        print(f"precision: rlvr {prec['rlvr']}; TRL {prec['trl']} (its faster of: {tried})")
     lc = out.get("loss_check")
     if lc:
         print(f"loss on one fixed batch ({lc['rows']} rows, beta={lc['beta']}): rlvr {lc['rlvr_loss']:.7g}  "

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def grpo_case(size: str):
+def grpo_case(size: str, bf16: bool = False):
     from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
     from rlvr.data.arithmetic import generate
     from rlvr.data.chat import encode_prompt
@@ -53,13 +53,13 @@ def grpo_case(size: str):
                   kl=KLConfig(beta=0.04))
 
     def step():
-        batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 1.0, 64)
+        batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 1.0, 64, bf16)
         model.zero_grad(set_to_none=True)
-        rl.update_minibatch(model, batch, cfg, 0, on_policy=True)
+        return rl.update_minibatch(model, batch, cfg, 0, on_policy=True, bf16=bf16)
     return step
 
 
-def dpo_case(size: str):
+def dpo_case(size: str, bf16: bool = False):
     from dpo_vs_trl import make_pairs
 
     from rlvr.config.preference import DPOLoss, PreferenceStage
@@ -74,7 +74,7 @@ def dpo_case(size: str):
 
     def step():
         model.zero_grad(set_to_none=True)
-        preference.paired_step(model, data, list(range(32)), stage, 0, False)
+        return preference.paired_step(model, data, list(range(32)), stage, 0, bf16)
     return step
 
 
@@ -86,12 +86,16 @@ def main() -> None:
     ap.add_argument("--budgets", default=None,
                     help="comma-separated per-micro-batch token budgets (0 = none) to compare on the packed path "
                          "instead of HF vs packed, e.g. 0,128,256,512")
+    ap.add_argument("--precision", action="store_true",
+                    help="fp32 vs bf16 autocast on the packed path (instead of HF vs packed); prints the loss of each")
     a = ap.parse_args()
     torch.set_num_threads(1)
     from rlvr.models import packed_forward
 
     if a.budgets:
         return budget_ab(a, [int(b) for b in a.budgets.split(",")])
+    if a.precision:
+        return precision_ab(a)
 
     supported = packed_forward.supports
     for name, make in (("grpo update", grpo_case), ("dpo step", dpo_case)):
@@ -134,6 +138,26 @@ def budget_ab(a, budgets: list[int]) -> None:
             ts = ts[a.warmup:]
             print(f"{a.size} {name:12s} budget {b or 'none':>5}  median {statistics.median(ts):.4f} s  "
                   f"min {min(ts):.4f} s  min/first {min(ts) / base:.3f}")
+
+
+def precision_ab(a) -> None:
+    """CPU time of each case in float32 and under bf16 autocast (fp32 master weights), alternating; the
+    loss of each precision's first step (same weights, same batch) side by side."""
+    for name, make in (("grpo update", grpo_case), ("dpo step", dpo_case)):
+        steps = {"fp32": make(a.size, False), "bf16": make(a.size, True)}
+        times: dict[str, list[float]] = {m: [] for m in steps}
+        losses: dict[str, float] = {}
+        for _ in range(a.rounds):
+            for m, step in steps.items():
+                t0 = time.process_time()
+                met = step()
+                times[m].append(time.process_time() - t0)
+                losses.setdefault(m, float((met or {}).get("train/loss", float("nan"))))
+        kept = {m: ts[a.warmup:] for m, ts in times.items()}
+        for m, ts in kept.items():
+            print(f"{a.size} {name:12s} {m:5s} median {statistics.median(ts):.4f} s  min {min(ts):.4f} s  "
+                  f"first loss {losses[m]:.6f}")
+        print(f"{a.size} {name:12s} bf16/fp32 (min) {min(kept['bf16']) / min(kept['fp32']):.3f}")
 
 
 if __name__ == "__main__":

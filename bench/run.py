@@ -78,6 +78,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-decode-threads", type=int, default=None,
                     help="grpo: rlvr's sampling.decode_threads (intra-op threads while generating; default: "
                          "rlvr's default, auto)")
+    ap.add_argument("--rlvr-bf16", action="store_true",
+                    help="rlvr's training forwards under bf16 autocast (model.autocast_bf16: train) in grpo and dpo; "
+                         "TRL then runs in both precisions (bf16=True and fp32) and is compared at its faster")
     ap.add_argument("--workers", type=int, default=2, help="verifier workers (both harnesses)")
     ap.add_argument("--quickstart-set", action="append", default=[],
                     help="override passed to rlvr quickstart as --set (repeatable), e.g. for a shorter check")
@@ -114,6 +117,16 @@ def size_record(out: dict, trl_side: str) -> dict:
             rec[f"rlvr_{k}_s"], rec[f"trl_{k}_s"] = s["rlvr"][k]["median"], s[trl_side][k]["median"]
     if "step0_loss" in out:
         rec["step0_loss"] = out["step0_loss"]
+    if "precision" in out:
+        rec["precision"] = out["precision"]
+    return rec
+
+
+def dpo_record(out: dict) -> dict:
+    """:func:`size_record` of a dpo_vs_trl result against its headline TRL side (the fastest run), with every
+    TRL side's median step."""
+    rec = size_record(out, out["headline"])
+    rec["trl_sides_step_s"] = {s: v["step"]["median"] for s, v in out["summary"].items() if s != "rlvr"}
     return rec
 
 
@@ -127,7 +140,7 @@ def with_flat(per_size: dict) -> dict:
 
 
 def micro_args(a) -> list[str]:
-    return ["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else []
+    return (["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else []) + (["--rlvr-bf16"] if a.rlvr_bf16 else [])
 
 
 def run_grpo(a, say) -> dict:
@@ -148,8 +161,8 @@ def run_dpo(a, say) -> dict:
     per_size = {}
     for size in a.size_list:
         args = dpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
-                                      "--trl", "trl_pre", *micro_args(a)])
-        per_size[size] = guarded(lambda args=args: size_record(dpo_vs_trl.bench(args, say), "trl_pre"))
+                                      "--trl", "trl_pre,trl_pre_bf16" if a.rlvr_bf16 else "trl_pre", *micro_args(a)])
+        per_size[size] = guarded(lambda args=args: dpo_record(dpo_vs_trl.bench(args, say)))
     return with_flat(per_size)
 
 
@@ -272,6 +285,7 @@ def run(a) -> dict:
                  "machine": machine(), "versions": versions(),
                  "config": {"sections": a.sections, "sizes": a.size_list, "steps": a.steps, "warmup": a.warmup,
                             "verifier_workers": a.workers, "rlvr_micro_batch": a.rlvr_micro,
+                            "rlvr_bf16": a.rlvr_bf16,
                             "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
                             "reward correct+spread", "dpo": "32 pairs/step, beta 0.1, TRL precompute_ref_log_probs"}}
     console = Console(stderr=True)
@@ -313,6 +327,27 @@ def _load(x) -> str:
     return "-" if not x else "/".join(f"{v:.1f}" for v in x)
 
 
+def precision_line(res: dict) -> str:
+    """Which precision each side ran in (``--rlvr-bf16``: TRL ran in both, compared at its faster)."""
+    parts = []
+    for sec in ("grpo", "dpo"):
+        for size, rec in (res.get(sec) or {}).items():
+            if not isinstance(rec, dict) or "trl_side" not in rec:
+                continue
+            if sec == "grpo" and rec.get("precision"):
+                tried = rec["precision"]["trl_median_step_s"]
+                chosen = rec["precision"]["trl"]
+            else:
+                tried = {("bf16" if k.endswith("bf16") else "fp32"): v
+                         for k, v in (rec.get("trl_sides_step_s") or {}).items() if k.startswith("trl_pre")}
+                chosen = "bf16" if rec["trl_side"].endswith("bf16") else "fp32"
+            parts.append(f"{sec.upper()} {size}: TRL {chosen} (" + ", ".join(f"{k} {v:.3f} s" for k, v in tried.items())
+                         + ")")
+    return ("Precision: rlvr's training forwards under bf16 autocast (`model.autocast_bf16: train`, generation "
+            "float32); TRL run with `bf16=True` and in float32, each in its own process interleaved with rlvr's, and "
+            "compared at its faster median step: " + "; ".join(parts) + ".")
+
+
 def markdown(res: dict) -> str:
     m, v = res.get("machine", {}), res.get("versions", {})
     lines = [f"Run {res.get('date')}: `{res.get('command')}`", "",
@@ -323,6 +358,8 @@ def markdown(res: dict) -> str:
     micro = (res.get("config") or {}).get("rlvr_micro_batch")
     if micro:
         lines += [f"rlvr micro-batch: {micro} rows (TRL: the whole step's rows in one batch).", ""]
+    if (res.get("config") or {}).get("rlvr_bf16"):
+        lines += [precision_line(res), ""]
     rows = []
     for sec, target in (("grpo", TARGETS["grpo"]), ("dpo", TARGETS["dpo"])):
         for size, rec in res.get(sec, {}).items():

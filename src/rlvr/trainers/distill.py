@@ -39,6 +39,6 @@ def train_distill(stage: DistillStage, model_cfg: ModelConfig, run_dir: str | Pa
                   judge=None, crash_at_step: int | None = None) -> StageResult:
     """Run a distillation stage; the sampler is the teacher."""
     def sampler(model, tok):
-        return HFEngine(load_teacher(stage, model_cfg, tok), tok, bf16=model_cfg.autocast_bf16)
+        return HFEngine(load_teacher(stage, model_cfg, tok), tok, bf16=model_cfg.decode_bf16)
     return train_sample_sft(stage, model_cfg, run_dir, seed, init_path, resume, eval_cfg, judge, crash_at_step,
                             sampler=sampler, label="distill")

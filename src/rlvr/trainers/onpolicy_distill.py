@@ -71,7 +71,7 @@ def train_onpolicy_distill(stage: OnPolicyDistillStage, model_cfg: ModelConfig, 
     for p in teacher.parameters():
         p.requires_grad_(False)
     judge = judge or reward_judge([RewardTerm()], 0)
-    engine = LOCAL.engine(model, tok, bf16=model_cfg.autocast_bf16)
+    engine = LOCAL.engine(model, tok, bf16=model_cfg.decode_bf16)
     stream = TaskStream(load_task_source(stage.data), seed)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
@@ -87,7 +87,7 @@ def train_onpolicy_distill(stage: OnPolicyDistillStage, model_cfg: ModelConfig, 
         t0 = time.perf_counter()
         def forward(m, rows=rows, total=total):
             return distill_loss(model, teacher, [rows[i] for i in m], tok.pad_token_id, stage.sampling.temperature,
-                                total, model_cfg.autocast_bf16)
+                                total, model_cfg.train_bf16)
 
         met = accumulate(micros, forward, len(rows)) if rows else {}
         grad_norm = optimizer_step(model, opt, sched, stage.optim.max_grad_norm) if rows else 0.0

@@ -287,7 +287,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     seed_everything(seed)
     policy, tok, ref, critic, rm, rm_tok = setup_models(stage, model_cfg, run_dir, init_path, seed)
     judge = judge or default_judge(stage.verifier_workers)
-    engine = HFEngine(policy, tok, bf16=model_cfg.autocast_bf16)
+    engine = HFEngine(policy, tok, bf16=model_cfg.decode_bf16)
     stream = TaskStream(load_task_source(stage.data), seed)
     popt, psched = build_optimizer(policy, stage.optim, stage.max_steps)
     copt, csched = build_optimizer(critic, stage.critic_optim or stage.optim, stage.max_steps)
@@ -301,7 +301,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
         critic.load_state_dict(run.state["critic"])
         copt.load_state_dict(run.state["critic_optimizer"])
         csched.load_state_dict(run.state["critic_scheduler"])
-    bf16 = model_cfg.autocast_bf16
+    bf16 = model_cfg.train_bf16
     while not run.done():
         tasks = stream.take(stage.tasks_per_step)
         ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)

@@ -356,7 +356,7 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
     """Run a preference stage; returns where its final checkpoint is."""
     check_stage(stage)
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
-    bf16 = model_cfg.autocast_bf16
+    bf16 = model_cfg.train_bf16
     judge = judge or default_judge(0)
     ckpt = find_checkpoint(out, resume)
     data, held, probe, pair_stats = prepare_data(stage, model, tok, judge, out, seed, resumed=ckpt is not None)

@@ -135,7 +135,7 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
                                                     seed, reuse=ckpt is not None)
     encs = [encode_pair(tok, p, stage.max_length) for p in as_pairs(train_recs, "the reward model")]
     held = [encode_pair(tok, p, stage.max_length) for p in as_pairs(held_recs, "the reward model")]
-    bf16, pad, micro = model_cfg.autocast_bf16, tok.pad_token_id, stage.micro_batch_size
+    bf16, pad, micro = model_cfg.train_bf16, tok.pad_token_id, stage.micro_batch_size
     baseline = policy_logp_accuracy(policy, held, pad, micro, bf16) if ckpt is None else {}
     del policy
     n_steps = stage.max_steps or max(1, stage.epochs * math.ceil(len(encs) / stage.batch_size))

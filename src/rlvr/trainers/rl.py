@@ -361,7 +361,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     ref = frozen_reference(model, track_kl)
     judge = dist.wrap_judge(with_model_judges(judge or reward_judge(stage.rewards, stage.verifier_workers),
                                               stage.rewards, tok))
-    engine = dist.engine(model, tok, bf16=model_cfg.autocast_bf16)
+    engine = dist.engine(model, tok, bf16=model_cfg.decode_bf16)
     agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)
     if agent is None:
@@ -404,9 +404,9 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
                 ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
-                model_cfg.autocast_bf16, first_update_micros(model, batch, first, stage.micro_batch_size))
+                model_cfg.train_bf16, first_update_micros(model, batch, first, stage.micro_batch_size))
         t0 = time.perf_counter()
-        met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.autocast_bf16, seed,
+        met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.train_bf16, seed,
                             run.step, dist, stale > 0)
         dist.publish(model, run.step + 1)
         rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0, **dist.step_metrics()}

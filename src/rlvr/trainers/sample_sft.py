@@ -43,7 +43,7 @@ def train_sample_sft(stage, model_cfg, run_dir: str | Path, seed: int = 0, init_
     (default: the live policy itself, i.e. RFT)."""
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     verify = judge or default_judge(stage.verifier_workers)
-    engine = sampler(model, tok) if sampler is not None else HFEngine(model, tok, bf16=model_cfg.autocast_bf16)
+    engine = sampler(model, tok) if sampler is not None else HFEngine(model, tok, bf16=model_cfg.decode_bf16)
     tasks = load_task_source(stage.data)
     if any(t.kind == "env" for t in tasks):
         raise ConfigError(f"stage {stage.name}: {stage.type} samples single completions; environment (multi-turn) "
@@ -68,7 +68,7 @@ def train_sample_sft(stage, model_cfg, run_dir: str | Path, seed: int = 0, init_
         if examples:
             idx = data_order(len(examples), seed * 1009 + rnd, k, min(stage.batch_size, len(examples)))
             rec.update(sft_step(model, examples, idx, stage.micro_batch_size, stage.bucketing, tok.pad_token_id,
-                                model_cfg.autocast_bf16, packing=stage.packing))
+                                model_cfg.train_bf16, packing=stage.packing))
             rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         else:  # nothing verified this round: no update (AdamW momentum alone must not move the weights)
             with warnings.catch_warnings():

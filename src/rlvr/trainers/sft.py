@@ -53,7 +53,7 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
-    heldout = SFTHeldout(stage, tok, out, model_cfg.autocast_bf16)  # held-out loss, keep-best, early stop
+    heldout = SFTHeldout(stage, tok, out, model_cfg.train_bf16)  # held-out loss, keep-best, early stop
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=judge, crash_at_step=crash_at_step,
                      start={"train_examples": len(examples)})
@@ -65,7 +65,7 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     while not run.done():
         idx = data_order(len(examples), seed, run.step, stage.batch_size)
         rec = sft_step(model, examples, idx, stage.micro_batch_size, stage.bucketing, tok.pad_token_id,
-                       model_cfg.autocast_bf16, sft_loss_kwargs(stage.loss), packing=stage.packing)
+                       model_cfg.train_bf16, sft_loss_kwargs(stage.loss), packing=stage.packing)
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         rec.update(heldout.measure(model, run.step + 1, stage.max_steps))
         stop = heldout.observe(model, tok, run.step + 1, rec)

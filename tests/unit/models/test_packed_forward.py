@@ -150,6 +150,34 @@ def test_bf16_autocast_is_close_to_the_hf_forward():
     assert lp.dtype == torch.float32 and (lp[ok] - lp_hf[ok]).abs().max() < 0.05
 
 
+def test_rows_rounded_up_under_autocast_change_no_value_and_no_gradient(monkeypatch):
+    """Under CPU bf16 autocast the packed tokens and logit rows are rounded up (AUTOCAST_ROWS; dummy tokens
+    nothing reads): the logprobs and the gradient are those without rounding, and the GEMMs see a multiple
+    of the rounding as their row count."""
+    model = llama()
+    ids, att = ragged(False)
+    out = {}
+    seen: list[int] = []
+    real_linear = torch.nn.functional.linear
+
+    def linear(x, *a, **k):
+        seen.append(x.shape[0])
+        return real_linear(x, *a, **k)
+    for rows in (0, 1):
+        monkeypatch.setattr(packed_forward, "AUTOCAST_ROWS", rows)
+        model.zero_grad(set_to_none=True)
+        seen.clear()
+        monkeypatch.setattr(packed_forward.F, "linear", linear)
+        lp, _ = token_logprobs(model, ids, att, bf16=True, packed=True)
+        monkeypatch.setattr(packed_forward.F, "linear", real_linear)
+        lp.sum().backward()
+        out[rows] = (lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]), list(seen))
+    assert all(n == packed_forward.rounded_rows(n, 1) for n in out[1][2]) and out[1][2] != out[0][2]
+    assert torch.allclose(out[0][0], out[1][0], atol=1e-6)
+    assert torch.allclose(out[0][1], out[1][1], rtol=1e-3, atol=1e-5)
+    assert [packed_forward.rounded_rows(n, 4) for n in (10, 17, 100, 1000, 1024, 1100)] == [10, 32, 112, 1024, 1024, 1280]
+
+
 def test_gradient_checkpointing_takes_the_hf_forward():
     model = llama()
     (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
