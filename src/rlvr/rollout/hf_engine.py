@@ -99,7 +99,8 @@ class HFEngine:
                     out.prompt_index.append(pi)
         finally:
             self.model.train(was_training)
-            torch.set_num_threads(threads)
+            if want is not None:
+                torch.set_num_threads(threads)
         out.texts = self.tokenizer.batch_decode(out.completion_ids, skip_special_tokens=True)
         return out
 
