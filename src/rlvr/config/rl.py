@@ -231,6 +231,13 @@ class KLConfig(Section):
     """KL coefficient β (a negative β would reward moving away from the reference)."""
     estimator: Literal["k1", "k2", "k3"] = "k3"
     """Schulman's estimator of KL(π || π_ref) per token."""
+    rows: Literal["all", "trained"] = "all"
+    """Which rows carry the KL term. ``all``: every sampled row, zero-advantage ones included (they are then
+    forwarded and backwarded for the KL gradient alone). ``trained``: only the rows with a policy-gradient
+    signal (non-zero advantage); the zero-advantage rows of dead groups are skipped as at β = 0 (no forward,
+    no backward) and still count in the loss normaliser, so each trained token's KL weight is the same as
+    with ``all``. The leash then acts where the update pulls, at the cost of a β = 0 step (the quickstart's
+    GRPO stage: ~60% of its rows are in dead groups)."""
 
 
 class RewardTerm(Section):

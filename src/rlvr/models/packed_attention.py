@@ -53,18 +53,8 @@ class CausalAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        q0, k0, v0 = ctx.saved_tensors
-        q, k, v = _wide(q0), _wide(k0), _wide(v0)
-        scale = ctx.scale
-        with torch.autocast(q.device.type, enabled=False):
-            p = _probs(q, k, scale)
-            do = do.to(q.dtype)
-            dv = p.transpose(1, 2).bmm(do)                           # BmmBackward: mat2
-            dp = do.bmm(v.transpose(1, 2))                           # BmmBackward: self
-            ds = torch._softmax_backward_data(dp, p, -1, p.dtype)     # SoftmaxBackward
-            dq = ds.bmm(k) * scale                                   # BaddbmmBackward: batch1
-            dk = (q.transpose(1, 2).bmm(ds) * scale).transpose(1, 2)  # BaddbmmBackward: batch2 = kᵀ
-        return dq.to(q0.dtype), dk.to(k0.dtype), dv.to(v0.dtype), None
+        q, k, v = ctx.saved_tensors
+        return (*_attention_grads(q, k, v, do, ctx.scale), None)
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -74,6 +64,69 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
         dt = torch.get_autocast_dtype(q.device.type)
         q, k, v = q.to(dt), k.to(dt), v.to(dt)
     return CausalAttention.apply(q, k, v, scale)
+
+
+def _attention_grads(q, k, v, do, scale: float):
+    """``(dq, dk, dv)`` of :class:`CausalAttention` (float32 arithmetic, cast back to the inputs' dtype)."""
+    q0, k0, v0 = q, k, v
+    q, k, v = _wide(q0), _wide(k0), _wide(v0)
+    with torch.autocast(q.device.type, enabled=False):
+        p = _probs(q, k, scale)
+        do = do.to(q.dtype)
+        dv = p.transpose(1, 2).bmm(do)                           # BmmBackward: mat2
+        dp = do.bmm(v.transpose(1, 2))                           # BmmBackward: self
+        ds = torch._softmax_backward_data(dp, p, -1, p.dtype)     # SoftmaxBackward
+        dq = ds.bmm(k) * scale                                   # BaddbmmBackward: batch1
+        dk = (q.transpose(1, 2).bmm(ds) * scale).transpose(1, 2)  # BaddbmmBackward: batch2 = kᵀ
+    return dq.to(q0.dtype), dk.to(k0.dtype), dv.to(v0.dtype)
+
+
+def _packed_view(heads: torch.Tensor, slot_tok: torch.Tensor | None, slot_view: torch.Tensor, size: int):
+    src = heads if slot_tok is None else heads.index_select(1, slot_tok)
+    return src.new_zeros(src.shape[0], size, src.shape[2]).index_copy_(1, slot_view, src)
+
+
+class PackedCausalAttention(torch.autograd.Function):
+    """:class:`CausalAttention` of the packed heads ``[3H, N, D]`` (q, k, v heads of the packed tokens) put on
+    the padded attention view ``[3H, B·L, D]`` (:func:`scatter_to_view` of ``heads.index_select(1, slot_tok)``)
+    -> ``o [H, B·L, D]``. Saves the packed heads and the two indices, not the view: the view holds every
+    row's whole sequence (a GRPO group's prompt once per row) and its padding, ~3x the packed tokens of a
+    prefix-shared GRPO micro-batch. The backward rebuilds the view (an index_copy) and runs autograd's
+    formulas op for op (the attention's, ``SplitBackward``, ``index_select`` for the scatter, ``index_add``
+    for the shared tokens): the gradient is the unfused expression's bit for bit."""
+
+    @staticmethod
+    def forward(ctx, heads, slot_tok, slot_view, B: int, L: int, scale: float):
+        H, D = heads.shape[0] // 3, heads.shape[2]
+        view = _packed_view(heads, slot_tok, slot_view, B * L)
+        q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
+        with torch.autocast(heads.device.type, enabled=False):
+            o = torch.bmm(_probs(_wide(q), _wide(k), scale), _wide(v))
+        ctx.save_for_backward(heads, slot_tok if slot_tok is not None else slot_view.new_empty(0), slot_view)
+        ctx.shared, ctx.B, ctx.L, ctx.scale = slot_tok is not None, B, L, scale
+        return o.view(H, B * L, D)
+
+    @staticmethod
+    def backward(ctx, do):
+        heads, slot_tok, slot_view = ctx.saved_tensors
+        slot_tok = slot_tok if ctx.shared else None
+        B, L = ctx.B, ctx.L
+        H, D = heads.shape[0] // 3, heads.shape[2]
+        view = _packed_view(heads, slot_tok, slot_view, B * L)
+        q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
+        grads = _attention_grads(q, k, v, do.reshape(H * B, L, D), ctx.scale)
+        dview = torch.cat([g.reshape(H, B * L, D) for g in grads], 0)  # SplitBackward
+        dsrc = dview.index_select(1, slot_view)                        # the scatter's backward
+        if slot_tok is None:
+            return dsrc, None, None, None, None, None
+        dheads = dsrc.new_zeros(heads.shape).index_add_(1, slot_tok, dsrc)  # IndexSelectBackward
+        return dheads, None, None, None, None, None
+
+
+def packed_causal_attention(heads: torch.Tensor, slot_tok: torch.Tensor | None, slot_view: torch.Tensor,
+                            B: int, L: int, scale: float) -> torch.Tensor:
+    """:class:`PackedCausalAttention` (q, k and v heads alike: no grouped-query heads)."""
+    return PackedCausalAttention.apply(heads, slot_tok, slot_view, B, L, scale)
 
 
 class ScatterToView(torch.autograd.Function):

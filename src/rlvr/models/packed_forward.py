@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from rlvr.models.arch import llama_family_reason
-from rlvr.models.packed_attention import causal_attention, scatter_to_view, swiglu
+from rlvr.models.packed_attention import causal_attention, packed_causal_attention, scatter_to_view, swiglu
+from rlvr.models.packed_fused import norm_linear, rms as _rms, swiglu_linear
 
 
 def unsupported_reason(model) -> str | None:
@@ -64,13 +65,6 @@ def supports(model) -> bool:
     """``unsupported_reason(model) is None`` (checked at every call, ~50 µs for a tiny model: a hook or an
     adapter added later is seen)."""
     return unsupported_reason(model) is None
-
-
-def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """HF's RMSNorm: ``w * (x / sqrt(mean(x²) + eps))`` in float32, cast back to x's dtype before ``w *``."""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return w * y.to(x.dtype)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -173,35 +167,55 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
         att, mlp = layer.self_attn, layer.mlp
         D = att.head_dim
         Hq, Hkv = att.q_proj.out_features // D, att.k_proj.out_features // D
-        x = _rms(h, layer.input_layernorm.weight, layer.input_layernorm.variance_epsilon)
+        ln = layer.input_layernorm
         w = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight])
         b = _cat_bias(att.q_proj, att.k_proj, att.v_proj)
-        if COMPLEX_ROPE and x.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(x.device.type):
+        if COMPLEX_ROPE and h.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(h.device.type):
             # RoPE as one complex multiply: q/k rows permuted per head to (j, j + D/2) pairs (scores q·k
             # do not change when q and k are permuted alike), rotated in place in the matmul's output
             perm = _pair_permutation(Hq + Hkv, Hkv, D, w.device)
             w = w.index_select(0, perm)
             b = None if b is None else b.index_select(0, perm)
-            heads = F.linear(x, w, b).view(N, Hq + 2 * Hkv, D)
+            heads = _norm_proj(h, ln, w, b).view(N, Hq + 2 * Hkv, D)
             if cis is None:
                 cis = torch.complex(cos[..., :D // 2], sin[..., :D // 2])  # [N, 1, D/2]
             qk = torch.view_as_complex(heads[:, :Hq + Hkv].unflatten(-1, (D // 2, 2)))
             qk.mul_(cis)
         else:
-            qkv = F.linear(x, w, b)
+            qkv = _norm_proj(h, ln, w, b)
             qk = qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D)
             qk = qk * cos + _rotate_half(qk) * sin
             heads = torch.cat([qk, qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)], 1)
         heads = heads.transpose(0, 1)  # [Hq + 2 Hkv, N, D]
         if torch.is_autocast_enabled(heads.device.type):  # the view in autocast's dtype (as its matmuls cast it)
             heads = heads.to(torch.get_autocast_dtype(heads.device.type))
-        o = _attention(_to_view(heads, pk), pk, Hq, Hkv, att.scaling)                     # [Hq, N, D]
+        if FUSED and ATTENTION == "recompute" and Hq == Hkv and not pk.identity:  # saves the packed heads, not the view
+            o = packed_causal_attention(heads, pk.slot_tok, pk.slot_view, pk.B, pk.L, att.scaling)
+            o = o.index_select(1, pk.owner_view)                                        # [Hq, N, D]
+        else:
+            o = _attention(_to_view(heads, pk), pk, Hq, Hkv, att.scaling)               # [Hq, N, D]
         o = o.transpose(0, 1).reshape(N, Hq * D)
         h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
-        x = _rms(h, layer.post_attention_layernorm.weight, layer.post_attention_layernorm.variance_epsilon)
-        gu = F.linear(x, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj))
-        h = h + F.linear(swiglu(gu), mlp.down_proj.weight, mlp.down_proj.bias)
+        ln = layer.post_attention_layernorm
+        gu = _norm_proj(h, ln, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj))
+        h = h + (swiglu_linear(gu, mlp.down_proj.weight, mlp.down_proj.bias) if FUSED
+                 else F.linear(swiglu(gu), mlp.down_proj.weight, mlp.down_proj.bias))
     return _rms(h, inner.norm.weight, inner.norm.variance_epsilon)
+
+
+def _norm_proj(h: torch.Tensor, ln, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """``linear(RMSNorm(h), w, b)`` (fused: saves only ``h``, see :data:`FUSED`)."""
+    if FUSED:
+        return norm_linear(h, ln.weight, ln.variance_epsilon, w, b)
+    return F.linear(_rms(h, ln.weight, ln.variance_epsilon), w, b)
+
+
+FUSED = True
+"""Keep fewer activations: each RMSNorm fused with the projection after it and SwiGLU with the down
+projection (``rlvr.models.packed_fused``: saves the norm's input / ``[g | u]`` only), and attention saving
+the packed heads instead of the padded view (``PackedCausalAttention``). The same values and per-op
+gradients; the order in which autograd sums a residual's gradient contributions differs, so gradients
+differ from the unfused graph's in the last bits (~1e-9 relative). ``False``: the unfused graph."""
 
 
 def _pair_permutation(Hqk: int, Hkv: int, D: int, device) -> torch.Tensor:

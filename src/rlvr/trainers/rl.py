@@ -150,6 +150,13 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
 # ------------------------------------------------------------------------------------------ batch
 
 
+def needs_every_row(stage: RLStage, variant) -> bool:
+    """Whether zero-advantage rows must be forwarded: a KL term on every row (``kl.rows: all``), an entropy
+    bonus, or a loss in which a zero advantage still has a gradient."""
+    kl_all = stage.kl.beta > 0 and stage.kl.rows == "all"
+    return kl_all or stage.entropy_coef != 0 or variant.trains_zero_advantage
+
+
 def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_truncated: bool) -> TrainBatch:
     """Flatten rollouts into training rows (``advantages``: ``[n, G]``, or per row a float or a list over its
     completion tokens, see ``rollout.methods.row_advantages``). Zero-advantage rows are not forwarded unless ``needs_all``
@@ -382,7 +389,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     teacher = load_pretrained(stage.residual.teacher)[0].to(model.device).eval() if stage.residual.enabled else None
     while not run.done():
         stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
-        needs_all = stage.kl.beta > 0 or stage.entropy_coef != 0 or variant.trains_zero_advantage
+        needs_all = needs_every_row(stage, variant)
         ro, stale = None, 0
         if agent is not None:  # multi-turn closed loop (trainers/agent.py)
             batch, ro_rec = agent.step(stream, seed, run.step, needs_all, stage)

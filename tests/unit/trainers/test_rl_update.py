@@ -18,7 +18,8 @@ from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.data.collate import pad_batch
 from rlvr.trainers.common import build_optimizer
-from rlvr.trainers.rl import build_train_batch, policy_update, reference_logprobs, update_minibatch
+from rlvr.trainers.rl import (build_train_batch, needs_every_row, policy_update, reference_logprobs,
+                              update_minibatch)
 from rlvr.trainers.variants import rl_variant
 from rlvr.verifiers.base import Verdict
 
@@ -74,6 +75,46 @@ def test_a_negligible_kl_does_not_rescale_the_policy_gradient(tiny_dir, loss):
     g_none, _ = grad_of(tiny_dir, ro, stage(loss=loss), needs_all=False)
     ratio = float(g_kl.norm() / g_none.norm())
     assert torch.allclose(g_kl, g_none, rtol=1e-5, atol=1e-9), f"|g_kl| / |g_no_kl| = {ratio:.4f}"
+
+
+def kl_grad_of(tiny_dir, ro, st):
+    """The update's gradient against a reference that differs from the policy (its weights perturbed),
+    with zero-advantage rows forwarded or skipped as the trainer decides (``needs_every_row``)."""
+    model, _ = load_pretrained(tiny_dir)
+    ref, _ = load_pretrained(tiny_dir)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn(p.shape, generator=gen))
+    adv = rl_variant(st.loss).advantages(st.loss, ro.rewards, ro.valid)
+    batch = build_train_batch(ro, adv, needs_all=needs_every_row(st, rl_variant(st.loss)), mask_truncated=False)
+    batch.ref_logprobs = reference_logprobs(ref, model, batch, 0, st.sampling.temperature, st.micro_batch_size)
+    update_minibatch(model, batch, st, 0, on_policy=False)
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]), len(batch)
+
+
+def test_kl_on_trained_rows_drops_exactly_the_dead_rows_kl_gradient(tiny_dir):
+    """``kl.rows: trained`` skips the zero-advantage rows (no forward) and keeps every other term as with
+    ``all``: g_all = g_trained + (the KL gradient of the dead rows alone) × 8/16 (seq-mean normaliser: the
+    8 dead rows of 16). And the leash still moves the weights on the trained rows."""
+    beta = 0.5
+    ro = rollouts(MIXED)
+    g_all, n_all = kl_grad_of(tiny_dir, ro, stage(kl=KLConfig(beta=beta)))
+    g_tr, n_tr = kl_grad_of(tiny_dir, ro, stage(kl=KLConfig(beta=beta, rows="trained")))
+    assert (n_all, n_tr) == (16, 8)
+    g_dead, n_dead = kl_grad_of(tiny_dir, rollouts([MIXED[1], MIXED[3]]), stage(kl=KLConfig(beta=beta)))
+    assert n_dead == 8 and float(g_dead.abs().max()) > 0, "the dead rows' KL term gives no gradient"
+    assert torch.allclose(g_all, g_tr + g_dead * 8 / 16, rtol=1e-4, atol=1e-7)
+    g_pg, _ = grad_of(tiny_dir, ro, stage(), needs_all=False)
+    assert float((g_tr - g_pg).norm() / g_pg.norm()) > 1e-3, "the KL term does not move the trained rows"
+
+
+def test_kl_rows_decide_which_rows_are_forwarded():
+    v = rl_variant(GRPOLoss())
+    assert needs_every_row(stage(kl=KLConfig(beta=0.1)), v)
+    assert not needs_every_row(stage(kl=KLConfig(beta=0.1, rows="trained")), v)
+    assert needs_every_row(stage(kl=KLConfig(beta=0.1, rows="trained"), entropy_coef=0.01), v)
+    assert not needs_every_row(stage(), v)
 
 
 def test_dr_grpo_normaliser_is_constant_whatever_the_zero_variance_fraction(tiny_dir):

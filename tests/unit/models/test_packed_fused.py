@@ -1,0 +1,124 @@
+"""The fused projections (norm_linear, swiglu_linear) and the packed attention against the plain autograd
+expressions: the same output and gradients (bit for bit, except the norm input's, whose closed form rounds
+differently from autograd's chain: to 1e-5 of its largest entry), in float32 and under bf16 autocast, with fewer saved tensors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlvr.models.packed_attention import causal_attention, packed_causal_attention, scatter_to_view
+from rlvr.models.packed_fused import norm_linear, rms, swiglu_linear
+
+
+def saved_bytes(fn):
+    """Bytes of the non-leaf tensors autograd saves while ``fn()`` runs, and fn's result."""
+    total = [0]
+
+    def pack(t):
+        if not (t.is_leaf and t.requires_grad):
+            total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return total[0], out
+
+
+def run(fused: bool, bias: bool, bf16: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    leaves = dict(h=torch.randn(37, 16, generator=g), w=torch.randn(16, generator=g), W=torch.randn(48, 16, generator=g),
+                  Wd=torch.randn(16, 24, generator=g))
+    if bias:
+        leaves.update(b=torch.randn(48, generator=g), bd=torch.randn(16, generator=g))
+    leaves = {k: v.requires_grad_() for k, v in leaves.items()}
+    r = torch.randn(37, 16, generator=g)
+    L = leaves
+
+    def forward():
+        h2 = L["h"] * 1.5  # a non-leaf input, as in the model
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            if fused:
+                gu = norm_linear(h2, L["w"], 1e-6, L["W"], L.get("b"))
+                return swiglu_linear(gu, L["Wd"], L.get("bd"))
+            gu = F.linear(rms(h2, L["w"], 1e-6), L["W"], L.get("b"))
+            gate, up = gu.chunk(2, dim=-1)
+            return F.linear(F.silu(gate) * up, L["Wd"], L.get("bd"))
+
+    nbytes, out = saved_bytes(forward)
+    (out.float() * r).sum().backward()
+    return out.detach(), {k: v.grad for k, v in leaves.items()}, nbytes
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+def test_fused_projections_equal_the_plain_expression_bit_for_bit(bf16, bias):
+    out, grads, saved = run(True, bias, bf16)
+    ref, ref_grads, ref_saved = run(False, bias, bf16)
+    assert out.dtype == ref.dtype and torch.equal(out, ref)
+    for k in grads:
+        diff = float((grads[k] - ref_grads[k]).abs().max())
+        if k == "h":  # RMSNorm's gradient in closed form: float rounding apart
+            scale = float(ref_grads[k].abs().max())
+            assert diff <= 1e-5 * scale, f"dh: max |diff| {diff:.3g} of max |dh| {scale:.3g}"
+            assert float(grads[k].abs().max()) > 1e-2
+        else:
+            assert torch.equal(grads[k], ref_grads[k]), f"d{k}: max |diff| {diff:.3g}"
+    assert saved < 0.6 * ref_saved, (saved, ref_saved)
+
+
+def test_norm_linear_saves_only_its_input_and_the_weights():
+    h = torch.randn(5, 8, requires_grad=True)
+    w, W = torch.randn(8, requires_grad=True), torch.randn(6, 8, requires_grad=True)
+    out = norm_linear(h * 2, w, 1e-6, W)
+    assert sorted(tuple(t.shape) for t in out.grad_fn.saved_tensors if t.numel()) == [(5, 1), (5, 8), (6, 8), (8,)]
+
+
+def test_the_fused_gradient_moves_the_norm_weight_like_the_plain_one():
+    """A gradient step through norm_linear changes w (the norm's weight) and h as the plain expression's."""
+    out, grads, _ = run(True, False, False, seed=3)
+    _, ref_grads, _ = run(False, False, False, seed=3)
+    assert float(grads["w"].abs().max()) > 1e-3 and torch.equal(grads["w"], ref_grads["w"])
+
+
+def packed_case(shared: bool, bf16: bool):
+    """Three rows (lengths 4, 3, 5) of 2 heads x D 4; with ``shared`` the first two tokens of rows 0 and 2 are
+    one packed token each (as a GRPO group's prompt)."""
+    g = torch.Generator().manual_seed(1)
+    H, D, B, L = 2, 4, 3, 5
+    lens = [4, 3, 5]
+    slot_view = torch.tensor([b * L + i for b, n in enumerate(lens) for i in range(n)])
+    S = len(slot_view)
+    if shared:  # row 2's first two slots read row 0's packed tokens 0 and 1
+        slot_tok = torch.tensor([0, 1, 2, 3, 4, 5, 6, 0, 1, 7, 8, 9])
+        N = 10
+    else:
+        slot_tok, N = None, S
+    heads = torch.randn(3 * H, N, D, generator=g)
+    do = torch.randn(H, B * L, D, generator=g)
+    return heads, slot_tok, slot_view, B, L, H, do
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("shared", [False, True], ids=["plain", "shared-prefix"])
+def test_packed_attention_equals_scatter_then_attention(shared, bf16):
+    heads, slot_tok, slot_view, B, L, H, do = packed_case(shared, bf16)
+    D = heads.shape[-1]
+    results = []
+    for fused in (True, False):
+        x = heads.clone().requires_grad_()
+        src = x.to(torch.bfloat16) if bf16 else x
+        if fused:
+            nbytes, o = saved_bytes(lambda: packed_causal_attention(src, slot_tok, slot_view, B, L, 0.5))
+        else:
+            def plain():
+                s = src if slot_tok is None else src.index_select(1, slot_tok)
+                view = scatter_to_view(s, slot_view, B * L)
+                q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
+                return causal_attention(q, k, v, 0.5).view(H, B * L, D)
+            nbytes, o = saved_bytes(plain)
+        (o.float() * do).sum().backward()
+        results.append((o.detach(), x.grad, nbytes))
+    (o1, g1, n1), (o2, g2, n2) = results
+    assert torch.equal(o1, o2)
+    assert torch.equal(g1, g2), f"max |diff| {float((g1 - g2).abs().max()):.3g}"
+    assert n1 < n2  # the packed heads, not the [3H, B*L, D] view
