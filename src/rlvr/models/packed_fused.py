@@ -5,12 +5,14 @@ projection's input ``w * y`` (three ``[N, hidden]`` tensors); through ``linear(s
 ``[g | u]`` and the product (``[N, 3 · intermediate]``). :func:`norm_linear` keeps only ``h`` and
 :func:`swiglu_linear` only ``[g | u]``: the dropped tensors are elementwise functions of the kept ones and
 are recomputed in backward (no matmul is recomputed). In the packed forward of a tiny model that is about a
-third of a micro-batch's saved tensors (``docs/packed_forward.md``, "Activation memory").
+third of a micro-batch's saved tensors (``docs/packed_forward.md``, "Fewer saved tensors").
 
-The backward is autograd's, op for op: the projection's ``mm`` formulas, then autograd itself through the
-recomputed norm or SwiGLU; the output and every gradient are the plain expression's bit for bit
+The backward is autograd's, op for op: the projection's ``mm`` formulas, then the norm's or SwiGLU's
+derivative formulas on the recomputed values (``NormLinear`` hands its two contributions to ``h`` back
+separately so that they are summed with the residual's in autograd's order); the output and every gradient
+are the plain expression's bit for bit, alone and inside the whole packed forward
 (``tests/unit/models/test_packed_fused.py``). Under CPU autocast the projection runs as autocast runs it
-(input, weight and bias cast to the autocast dtype, the gradients cast back), and so does the recomputation.
+(input, weight and bias cast to the autocast dtype, the gradients cast back).
 """
 
 from __future__ import annotations
@@ -54,17 +56,23 @@ def _project_backward(ctx, dout, x, W, b):
 
 
 class NormLinear(torch.autograd.Function):
-    """``linear(rms(h, w, eps), W, b)`` for a 2-D ``h``; saves ``h``, ``rsqrt(mean(h²) + eps)`` ``[N, 1]`` and the
-    weights. Backward: the projection's ``mm`` formulas, then RMSNorm's gradient in closed form,
-    ``dh = r (dy - y · mean(dy ⊙ y))`` with ``y = h r`` and ``dy = w ⊙ dx`` (float32), ``dw = Σ dx ⊙ y``."""
+    """``linear(rms(h, w, eps), W, b)`` for a 2-D ``h``; saves ``h``, ``r = rsqrt(mean(h²) + eps)`` ``[N, 1]`` and
+    the weights (not the normalised ``h`` nor the projection's input).
+
+    ``h`` is passed twice (``apply(h, h, ...)``): the backward returns RMSNorm's two gradient contributions
+    to it separately, as autograd's ``MulBackward`` (``y = h · r``: ``dy · r``) and ``PowBackward`` (through
+    ``r``) produce them, each computed with autograd's own formulas, so autograd adds them to ``h``'s other
+    gradients (the residual's) in the order and association the unfused graph does: the gradient is the
+    unfused graph's bit for bit."""
 
     @staticmethod
-    def forward(ctx, h, w, W, b, eps: float):
+    def forward(ctx, h, h_again, w, W, b, eps: float):
         hf = h.float()
         r = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
         x = w * (hf * r).to(h.dtype)
         ctx.cast, ctx.has_b = _autocast_dtype(h), b is not None
-        ctx.needs = (ctx.needs_input_grad[0] or ctx.needs_input_grad[1], ctx.needs_input_grad[2], ctx.needs_input_grad[3])
+        need = ctx.needs_input_grad
+        ctx.needs = (need[0] or need[1] or need[2], need[3], need[4])
         ctx.save_for_backward(h, r, w, W, b if b is not None else W.new_empty(0))
         return _project(x, W, b, ctx.cast)
 
@@ -73,17 +81,21 @@ class NormLinear(torch.autograd.Function):
         h, r, w, W, b = ctx.saved_tensors
         b = b if ctx.has_b else None
         hf = h.float()
-        yf = hf * r
-        y = yf.to(h.dtype)
+        y = (hf * r).to(h.dtype)
         dx, dW, db = _project_backward(ctx, dout, w * y, W, b)
-        dh = dw = None
+        dh_mul = dh_pow = dw = None
         if dx is not None:
-            if ctx.needs_input_grad[1]:
-                dw = (dx * y).sum(0)
-            if ctx.needs_input_grad[0]:
-                dy = (dx * w).float()
-                dh = (r * (dy - yf * (dy * yf).mean(-1, keepdim=True))).to(h.dtype)
-        return dh, dw, dW, db, None
+            need = ctx.needs_input_grad
+            if need[2]:
+                dw = (dx * y).sum(0)                                     # MulBackward (w · y): w
+            dy = (dx * w).to(hf.dtype)                                   # MulBackward: y; ToCopyBackward
+            dh_mul = dy * r                                              # MulBackward (h · r): h
+            dr = (dy * hf).sum(-1, keepdim=True)                         # MulBackward: r
+            dmean = -0.5 * dr * r.pow(3)                                 # RsqrtBackward
+            dpow = dmean.expand(hf.shape) / hf.shape[-1]                 # MeanBackward
+            dh_pow = dpow * (2 * hf.pow(1))                              # PowBackward
+            dh_mul, dh_pow = dh_mul.to(h.dtype), dh_pow.to(h.dtype)
+        return dh_mul, dh_pow, dw, dW, db, None
 
 
 class SwiGLULinear(torch.autograd.Function):
@@ -119,7 +131,7 @@ def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
 def norm_linear(h: torch.Tensor, w: torch.Tensor, eps: float, W: torch.Tensor, b: torch.Tensor | None = None):
     """``linear(rms(h, w, eps), W, b)`` for a 2-D ``h``, saving ``h`` (not the normalised ``h``, not the
     projection's input)."""
-    return NormLinear.apply(h, w, W, b, eps)
+    return NormLinear.apply(h, h, w, W, b, eps)
 
 
 def swiglu_linear(gu: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None):
