@@ -214,11 +214,7 @@ FUSED = True
 """Keep fewer activations: each RMSNorm fused with the projection after it and SwiGLU with the down
 projection (``rlvr.models.packed_fused``: they save the norm's input / ``[g | u]`` only), and attention saving
 the packed heads instead of the padded view (``PackedCausalAttention``). The outputs and every gradient are
-the unfused graph's bit for bit (``tests/unit/models/test_packed_fused.py``); ``False``: the unfused graph."""Keep fewer activations: each RMSNorm fused with the projection after it and SwiGLU with the down
-projection (``rlvr.models.packed_fused``: saves the norm's input / ``[g | u]`` only), and attention saving
-the packed heads instead of the padded view (``PackedCausalAttention``). The same values and per-op
-gradients; the order in which autograd sums a residual's gradient contributions differs, so gradients
-differ from the unfused graph's in the last bits (~1e-9 relative). ``False``: the unfused graph."""
+the unfused graph's bit for bit (``tests/unit/models/test_packed_fused.py``); ``False``: the unfused graph."""
 
 
 def _pair_permutation(Hqk: int, Hkv: int, D: int, device) -> torch.Tensor:
