@@ -55,6 +55,7 @@ from rlvr.trainers.guards import (
     nonfinite_message,
     skip_update,
 )
+from rlvr.trainers.heap import release_free_heap
 
 
 def setup_threads(threads: int | None) -> None:
@@ -137,14 +138,19 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     denominator of the whole (mini-)batch (its tokens, rows or pairs — the loss's own aggregation), so
     the summed gradient is the full batch's whatever the cutting (1x8 == 2x4 == 8x1). Metrics are
     combined by their name: ``*_sum`` keys are summed, ``*max``/``*min`` keys take the max/min, the
-    rest are row-weighted means. ``train/loss`` is the sum of the micro-batch losses.
+    rest are row-weighted means. ``train/loss`` is the sum of the micro-batch losses. On the CPU the heap's
+    free pages go back to the OS between micro-batches (:func:`rlvr.trainers.heap.release_free_heap`).
     """
     agg: dict[str, float] = {}
     total = 0.0
-    for rows in micros:
+    for i, rows in enumerate(micros):
         loss, met = forward(rows)
         loss.backward()
         total += float(loss.detach())
+        if i + 1 < len(micros):  # the next micro-batch takes fresh pages, not fragments (see heap.py)
+            device = loss.device.type
+            del loss
+            release_free_heap(device)
         w = len(rows) / max(1, total_rows)
         for k, v in met.items():
             v = float(v)
