@@ -35,6 +35,17 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in (torch.float32, torch.float64) else t.float()
 
 
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """``softmax(q kᵀ · scale + causal mask) v`` in float32 (autocast off)."""
+    with torch.autocast(q.device.type, enabled=False):
+        return torch.bmm(_probs(_wide(q), _wide(k), scale), _wide(v))
+
+
+def _scatter(src: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """``zeros [H, size, D]`` with ``src [H, S, D]`` at ``index [S]`` along dim 1."""
+    return src.new_zeros(src.shape[0], size, src.shape[2]).index_copy_(1, index, src)
+
+
 class CausalAttention(torch.autograd.Function):
     """``o = softmax(q kᵀ · scale + causal mask) v`` for ``q, k, v [G, L, D]`` of one dtype; saves q, k, v.
 
@@ -45,8 +56,7 @@ class CausalAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, scale: float):
-        with torch.autocast(q.device.type, enabled=False):
-            o = torch.bmm(_probs(_wide(q), _wide(k), scale), _wide(v))
+        o = _attend(q, k, v, scale)
         ctx.save_for_backward(q, k, v)
         ctx.scale = scale
         return o
@@ -82,8 +92,7 @@ def _attention_grads(q, k, v, do, scale: float):
 
 
 def _packed_view(heads: torch.Tensor, slot_tok: torch.Tensor | None, slot_view: torch.Tensor, size: int):
-    src = heads if slot_tok is None else heads.index_select(1, slot_tok)
-    return src.new_zeros(src.shape[0], size, src.shape[2]).index_copy_(1, slot_view, src)
+    return _scatter(heads if slot_tok is None else heads.index_select(1, slot_tok), slot_view, size)
 
 
 class PackedCausalAttention(torch.autograd.Function):
@@ -100,8 +109,7 @@ class PackedCausalAttention(torch.autograd.Function):
         H, D = heads.shape[0] // 3, heads.shape[2]
         view = _packed_view(heads, slot_tok, slot_view, B * L)
         q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
-        with torch.autocast(heads.device.type, enabled=False):
-            o = torch.bmm(_probs(_wide(q), _wide(k), scale), _wide(v))
+        o = _attend(q, k, v, scale)
         ctx.save_for_backward(heads, slot_tok if slot_tok is not None else slot_view.new_empty(0), slot_view)
         ctx.shared, ctx.B, ctx.L, ctx.scale = slot_tok is not None, B, L, scale
         return o.view(H, B * L, D)
@@ -136,7 +144,7 @@ class ScatterToView(torch.autograd.Function):
     @staticmethod
     def forward(ctx, src, index, size: int):
         ctx.save_for_backward(index)
-        return src.new_zeros(src.shape[0], size, src.shape[2]).index_copy_(1, index, src)
+        return _scatter(src, index, size)
 
     @staticmethod
     def backward(ctx, grad):
@@ -157,17 +165,27 @@ class SwiGLU(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gu):
-        g, u = gu.chunk(2, dim=-1)
         ctx.save_for_backward(gu)
-        return F.silu(g) * u
+        return silu_mul(gu)
 
     @staticmethod
     def backward(ctx, grad):
         (gu,) = ctx.saved_tensors
-        g, u = gu.chunk(2, dim=-1)
-        dg = torch.ops.aten.silu_backward(grad * u, g)
-        du = grad * F.silu(g)
-        return torch.cat([dg, du], dim=-1)
+        return swiglu_backward(grad, gu)
+
+
+def silu_mul(gu: torch.Tensor) -> torch.Tensor:
+    """``silu(g) * u`` for ``gu = [g | u]``."""
+    g, u = gu.chunk(2, dim=-1)
+    return F.silu(g) * u
+
+
+def swiglu_backward(grad: torch.Tensor, gu: torch.Tensor, silu_g: torch.Tensor | None = None) -> torch.Tensor:
+    """The gradient of :func:`silu_mul` at ``gu`` (autograd's ``MulBackward`` then ``silu_backward``);
+    ``silu_g``: ``silu(g)`` if already computed."""
+    g, u = gu.chunk(2, dim=-1)
+    return torch.cat([torch.ops.aten.silu_backward(grad * u, g), grad * (F.silu(g) if silu_g is None else silu_g)],
+                     dim=-1)
 
 
 def swiglu(gu: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlvr.models.packed_attention import silu_mul, swiglu_backward
+
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     """HF's RMSNorm: ``w * (x / sqrt(mean(x²) + eps))`` in float32, cast back to x's dtype before ``w *``."""
@@ -108,7 +110,7 @@ class SwiGLULinear(torch.autograd.Function):
         ctx.cast, ctx.has_b = _autocast_dtype(gu), b is not None
         ctx.needs = ctx.needs_input_grad[:3]
         ctx.save_for_backward(gu, W, b if b is not None else W.new_empty(0))
-        return _project(_silu_mul(gu), W, b, ctx.cast)
+        return _project(silu_mul(gu), W, b, ctx.cast)
 
     @staticmethod
     def backward(ctx, dout):
@@ -117,15 +119,7 @@ class SwiGLULinear(torch.autograd.Function):
         g, u = gu.chunk(2, dim=-1)
         sg = F.silu(g)
         ds, dW, db = _project_backward(ctx, dout, sg * u, W, b)
-        dgu = None
-        if ds is not None:
-            dgu = torch.cat([torch.ops.aten.silu_backward(ds * u, g), ds * sg], dim=-1)
-        return dgu, dW, db
-
-
-def _silu_mul(gu: torch.Tensor) -> torch.Tensor:
-    g, u = gu.chunk(2, dim=-1)
-    return F.silu(g) * u
+        return (None if ds is None else swiglu_backward(ds, gu, sg)), dW, db
 
 
 def norm_linear(h: torch.Tensor, w: torch.Tensor, eps: float, W: torch.Tensor, b: torch.Tensor | None = None):

@@ -10,8 +10,9 @@ heap, so the next micro-batch faults in fresh ones and the peak is one micro-bat
 baseline (475 MB there).
 
 Cost: the trim walks the heap (0.09 ms measured on a fragmented ~15 MB heap) and the next micro-batch
-re-faults the pages it needs (the 1m GRPO bench's step ratio read 0.58 with and without it). Only on Linux with glibc and for CPU tensors; ``RLVR_MALLOC_TRIM=0`` turns it off.
-Nothing about the arithmetic changes (the gradients are bit for bit the same).
+re-faults the pages it needs (the 1m GRPO bench's step ratio read 0.58 with and without it). Only on Linux
+with glibc and for CPU tensors; ``RLVR_MALLOC_TRIM=0`` turns it off. Nothing about the arithmetic changes
+(the gradients are bit for bit the same).
 """
 
 from __future__ import annotations
