@@ -55,6 +55,13 @@ def peak_rss_mb() -> dict:
     return out
 
 
+def micro_tokens_arg(value: str):
+    """``--rlvr-micro-tokens``: ``auto``, ``none`` or a token count -> rlvr's ``model.micro_tokens``."""
+    if value in ("auto", "none"):
+        return None if value == "none" else "auto"
+    return int(value)
+
+
 def heavy_modules() -> list[str]:
     """Which of the big optional packages this process has imported (what its RSS pays for)."""
     names = ("sympy", "math_verify", "latex2sympy2_extended", "datasets", "pandas", "pyarrow", "trl", "accelerate",

@@ -60,6 +60,7 @@ from _common import (
     hold_baton_from_batch_fetch,
     interleave,
     machine,
+    micro_tokens_arg,
     paired_ratios,
     peak_rss_mb,
     pin_threads,
@@ -86,6 +87,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-bf16", action="store_true",
                     help="rlvr's training forwards (step and reference cache) under bf16 autocast "
                          "(model.autocast_bf16: train)")
+    ap.add_argument("--rlvr-micro-tokens", default="auto",
+                    help="rlvr's model.micro_tokens: auto (the CPU token budget), N tokens, or none")
     ap.add_argument("--rlvr-micro", type=int, default=None,
                     help="rlvr micro_batch_size (default --batch, TRL's per_device_train_batch_size); smaller cuts "
                          "rlvr's activation memory, the gradient is the same")
@@ -141,7 +144,8 @@ def rlvr_worker(baton, a, model_dir: str, pairs_path: str, work: str) -> dict:
     pref.paired_step = paired_step
     stage = rlvr_stage(a, pairs_path)
     pin_threads()
-    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False)
+    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False,
+                            micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")))
     pref.train_preference(stage, model_cfg, Path(work), seed=0)
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "time/step" in r]

@@ -75,6 +75,7 @@ from _common import (
     hold_baton_from_batch_fetch,
     interleave,
     machine,
+    micro_tokens_arg,
     paired_ratios,
     peak_rss_mb,
     pin_threads,
@@ -101,6 +102,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--steps", type=int, default=24, help="measured steps per side (+1 run and dropped at the end)")
     ap.add_argument("--skip", type=int, default=3, help="warm-up steps dropped")
     ap.add_argument("--reward", choices=REWARDS, default="correct+spread")
+    ap.add_argument("--rlvr-micro-tokens", default="auto",
+                    help="rlvr's model.micro_tokens: auto (the CPU token budget), N tokens, or none")
     ap.add_argument("--rlvr-micro", type=int, default=None,
                     help="rlvr micro_batch_size (default prompts x group, TRL's per_device_train_batch_size); "
                          "smaller cuts rlvr's activation memory, the gradient is the same")
@@ -164,7 +167,8 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     rl_mod.rollout_step = rollout_step
     stage = rlvr_stage(a, n_tasks)
     pin_threads()
-    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False)
+    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False,
+                            micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")))
     rl_mod.train_rl(stage, model_cfg, Path(work), seed=0)  # judge: the stage's reward_judge
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "time/step" in r][:-1]  # the last step overlaps the others' teardown

@@ -75,6 +75,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-micro", type=int, default=None,
                     help="rlvr's micro_batch_size in grpo and dpo (default: TRL's per-device batch, the whole step's "
                          "rows; smaller cuts rlvr's activation memory, the gradient is the same)")
+    ap.add_argument("--rlvr-micro-tokens", default="auto",
+                    help="rlvr's model.micro_tokens in grpo and dpo: auto (the CPU token budget), N tokens, or none")
     ap.add_argument("--rlvr-decode-threads", type=int, default=None,
                     help="grpo: rlvr's sampling.decode_threads (intra-op threads while generating; default: "
                          "rlvr's default, auto)")
@@ -140,7 +142,8 @@ def with_flat(per_size: dict) -> dict:
 
 
 def micro_args(a) -> list[str]:
-    return (["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else []) + (["--rlvr-bf16"] if a.rlvr_bf16 else [])
+    return ((["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else []) + (["--rlvr-bf16"] if a.rlvr_bf16 else [])
+            + (["--rlvr-micro-tokens", a.rlvr_micro_tokens] if a.rlvr_micro_tokens != "auto" else []))
 
 
 def run_grpo(a, say) -> dict:
@@ -285,6 +288,7 @@ def run(a) -> dict:
                  "machine": machine(), "versions": versions(),
                  "config": {"sections": a.sections, "sizes": a.size_list, "steps": a.steps, "warmup": a.warmup,
                             "verifier_workers": a.workers, "rlvr_micro_batch": a.rlvr_micro,
+                            "rlvr_micro_tokens": a.rlvr_micro_tokens,
                             "rlvr_bf16": a.rlvr_bf16,
                             "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
                             "reward correct+spread", "dpo": "32 pairs/step, beta 0.1, TRL precompute_ref_log_probs"}}

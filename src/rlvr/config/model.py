@@ -69,11 +69,25 @@ class ModelConfig(Section):
     compare two forwards (DPO's policy vs reference, the PPO/GRPO ratio, KL)."""
     gradient_checkpointing: bool = False
     """Trade compute for memory on large models."""
+    micro_tokens: int | Literal["auto"] | None = "auto"
+    """Most padded tokens in one training micro-batch (the RL update and its reference / old-logprob passes, the
+    preference step and its reference cache; a single longer row excepted): a bound on activation memory, paid
+    for in speed (smaller GEMMs, prompts no longer shared across a cut). ``auto``: on the CPU, tokens x hidden
+    size x layers <= 512 x 256 x 6 (512 tokens of the 5m tiny model, 1536 of the 1m; ``rlvr.data.collate``),
+    none on other devices; an integer: that many tokens; ``null``: none (the fastest; the activations grow with
+    the micro-batch). The gradient does not depend on the cutting."""
     device: str = "auto"
     """Where the model runs: auto (cuda when available), cpu, cuda, cuda:N."""
     chat_template: Literal["required", "plain"] = "required"
     """required: the tokenizer must have a chat template (a run is refused before it starts otherwise);
     plain: a base model without one, prompted with the messages' text joined by newlines."""
+
+    @field_validator("micro_tokens")
+    @classmethod
+    def _positive_tokens(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError(f"micro_tokens must be >= 1, 'auto' or null; got {v}")
+        return v
 
     @property
     def train_bf16(self) -> bool:

@@ -55,7 +55,11 @@ the budget in tokens shrinks as the model grows. See docs/packed_forward.md for 
 
 
 def micro_token_budget(model) -> int | None:
-    """The per-micro-batch token budget for ``model`` (see :data:`MICRO_ACTIVATION_BUDGET`), None: none."""
+    """The per-micro-batch token budget for ``model``, None: none. ``model.rlvr_micro_tokens`` (set from
+    ``model.micro_tokens`` when rlvr loads it) wins; ``auto`` or unset: :data:`MICRO_ACTIVATION_BUDGET`."""
+    own = getattr(model, "rlvr_micro_tokens", "auto")
+    if own != "auto":
+        return own
     budget = MICRO_ACTIVATION_BUDGET.get(next(model.parameters()).device.type)
     cfg = getattr(model, "config", None)
     width = getattr(cfg, "hidden_size", None)

@@ -33,6 +33,7 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
         model = add_lora(model, cfg.lora)
     if not cfg.train_dropout:
         disable_dropout(model)
+    model.rlvr_micro_tokens = cfg.micro_tokens  # read by rlvr.data.collate.micro_token_budget
     return model, tok
 
 

@@ -9,10 +9,14 @@ fragmentation (measured on the 1m GRPO bench: the second micro-batch's forward +
 heap, so the next micro-batch faults in fresh ones and the peak is one micro-batch's activations over the
 baseline (475 MB there).
 
-Cost: the trim walks the heap (0.09 ms measured on a fragmented ~15 MB heap) and the next micro-batch
-re-faults the pages it needs (the 1m GRPO bench's step ratio read 0.58 with and without it). Only on Linux
-with glibc and for CPU tensors; ``RLVR_MALLOC_TRIM=0`` turns it off. Nothing about the arithmetic changes
-(the gradients are bit for bit the same).
+Off by default (``RLVR_MALLOC_TRIM=1`` turns it on): the next micro-batch re-faults every page it needs, and
+that cost more than the memory was worth. Measured on an idle host (2026-12-02, session 9): the quickstart's
+DPO step (32 pairs at 1m, two micro-batches under the CPU token budget) took 0.305-0.352 s with the trim and
+0.254-0.275 s without it (``time/step`` medians of 60-step runs of the stage from the same SFT checkpoint and
+pairs), the whole quickstart's DPO training 148 s against 108 s for a9346bb, and the bench's peak RSS
+was the same with and without it (GRPO 1m 467.8 vs 467.1 MB, ``bench/run.py --only grpo,dpo --steps 8``).
+Only on Linux with glibc and for CPU tensors. Nothing about the arithmetic changes (the gradients are bit for
+bit the same).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def _malloc_trim():
     global _trim, _loaded
     if not _loaded:
         _loaded = True
-        if sys.platform.startswith("linux") and os.environ.get("RLVR_MALLOC_TRIM", "1") != "0":
+        if sys.platform.startswith("linux") and os.environ.get("RLVR_MALLOC_TRIM", "0") == "1":
             try:
                 fn = ctypes.CDLL("libc.so.6").malloc_trim
                 fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
@@ -40,7 +44,7 @@ def _malloc_trim():
 
 
 def release_free_heap(device_type: str) -> bool:
-    """``malloc_trim(0)`` when training on the CPU under glibc; returns whether it ran."""
+    """``malloc_trim(0)`` when training on the CPU under glibc with ``RLVR_MALLOC_TRIM=1``; returns whether it ran."""
     if device_type != "cpu":
         return False
     fn = _malloc_trim()

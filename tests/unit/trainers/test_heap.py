@@ -1,4 +1,5 @@
-"""release_free_heap: glibc's malloc_trim between CPU micro-batches, nothing elsewhere; gradients unchanged."""
+"""release_free_heap: glibc's malloc_trim between CPU micro-batches when RLVR_MALLOC_TRIM=1 (off by default),
+nothing elsewhere; gradients unchanged."""
 
 import sys
 
@@ -17,13 +18,18 @@ def fresh(monkeypatch):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
-def test_trims_on_cpu_only(fresh):
+def test_the_environment_turns_it_on_for_cpu_only(fresh):
+    fresh.setenv("RLVR_MALLOC_TRIM", "1")
     assert heap.release_free_heap("cpu") is True
     assert heap.release_free_heap("cuda") is False
 
 
-def test_environment_turns_it_off(fresh):
-    fresh.setenv("RLVR_MALLOC_TRIM", "0")
+@pytest.mark.parametrize("value", [None, "0", "yes"])
+def test_off_by_default(fresh, value):
+    if value is None:
+        fresh.delenv("RLVR_MALLOC_TRIM", raising=False)
+    else:
+        fresh.setenv("RLVR_MALLOC_TRIM", value)
     assert heap.release_free_heap("cpu") is False
 
 

@@ -150,3 +150,22 @@ def test_dpo_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
         paired_step(model, data, [0, 1, 2, 3], stage, 0, False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
+
+
+@pytest.mark.parametrize("setting, expected", [("auto", "default"), (None, None), (96, 96)])
+def test_model_micro_tokens_sets_the_budget(setting, expected):
+    """``model.micro_tokens`` reaches every planner through the loaded model: ``auto`` keeps the device's
+    default budget, an integer replaces it, null removes it."""
+    from rlvr.config.model import ModelConfig, TinyModel
+    from rlvr.models.load import load_model_and_tokenizer
+
+    model, _ = load_model_and_tokenizer(ModelConfig(tiny=TinyModel(size="test"), device="cpu", micro_tokens=setting))
+    c = model.config
+    default = collate.MICRO_ACTIVATION_BUDGET["cpu"] // (c.hidden_size * c.num_hidden_layers)
+    assert collate.micro_token_budget(model) == (default if expected == "default" else expected)
+    lengths = [40] * 8  # 320 padded tokens: one micro-batch without a budget, several under 96
+    n = len(collate.plan_micro_batches(lengths, 8, 0, collate.micro_token_budget(model)))
+    if expected is None:
+        assert n == 1
+    elif expected == 96:
+        assert n == 4  # two 40-token rows a micro-batch
