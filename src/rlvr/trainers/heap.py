@@ -13,8 +13,8 @@ Off by default (``RLVR_MALLOC_TRIM=1`` turns it on): the next micro-batch re-fau
 that cost more than the memory was worth. Measured on an idle host (2026-12-02, session 9): the quickstart's
 DPO step (32 pairs at 1m, two micro-batches under the CPU token budget) took 0.305-0.352 s with the trim and
 0.254-0.275 s without it (``time/step`` medians of 60-step runs of the stage from the same SFT checkpoint and
-pairs), the whole quickstart's DPO training 148 s against 108 s for a9346bb, and the bench's peak RSS
-was the same with and without it (GRPO 1m 467.8 vs 467.1 MB, ``bench/run.py --only grpo,dpo --steps 8``).
+pairs); the whole quickstart's DPO training took 148 s with it and 107 s without it (of which ~16 s came from
+running its monitors every 25 steps instead of 10). The bench's peak RSS was the same with and without it (GRPO 1m 467.8 vs 467.1 MB, ``bench/run.py --only grpo,dpo --steps 8``).
 Only on Linux with glibc and for CPU tensors. Nothing about the arithmetic changes (the gradients are bit for
 bit the same).
 """
