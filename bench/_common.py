@@ -1,6 +1,7 @@
 """Shared pieces of the side-by-side benchmarks: thread setup, the tiny model folder, timing summaries.
 
-Import this module first: it sets ``OMP_WAIT_POLICY=PASSIVE`` and the thread count before torch loads.
+Import this module first: it sets how idle OpenMP threads wait (``WAIT``) and the thread count before torch
+loads.
 """
 
 from __future__ import annotations
@@ -13,7 +14,20 @@ import time
 from pathlib import Path
 
 THREADS = int(os.environ.get("BENCH_THREADS", "2"))
-os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+# How idle OpenMP threads wait, the same for every side (spawned children inherit it): what rlvr's CLI picks
+# for this workload, one local process with the cores to itself -- a bounded spin (rlvr.omp_wait);
+# BENCH_OMP_WAIT=passive for OMP_WAIT_POLICY=PASSIVE (every side sleeps at once).
+WAIT = os.environ.get("BENCH_OMP_WAIT", "spin")
+if WAIT == "spin":
+    from rlvr.omp_wait import SPIN_COUNT
+
+    os.environ.pop("OMP_WAIT_POLICY", None)
+    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+elif WAIT == "passive":
+    os.environ.pop("GOMP_SPINCOUNT", None)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+else:
+    raise SystemExit(f"BENCH_OMP_WAIT={WAIT!r}: expected spin or passive")
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -89,7 +103,9 @@ def machine() -> dict:
     info = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "python": sys.version.split()[0],
             "torch": torch.__version__, "transformers": transformers.__version__,
             "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "platform": platform.platform(), "load_avg_start": os.getloadavg()}
+            "platform": platform.platform(), "load_avg_start": os.getloadavg(),
+            "omp_wait": WAIT + (f" (GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']})" if WAIT == "spin" else
+                                " (OMP_WAIT_POLICY=PASSIVE)")}
     try:
         import trl
 

@@ -19,8 +19,10 @@ __all__ = ["run", "eval", "generate", "verify", "__version__"]
 
 
 def _env() -> None:
-    for k, v in (("OMP_WAIT_POLICY", "PASSIVE"), ("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_OFFLINE", "1"),
-                 ("TRANSFORMERS_VERBOSITY", "error")):
+    from rlvr import omp_wait
+
+    omp_wait.default_wait()
+    for k, v in (("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error")):
         os.environ.setdefault(k, v)
     from rlvr.commands import quiet_hf
 

@@ -1,7 +1,7 @@
 """The ``rlvr`` command line. No logic of its own: each command calls a library function.
 
-OMP_WAIT_POLICY=PASSIVE is set before torch is imported (idle OpenMP threads otherwise spin and slow
-training 5-8x whenever verifier processes hold a core).
+Idle OpenMP threads sleep (OMP_WAIT_POLICY=PASSIVE) unless a recipe's run has the cores to itself, when they
+spin briefly first (``rlvr.omp_wait``): set before torch is imported.
 
 Errors: a user error (:class:`rlvr.errors.RlvrError`) or a usage error (unknown command or option,
 missing argument, bad value) is printed as one paragraph with exit status 2; ``--debug`` shows the
@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import sys
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from rlvr import omp_wait  # noqa: E402  (torch-free; notes whether the user chose the wait policy)
+
+omp_wait.default_wait()  # passive until a recipe's run chooses (rlvr.commands.run.execute)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

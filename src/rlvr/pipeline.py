@@ -6,7 +6,8 @@ Run directory layout::
       config.yaml            the resolved recipe (kept on --resume; see rlvr.config.saved)
       config_changes.jsonl   changes accepted with --resume --allow-config-change
       pipeline.json          stage states (done / running), written atomically
-      summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "checkpoint"}, ...]}
+      summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "checkpoint"}, ...],
+                              "omp_wait": the OpenMP wait policy the run trained with (rlvr.omp_wait)}
       report.html            plots of each stage's curves and the summary table
       base/eval.json         the starting model's held-out evaluation (when eval_base)
       <stage>/metrics.jsonl  append-only metrics
@@ -34,6 +35,7 @@ import json
 import time
 from pathlib import Path
 
+from rlvr import omp_wait
 from rlvr.config.load import dump_recipe
 from rlvr.config.recipe import Recipe, with_system_prompt
 from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
@@ -142,7 +144,7 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, recipe, resume, changes)
     recipe = with_system_prompt(recipe)
-    summary = {"stages": []}
+    summary = {"stages": [], "omp_wait": omp_wait.in_effect()}
     prev = init_path
     reward_model: str | None = None
     if recipe.eval_base:

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+from rlvr import omp_wait
 from rlvr.data.arithmetic import generate
 
 SHRINK = [
@@ -26,11 +27,13 @@ def test_quickstart_runs_every_stage(tmp_path):
             "--set", f"stages.dpo.pairs={{path: {pairs}}}", "--set", "stages.dpo.epochs=1"]
     for s in SHRINK:
         args += ["--set", s]
-    p = subprocess.run(args, capture_output=True, text=True, timeout=400, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}  # rlvr chooses
+    p = subprocess.run(args, capture_output=True, text=True, timeout=400, env={**env, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     summary = json.loads((tmp_path / "qs" / "summary.json").read_text())
     assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "dpo", "grpo"]
     assert set(summary["stages"][1]["by_family"]) == {"add2", "mul31"}
+    assert summary["omp_wait"] == f"spin (GOMP_SPINCOUNT={omp_wait.SPIN_COUNT})"  # one process, cores to itself
     html = (tmp_path / "qs" / "report.html").read_text()
     assert "<table>" in html and "grpo" in html
     assert "held-out evaluation by stage" in p.stdout

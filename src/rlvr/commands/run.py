@@ -85,12 +85,15 @@ def execute(
     """Resolve, dry-run and run a recipe (or its stages of type ``only``); returns the summary, with
     ``summary["report"]`` the path of report.html. A fresh run into a directory holding a different run is
     refused unless ``overwrite`` (the old run is then moved aside, see :func:`guard_run_dir`)."""
+    from rlvr import omp_wait
+
+    console = console or Console()
+    r, source, changes = resolve(recipe, list(overrides), resume, run_dir, allow_config_change)
+    omp_wait.apply(omp_wait.choose(r)[0])  # before torch loads (the imports below load it)
     from rlvr.commands.preflight import preflight
     from rlvr.pipeline import run_pipeline
     from rlvr.trainers.common import setup_threads
 
-    console = console or Console()
-    r, source, changes = resolve(recipe, list(overrides), resume, run_dir, allow_config_change)
     if only is not None and not any(s.type == only for s in r.stages):
         names = [f"{s.name} ({s.type})" for s in r.stages]
         raise ConfigError(f"{source or 'recipe'}: no stage of type {only!r} in this recipe (stages: {names})")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import field_validator, model_validator
 
@@ -57,6 +57,10 @@ class Recipe(Section):
     """Where checkpoints, metrics, the resolved config and reports go."""
     threads: int | None = None
     """torch intra-op threads (None: torch's default)."""
+    omp_wait: Literal["auto", "spin", "passive"] = "auto"
+    """How idle torch (OpenMP) threads wait between ops (``rlvr.omp_wait``): spin briefly (faster when the run
+    has the cores to itself) or sleep at once (safe beside Ray workers, torchrun ranks, multi-turn tools);
+    auto: spin unless the run shares the cores. OMP_WAIT_POLICY / GOMP_SPINCOUNT set by the user win."""
     model: ModelConfig = ModelConfig(tiny=TinyModel())
     """The model the first stage starts from."""
     system_prompt: str | None = None

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr import omp_wait
 from rlvr.config.distributed import DistributedConfig
 from rlvr.distributed.asynchronous import Prefetcher
 from rlvr.distributed.torch_dist import chunks, merge_generations, with_row_seeds
@@ -70,7 +71,9 @@ def start_ray(cfg: DistributedConfig, cpus_needed: float):
     path = os.environ.get("PYTHONPATH", "")
     if src not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, path) if p)
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if not omp_wait.USER_SET:  # Ray workers share the cores: they sleep when idle (rlvr.omp_wait)
+        os.environ.pop("GOMP_SPINCOUNT", None)
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)), include_dashboard=False,
              log_to_driver=True, configure_logging=False)

@@ -59,7 +59,7 @@ from rlvr.trainers.heap import release_free_heap
 
 
 def setup_threads(threads: int | None) -> None:
-    """Set torch intra-op threads (OMP_WAIT_POLICY=PASSIVE is set by the CLI before torch loads)."""
+    """Set torch intra-op threads (how idle ones wait is set before torch loads: ``rlvr.omp_wait``)."""
     if threads:
         torch.set_num_threads(threads)
 

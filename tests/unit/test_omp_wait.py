@@ -1,0 +1,90 @@
+"""rlvr.omp_wait: which OpenMP wait policy a run gets, and that a user's choice or a loaded torch is left alone."""
+
+import os
+import sys
+
+import pytest
+
+from rlvr import omp_wait
+from rlvr.commands.run import QUICKSTART, resolve
+
+RECIPES = QUICKSTART.parent
+
+
+def recipe(path=QUICKSTART, *sets):
+    return resolve(str(path), list(sets), False, None, False)[0]
+
+
+def test_a_local_single_process_run_spins():
+    assert omp_wait.choose(recipe()) == ("spin", "omp_wait: auto, the run has the cores to itself")
+    assert omp_wait.choose(recipe(RECIPES / "grpo_mul31.yaml"))[0] == "spin"
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["distributed.backend=ray"], "ray"),
+])
+def test_runs_that_share_the_cores_sleep(sets, needle):
+    mode, why = omp_wait.choose(recipe(QUICKSTART, *sets))
+    assert mode == "passive" and needle in why
+
+
+def test_multi_turn_rollouts_sleep():
+    mode, why = omp_wait.choose(recipe(RECIPES / "agent-calculator.yaml"))
+    assert mode == "passive" and "multi-turn" in why
+
+
+def test_torchrun_ranks_on_one_machine_sleep(monkeypatch):
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    mode, why = omp_wait.choose(recipe())
+    assert mode == "passive" and "torchrun" in why
+
+
+def test_the_recipe_key_wins_over_auto():
+    assert omp_wait.choose(recipe(QUICKSTART, "omp_wait=passive"))[0] == "passive"
+    assert omp_wait.choose(recipe(QUICKSTART, "distributed.backend=ray", "omp_wait=spin"))[0] == "spin"
+
+
+def test_a_bad_value_names_the_key():
+    from rlvr.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="omp_wait"):
+        recipe(QUICKSTART, "omp_wait=busy")
+
+
+@pytest.fixture
+def no_torch_yet(monkeypatch):
+    """As in a fresh CLI process: the user set nothing and torch has not loaded."""
+    monkeypatch.setattr(omp_wait, "USER_SET", False)
+    monkeypatch.delitem(sys.modules, "torch")
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+
+
+def test_apply_sets_the_environment_libgomp_reads(no_torch_yet):
+    omp_wait.default_wait()
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert omp_wait.apply("spin") == "spin"
+    assert "OMP_WAIT_POLICY" not in os.environ and os.environ["GOMP_SPINCOUNT"] == str(omp_wait.SPIN_COUNT)
+    assert omp_wait.in_effect() == f"spin (GOMP_SPINCOUNT={omp_wait.SPIN_COUNT})"
+    assert omp_wait.apply("passive") == "passive"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE" and "GOMP_SPINCOUNT" not in os.environ
+    assert omp_wait.in_effect() == "passive"
+    with pytest.raises(ValueError, match="busy"):
+        omp_wait.apply("busy")
+
+
+def test_a_users_policy_is_never_changed(no_torch_yet, monkeypatch):
+    monkeypatch.setattr(omp_wait, "USER_SET", True)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert omp_wait.apply("spin") == "user: OMP_WAIT_POLICY=ACTIVE"
+    omp_wait.default_wait()
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE" and "GOMP_SPINCOUNT" not in os.environ
+
+
+def test_nothing_changes_once_torch_has_loaded(monkeypatch):
+    import torch  # noqa: F401
+
+    monkeypatch.setattr(omp_wait, "USER_SET", False)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert omp_wait.apply("spin") == "fixed: torch already loaded"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
