@@ -89,3 +89,15 @@ def in_effect() -> str:
     if policy is None:
         return "libgomp default"
     return f"OMP_WAIT_POLICY={policy}" + (f", GOMP_SPINCOUNT={spin}" if spin is not None else "")
+
+
+def spins() -> bool:
+    """Idle OpenMP threads of this process spin before they sleep: a ``GOMP_SPINCOUNT`` above 0 (libgomp lets it
+    win over the policy), else any policy but ``PASSIVE`` (libgomp's default spins too)."""
+    spin = os.environ.get("GOMP_SPINCOUNT")
+    if spin is not None:  # libgomp: an explicit spin count wins over the policy
+        try:
+            return float(spin.strip().lower().rstrip("kmgt") or 0) > 0
+        except ValueError:
+            pass
+    return (os.environ.get("OMP_WAIT_POLICY") or "").upper() != "PASSIVE"

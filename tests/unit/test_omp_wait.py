@@ -88,3 +88,16 @@ def test_nothing_changes_once_torch_has_loaded(monkeypatch):
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     assert omp_wait.apply("spin") == "fixed: torch already loaded"
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+@pytest.mark.parametrize("env, spins", [
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, False), ({"GOMP_SPINCOUNT": "100000"}, True), ({}, True),
+    ({"OMP_WAIT_POLICY": "ACTIVE"}, True), ({"GOMP_SPINCOUNT": "0"}, False), ({"GOMP_SPINCOUNT": "10k"}, True),
+    ({"OMP_WAIT_POLICY": "passive", "GOMP_SPINCOUNT": "100"}, True), ({"OMP_WAIT_POLICY": "passive"}, False),
+])
+def test_spins_reads_the_environment(monkeypatch, env, spins):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert omp_wait.spins() is spins

@@ -133,18 +133,26 @@ def test_decode_threads_reach_the_engine_from_the_stage_config():
 
 
 def test_auto_decode_threads_use_one_thread_for_small_cpu_batches_only(tiny_dir, monkeypatch):
-    """``decode_threads: auto`` (the default): rows × parameters under SINGLE_THREAD_DECODE_WORK -> one
-    thread; above it, or with one thread already, or an explicit count -> left as asked."""
+    """``decode_threads: auto`` (the default), idle threads sleeping at once (passive): rows × parameters
+    under SINGLE_THREAD_DECODE_WORK -> one thread; above it, or with one thread already, or an explicit count
+    -> left as asked. Idle threads that spin first: every thread at any size."""
     model, tok = load_pretrained(tiny_dir)
     eng = HFEngine(model, tok)
     n = sum(p.numel() for p in model.parameters())
     before = torch.get_num_threads()
     torch.set_num_threads(2)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     try:
         monkeypatch.setattr(hf_engine, "SINGLE_THREAD_DECODE_WORK", 10 * n)
         assert eng.decode_threads("auto", 9) == 1          # 9 rows x n < 10 n
         assert eng.decode_threads("auto", 10) is None       # 10 n is not under it
         assert eng.decode_threads(3, 9) == 3 and eng.decode_threads(None, 9) is None
+        monkeypatch.delenv("OMP_WAIT_POLICY")
+        monkeypatch.setenv("GOMP_SPINCOUNT", "100000")
+        assert eng.decode_threads("auto", 9) is None        # spinning threads: two win
+        assert eng.decode_threads(1, 9) == 1
+        monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
         torch.set_num_threads(1)
         assert eng.decode_threads("auto", 9) is None        # nothing to save
     finally:
