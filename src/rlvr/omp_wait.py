@@ -12,7 +12,8 @@ torch's CPU kernels run on a libgomp thread team. Between two parallel ops an id
   paying a wake-up each: the same GRPO update 1.1-1.3 s passive, 0.6-0.8 s with the spin (``docs/benchmarks.md``).
 
 A recipe's ``omp_wait: auto`` (the default) picks ``spin`` unless the run shares the cores with other
-work by design (:func:`shares_cores`). A policy the user set (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` in
+work by design (:func:`shares_cores`) or other processes keep the cores busy when it starts (:func:`busy_cpus`;
+a job started later on the same cores is not seen: give such runs ``omp_wait: passive``). A policy the user set (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` in
 the environment when rlvr starts) is never changed, and nothing changes once torch has loaded: libgomp
 reads these variables when it loads. This module imports nothing heavy.
 """
@@ -50,12 +51,41 @@ def shares_cores(recipe) -> str | None:
     return None
 
 
-def choose(recipe) -> tuple[str, str]:
-    """``(mode, why)`` for ``recipe.omp_wait`` (``auto`` resolved)."""
+def busy_cpus(seconds: float = 0.2) -> float | None:
+    """CPUs' worth of work other processes did over the next ``seconds`` (``/proc/stat``; this process is
+    asleep meanwhile), None where that cannot be read."""
+    import time
+
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    if t1 <= t0:
+        return None
+    return (1 - (i1 - i0) / (t1 - t0)) * (os.cpu_count() or 1)
+
+
+def choose(recipe, busy: float | None = -1.0) -> tuple[str, str]:
+    """``(mode, why)`` for ``recipe.omp_wait`` (``auto`` resolved). ``busy``: CPUs other processes use now
+    (default: measured by :func:`busy_cpus`; None: unknown) -- a machine without a free core for each of the
+    run's threads gets ``passive`` too."""
     if recipe.omp_wait != "auto":
         return recipe.omp_wait, f"omp_wait: {recipe.omp_wait}"
     why = shares_cores(recipe)
-    return ("passive", why) if why else ("spin", "omp_wait: auto, the run has the cores to itself")
+    if why:
+        return "passive", why
+    cpus = os.cpu_count() or 1
+    busy = busy_cpus() if busy == -1.0 else busy
+    threads = min(recipe.threads or cpus, cpus)
+    if busy is not None and cpus - busy < threads - 0.5:
+        return "passive", f"other processes keep {busy:.1f} of {cpus} CPUs busy (the run uses {threads} threads)"
+    return "spin", "omp_wait: auto, the run has the cores to itself"
 
 
 def apply(mode: str) -> str:

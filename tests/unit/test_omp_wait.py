@@ -16,26 +16,54 @@ def recipe(path=QUICKSTART, *sets):
 
 
 def test_a_local_single_process_run_spins():
-    assert omp_wait.choose(recipe()) == ("spin", "omp_wait: auto, the run has the cores to itself")
-    assert omp_wait.choose(recipe(RECIPES / "grpo_mul31.yaml"))[0] == "spin"
+    assert omp_wait.choose(recipe(), busy=0.0) == ("spin", "omp_wait: auto, the run has the cores to itself")
+    assert omp_wait.choose(recipe(RECIPES / "grpo_mul31.yaml"), busy=0.1)[0] == "spin"
+    assert omp_wait.choose(recipe(), busy=None)[0] == "spin"  # unknown load: as if idle
+
+
+def test_a_machine_without_a_free_core_per_thread_sleeps(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    mode, why = omp_wait.choose(recipe(QUICKSTART, "threads=2"), busy=0.8)
+    assert mode == "passive" and "0.8 of 2 CPUs" in why
+    assert omp_wait.choose(recipe(QUICKSTART, "threads=1"), busy=0.8)[0] == "spin"
+    assert omp_wait.choose(recipe(QUICKSTART, "threads=1"), busy=1.7)[0] == "passive"
+
+
+def test_busy_cpus_sees_a_busy_process():
+    import subprocess
+    import sys as _sys
+
+    idle = omp_wait.busy_cpus(0.3)
+    if idle is None:
+        pytest.skip("no /proc/stat")
+    p = subprocess.Popen([_sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
+    try:
+        import time
+
+        time.sleep(0.5)
+        busy = omp_wait.busy_cpus(0.5)
+    finally:
+        p.kill()
+        p.wait()
+    assert busy > idle + 0.5 and busy <= (os.cpu_count() or 1) + 0.01
 
 
 @pytest.mark.parametrize("sets, needle", [
     (["distributed.backend=ray"], "ray"),
 ])
 def test_runs_that_share_the_cores_sleep(sets, needle):
-    mode, why = omp_wait.choose(recipe(QUICKSTART, *sets))
+    mode, why = omp_wait.choose(recipe(QUICKSTART, *sets), busy=0.0)
     assert mode == "passive" and needle in why
 
 
 def test_multi_turn_rollouts_sleep():
-    mode, why = omp_wait.choose(recipe(RECIPES / "agent-calculator.yaml"))
+    mode, why = omp_wait.choose(recipe(RECIPES / "agent-calculator.yaml"), busy=0.0)
     assert mode == "passive" and "multi-turn" in why
 
 
 def test_torchrun_ranks_on_one_machine_sleep(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    mode, why = omp_wait.choose(recipe())
+    mode, why = omp_wait.choose(recipe(), busy=0.0)
     assert mode == "passive" and "torchrun" in why
 
 
