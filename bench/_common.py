@@ -18,16 +18,12 @@ THREADS = int(os.environ.get("BENCH_THREADS", "2"))
 # for this workload, one local process with the cores to itself -- a bounded spin (rlvr.omp_wait);
 # BENCH_OMP_WAIT=passive for OMP_WAIT_POLICY=PASSIVE (every side sleeps at once).
 WAIT = os.environ.get("BENCH_OMP_WAIT", "spin")
-if WAIT == "spin":
-    from rlvr.omp_wait import SPIN_COUNT
+try:
+    from rlvr.omp_wait import set_env
 
-    os.environ.pop("OMP_WAIT_POLICY", None)
-    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
-elif WAIT == "passive":
-    os.environ.pop("GOMP_SPINCOUNT", None)
-    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-else:
-    raise SystemExit(f"BENCH_OMP_WAIT={WAIT!r}: expected spin or passive")
+    set_env(WAIT)
+except ValueError as e:
+    raise SystemExit(f"BENCH_OMP_WAIT: {e}") from None
 os.environ.setdefault("OMP_NUM_THREADS", str(THREADS))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

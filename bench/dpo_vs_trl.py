@@ -31,7 +31,7 @@ and the gradients their backward passes leave (relative L2 difference).
 The step-0 loss each side logged while training (log 2 on both: the reference is the policy) is in
 the JSON too.
 
-Measurement: the trainers run in separate processes (torch threads = 2, OMP_WAIT_POLICY=PASSIVE) that
+Measurement: the trainers run in separate processes (torch threads = 2, the same OpenMP wait policy: _common.WAIT) that
 take turns step by step (a semaphore baton), so machine load hits all alike. A step is timed from its
 start (rlvr: the step function, which pads its pairs; TRL: the batch fetch, whose collator pads) to
 its end (rlvr: its metrics line; TRL: on_step_end, after the optimizer step). rlvr's held-out/length
@@ -52,7 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common  # noqa: F401  (sets threads + OMP_WAIT_POLICY before torch loads)
+import _common  # noqa: F401  (sets threads + the OpenMP wait policy before torch loads)
 from _common import (
     end_rlvr_steps_at_metrics_line,
     fmt_row,

@@ -15,7 +15,7 @@ import statistics
 import tempfile
 import time
 
-import _common  # noqa: F401  (OMP_WAIT_POLICY before torch loads)
+import _common  # noqa: F401  (the OpenMP wait policy before torch loads)
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ pass (μ = 1 and ``steps_per_generation`` = gradient accumulation = 1, so TRL sk
 ``log_completions`` off, logging off. The reference model is a second copy on both sides
 (TRL: ``ref_model``; rlvr: ``frozen_reference``).
 
-Measurement: the two trainers run in two processes (torch threads = 2, OMP_WAIT_POLICY=PASSIVE) that
+Measurement: the two trainers run in two processes (torch threads = 2, the same OpenMP wait policy: _common.WAIT) that
 take turns step by step (a semaphore baton), so load from other users of the machine hits both
 alike. A step is timed from its start (rlvr: the rollout; TRL: the batch fetch) to its end (rlvr: its
 metrics line is written; TRL: on_step_end, after the optimizer step). The first ``skip`` steps of each
@@ -67,7 +67,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common  # noqa: F401  (sets threads + OMP_WAIT_POLICY before torch loads)
+import _common  # noqa: F401  (sets threads + the OpenMP wait policy before torch loads)
 from _common import (
     end_rlvr_steps_at_metrics_line,
     fmt_row,

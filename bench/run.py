@@ -53,7 +53,7 @@ import time
 import traceback
 from pathlib import Path
 
-# _common sets threads + OMP_WAIT_POLICY before torch loads. Keep this module's imports light: the spawned
+# _common sets threads + the OpenMP wait policy before torch loads. Keep this module's imports light: the spawned
 # trainer processes import it again (as __mp_main__), and their peak RSS is what is measured.
 import _common  # noqa: F401
 
@@ -355,7 +355,8 @@ def precision_line(res: dict) -> str:
 def markdown(res: dict) -> str:
     m, v = res.get("machine", {}), res.get("versions", {})
     lines = [f"Run {res.get('date')}: `{res.get('command')}`", "",
-             (f"Machine: {m.get('platform')}, {m.get('cpu_count')} CPUs, torch threads {m.get('torch_threads')}, "
+             (f"Machine: {m.get('platform')}, {m.get('cpu_count')} CPUs, torch threads {m.get('torch_threads')}"
+             f"{', idle threads ' + m['omp_wait'] if m.get('omp_wait') else ' (OMP_WAIT_POLICY=PASSIVE)'}, "
              f"load average (1/5/15 min) at start {_load(m.get('load_avg_start'))}, at end {_load(res.get('load_avg_end'))}. "
              f"Python {m.get('python')}, rlvr {v.get('rlvr')} ({v.get('rlvr_commit')}), torch {v.get('torch')}, "
              f"transformers {v.get('transformers')}, trl {v.get('trl')}."), ""]

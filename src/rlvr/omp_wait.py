@@ -96,6 +96,12 @@ def apply(mode: str) -> str:
                                     if k in os.environ)
     if "torch" in sys.modules:
         return "fixed: torch already loaded"
+    set_env(mode)
+    return mode
+
+
+def set_env(mode: str) -> None:
+    """Write ``mode``'s variables into ``os.environ`` (whatever was there: the caller decides)."""
     if mode == "spin":
         os.environ.pop("OMP_WAIT_POLICY", None)
         os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
@@ -104,7 +110,6 @@ def apply(mode: str) -> str:
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
     else:
         raise ValueError(f"omp_wait mode {mode!r}: expected spin or passive")
-    return mode
 
 
 def in_effect() -> str:
