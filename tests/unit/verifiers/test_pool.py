@@ -63,10 +63,13 @@ def _sleepers():
 def test_workers_persist_across_calls_and_change_with_the_verifier():
     v = Hostile("a")
     first = verify_batch(v, tasks(6), ["ok"] * 6, workers=2)
+    pool = get_pool(v, 2)
+    procs = {s.proc.pid for s in pool._slots}  # its workers and warm spares (any ready one may take an item)
     second = verify_batch(v, tasks(6), ["ok"] * 6, workers=2)
     pids = {x.details["pid"] for x in first} | {x.details["pid"] for x in second}
-    assert len(pids) <= 2 and os.getpid() not in pids  # same two processes, not the caller
-    assert get_pool(v, 2) is get_pool(v, 2)
+    assert pids <= procs and os.getpid() not in pids  # the pool's processes, not the caller
+    assert {s.proc.pid for s in pool._slots} == procs and pool.stats.restarts == 0  # the same ones, kept
+    assert get_pool(v, 2) is pool
     v.tag = "b"  # a changed verifier gets a fresh pool with the new state
     third = verify_batch(v, tasks(2), ["ok"] * 2, workers=2)
     assert {x.details["tag"] for x in third} == {"b"}
