@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 
-from rlvr import omp_wait  # noqa: E402  (torch-free; notes whether the user chose the wait policy)
+from rlvr import omp_wait  # torch-free; notes whether the user chose the wait policy
 
 omp_wait.default_wait()  # passive until a recipe's run chooses (rlvr.commands.run.execute)
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

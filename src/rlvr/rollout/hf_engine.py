@@ -36,7 +36,6 @@ import logging
 import torch
 
 from rlvr import omp_wait
-
 from rlvr.models.logprobs import autocast_ctx
 from rlvr.rollout.engine import Generation, SamplingParams
 from rlvr.rollout.fast_decode import FastDecoder, unsupported_reason
