@@ -60,7 +60,8 @@ class Recipe(Section):
     omp_wait: Literal["auto", "spin", "passive"] = "auto"
     """How idle torch (OpenMP) threads wait between ops (``rlvr.omp_wait``): spin briefly (faster when the run
     has the cores to itself) or sleep at once (safe beside Ray workers, torchrun ranks, multi-turn tools);
-    auto: spin unless the run shares the cores. OMP_WAIT_POLICY / GOMP_SPINCOUNT set by the user win."""
+    auto: spin unless the run shares the cores or other processes keep them busy at its start. OMP_WAIT_POLICY /
+    GOMP_SPINCOUNT set by the user win."""
     model: ModelConfig = ModelConfig(tiny=TinyModel())
     """The model the first stage starts from."""
     system_prompt: str | None = None
