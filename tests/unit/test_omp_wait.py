@@ -129,3 +129,19 @@ def test_spins_reads_the_environment(monkeypatch, env, spins):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert omp_wait.spins() is spins
+
+
+def test_the_cli_and_recipe_resolution_load_no_torch():
+    """The policy is chosen after the recipe is resolved and must reach libgomp before torch loads: the CLI
+    module and resolving a recipe (its validation included) import no torch."""
+    import subprocess
+
+    code = ("import sys, rlvr.cli\n"
+            "from rlvr.commands.run import QUICKSTART, resolve\n"
+            "r = resolve(str(QUICKSTART), ['omp_wait=spin'], False, None, False)[0]\n"
+            "from rlvr import omp_wait\n"
+            "print(omp_wait.choose(r, busy=0.0)[0], 'torch' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["spin", "False"]
