@@ -19,7 +19,7 @@ THREADS = int(os.environ.get("BENCH_THREADS", "2"))
 # BENCH_OMP_WAIT=passive for OMP_WAIT_POLICY=PASSIVE (every side sleeps at once).
 WAIT = os.environ.get("BENCH_OMP_WAIT", "spin")
 try:
-    from rlvr.omp_wait import set_env
+    from rlvr.omp_wait import in_effect, set_env
 
     set_env(WAIT)
 except ValueError as e:
@@ -100,8 +100,7 @@ def machine() -> dict:
             "torch": torch.__version__, "transformers": transformers.__version__,
             "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "platform": platform.platform(), "load_avg_start": os.getloadavg(),
-            "omp_wait": WAIT + (f" (GOMP_SPINCOUNT={os.environ['GOMP_SPINCOUNT']})" if WAIT == "spin" else
-                                " (OMP_WAIT_POLICY=PASSIVE)")}
+            "omp_wait": in_effect()}
     try:
         import trl
 

@@ -12,10 +12,11 @@ torch's CPU kernels run on a libgomp thread team. Between two parallel ops an id
   paying a wake-up each: the same GRPO update 1.1-1.3 s passive, 0.6-0.8 s with the spin (``docs/benchmarks.md``).
 
 A recipe's ``omp_wait: auto`` (the default) picks ``spin`` unless the run shares the cores with other
-work by design (:func:`shares_cores`) or other processes keep the cores busy when it starts (:func:`busy_cpus`;
-a job started later on the same cores is not seen: give such runs ``omp_wait: passive``). A policy the user set (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` in
-the environment when rlvr starts) is never changed, and nothing changes once torch has loaded: libgomp
-reads these variables when it loads. This module imports nothing heavy.
+work by design (:func:`shares_cores`) or other processes keep the cores busy when it starts
+(:func:`busy_cpus`; a job started later on the same cores is not seen: give such runs ``omp_wait: passive``).
+A policy the user set (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` in the environment when rlvr starts) is never
+changed, and nothing changes once torch has loaded: libgomp reads these variables when it loads. This module
+imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -88,16 +89,29 @@ def choose(recipe, busy: float | None = -1.0) -> tuple[str, str]:
     return "spin", "omp_wait: auto, the run has the cores to itself"
 
 
-def apply(mode: str) -> str:
-    """Set the environment for ``mode`` (``spin`` / ``passive``) if rlvr may still choose; returns the policy
-    in effect: ``passive``, ``spin``, or ``user: <variables>`` / ``fixed: torch already loaded``."""
+def _fixed() -> str | None:
+    """Why rlvr may no longer choose (None: it may)."""
     if USER_SET:
         return "user: " + ", ".join(f"{k}={os.environ[k]}" for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
                                     if k in os.environ)
     if "torch" in sys.modules:
         return "fixed: torch already loaded"
+    return None
+
+
+def apply(mode: str) -> str:
+    """Set the environment for ``mode`` (``spin`` / ``passive``) if rlvr may still choose; returns the policy
+    in effect: ``passive``, ``spin``, or ``user: <variables>`` / ``fixed: torch already loaded``."""
+    fixed = _fixed()
+    if fixed is not None:
+        return fixed
     set_env(mode)
     return mode
+
+
+def apply_for(recipe) -> str:
+    """:func:`apply` of :func:`choose`'s mode for ``recipe``; nothing is measured when rlvr may not choose."""
+    return _fixed() or apply(choose(recipe)[0])
 
 
 def set_env(mode: str) -> None:

@@ -33,8 +33,7 @@ def test_busy_cpus_sees_a_busy_process():
     import subprocess
     import sys as _sys
 
-    idle = omp_wait.busy_cpus(0.3)
-    if idle is None:
+    if omp_wait.busy_cpus(0.05) is None:
         pytest.skip("no /proc/stat")
     p = subprocess.Popen([_sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 3: pass"])
     try:
@@ -45,7 +44,7 @@ def test_busy_cpus_sees_a_busy_process():
     finally:
         p.kill()
         p.wait()
-    assert busy > idle + 0.5 and busy <= (os.cpu_count() or 1) + 0.01
+    assert busy >= 0.8 and busy <= (os.cpu_count() or 1) + 0.01  # the busy loop's core (whatever else runs)
 
 
 @pytest.mark.parametrize("sets, needle", [
@@ -145,3 +144,9 @@ def test_the_cli_and_recipe_resolution_load_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["spin", "False"]
+
+
+def test_apply_for_measures_nothing_when_rlvr_may_not_choose(monkeypatch):
+    monkeypatch.setattr(omp_wait, "USER_SET", False)
+    monkeypatch.setattr(omp_wait, "busy_cpus", lambda *a: pytest.fail("measured although torch has loaded"))
+    assert omp_wait.apply_for(recipe()) == "fixed: torch already loaded"

@@ -89,7 +89,7 @@ def execute(
 
     console = console or Console()
     r, source, changes = resolve(recipe, list(overrides), resume, run_dir, allow_config_change)
-    omp_wait.apply(omp_wait.choose(r)[0])  # before torch loads (the imports below load it)
+    omp_wait.apply_for(r)  # before torch loads (the imports below load it)
     from rlvr.commands.preflight import preflight
     from rlvr.pipeline import run_pipeline
     from rlvr.trainers.common import setup_threads

@@ -72,8 +72,7 @@ def start_ray(cfg: DistributedConfig, cpus_needed: float):
     if src not in path.split(os.pathsep):
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, path) if p)
     if not omp_wait.USER_SET:  # Ray workers share the cores: they sleep when idle (rlvr.omp_wait)
-        os.environ.pop("GOMP_SPINCOUNT", None)
-        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        omp_wait.set_env("passive")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     ray.init(num_cpus=max(os.cpu_count() or 1, math.ceil(cpus_needed)), include_dashboard=False,
              log_to_driver=True, configure_logging=False)
