@@ -65,6 +65,16 @@ def peak_rss_mb() -> dict:
     return out
 
 
+def driver_imports_transformers() -> None:
+    """Import transformers in the driver with ``accelerate`` visible, before anything of rlvr's imports it.
+
+    rlvr's first transformers import hides accelerate (``rlvr.models.hf.import_transformers``: -16 MB per
+    trainer process), and transformers caches that answer for the process; TRL's trainers (built in the
+    driver for the loss checks) refuse to start without accelerate. Call it first in a driver; the spawned
+    sides are fresh processes and import as their library does."""
+    import transformers  # noqa: F401
+
+
 def micro_tokens_arg(value: str):
     """``--rlvr-micro-tokens``: ``auto``, ``none`` or a token count -> rlvr's ``model.micro_tokens``."""
     if value in ("auto", "none"):

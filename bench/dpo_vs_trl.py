@@ -54,6 +54,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (sets threads + the OpenMP wait policy before torch loads)
 from _common import (
+    driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
     fmt_row,
     heavy_modules,
@@ -280,6 +281,7 @@ def loss_parity(a, model_dir: str, pairs: list[dict], pairs_path: str, work: str
 
 def bench(a, progress=None) -> dict:
     """One comparison (the module docstring); returns the JSON record. ``progress(msg)`` reports phases."""
+    driver_imports_transformers()  # before build_tiny: the loss check builds a TRL trainer here
     from rlvr.data.jsonl import write_jsonl_atomic
     from rlvr.models.tiny import build_tiny, num_params
 

@@ -69,6 +69,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (sets threads + the OpenMP wait policy before torch loads)
 from _common import (
+    driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
     fmt_row,
     heavy_modules,
@@ -365,6 +366,7 @@ def check_same_prompts(model_dir: str, tasks) -> None:
 
 def bench(a, progress=None) -> dict:
     """One comparison (the module docstring); returns the JSON record. ``progress(msg)`` reports phases."""
+    driver_imports_transformers()  # before build_tiny: the loss check builds a TRL trainer here
     from rlvr.data.arithmetic import generate
     from rlvr.models.tiny import build_tiny, num_params
 

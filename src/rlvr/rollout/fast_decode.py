@@ -29,8 +29,9 @@ What makes it cheaper, per decode step:
   the fused matmuls write into preallocated buffers whose views (RoPE pairs, new K/V in cache layout,
   q for attention, gate/up halves) are made once per row count, not per layer and token;
 - K and V of all layers live in one preallocated buffer ``[L, 2, B, H_kv, capacity, D]``, written in
-  place; attention is ``scaled_dot_product_attention`` on views of it (a hand-written matmul/softmax
-  version measured no faster at these shapes); dropping finished rows copies only the rows that move;
+  place; a new token's attention is two batched matmuls on views of it (:func:`_decode_attention`,
+  ~1.3x faster than ``scaled_dot_product_attention`` there; the prompt pass uses SDPA); dropping finished
+  rows copies only the rows that move;
 - the padding mask is one preallocated additive buffer; logits are computed for the last position only;
 - the prompt pass computes each distinct prompt once (a GRPO group repeats its prompt G times) and
   copies its K/V to the group's rows.
@@ -218,12 +219,15 @@ class FastDecoder:
         if self._views is None or self._views[0] != B:
             self._views = self._make_views(B)
         _, qkv, qk, kv_new, q, gu, g, u = self._views
-        mask = self.mask[:B, None, None, :t + 1] if self.padded else None
+        mask = self.mask[:B, None, :t + 1] if self.padded else None
         h = F.embedding(ids.reshape(-1), self.embed)
         cis = self.cis.index_select(0, pos.reshape(-1)).unsqueeze(1)
         slots = self.kv[:, :, :B, :, t].unbind(0)  # per layer [2, B, Hkv, D]: where this token's K, V go
-        ks, vs = self.kv[:, 0, :B, :, :t + 1].unbind(0), self.kv[:, 1, :B, :, :t + 1].unbind(0)
-        gqa, HD = self.H != self.Hkv, self.H * self.D
+        Hkv, D = self.Hkv, self.D
+        # per layer, K and V as [B * Hkv, t + 1, D] views of the cache (no copy: a row's heads are adjacent)
+        ks = self.kv[:, 0, :B, :, :t + 1].reshape(len(self.layers), B * Hkv, t + 1, D).unbind(0)
+        vs = self.kv[:, 1, :B, :, :t + 1].reshape(len(self.layers), B * Hkv, t + 1, D).unbind(0)
+        HD = self.H * D
         for L, (eps1, eps2), slot, k, v in zip(self.layers, self.eps, slots, ks, vs):
             x = _rms(h, L.ln1, eps1)
             if L.bqkv is None:
@@ -232,8 +236,7 @@ class FastDecoder:
                 torch.addmm(L.bqkv, x, L.wqkv_t, out=qkv)
             _rope_(qk, cis)
             slot.copy_(kv_new)
-            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
-            o = o.view(B, HD)
+            o = _decode_attention(q, k, v, mask, self.scale).view(B, HD)
             h = torch.addmm(h, o, L.wo_t) if L.bo is None else torch.addmm(h + L.bo, o, L.wo_t)
             x = _rms(h, L.ln2, eps2)
             if L.wgu_t is None or L.bmlp is not None:
@@ -252,7 +255,7 @@ class FastDecoder:
         pairs = qkv[:, :(H + Hkv) * D].view(B, H + Hkv, D // 2, 2)
         qk = torch.view_as_complex(pairs) if self.cis.is_complex() else pairs
         kv_new = qkv[:, H * D:].view(B, 2, Hkv, D).transpose(0, 1)
-        q = qkv[:, :H * D].view(B, H, 1, D)
+        q = qkv[:, :H * D].view(B, Hkv, H // Hkv, D)  # the query heads of each K/V head (GQA) together
         gu = self._gu[:B]
         half = gu.shape[1] // 2
         return B, qkv, qk, kv_new, q, gu, gu[:, :half], gu[:, half:]
@@ -312,6 +315,22 @@ class FastDecoder:
         else:
             g, u = torch.mm(x, L.wg_t), torch.mm(x, L.wu_t)
         return torch.addmm(h, F.silu(g).mul_(u), L.wd_t)
+
+
+def _decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                      scale: float) -> torch.Tensor:
+    """One new token's attention: ``q [B, Hkv, g, D]`` (the g query heads sharing each K/V head), ``k, v
+    [B·Hkv, t, D]`` (cache views), ``mask [B, 1, t]`` additive or None -> ``[B·Hkv, g, D]``.
+
+    ``softmax(q kᵀ · scale + mask) v`` as two batched matmuls: at decode shapes (one query per row, tiny
+    heads) measured ~1.3x faster than ``scaled_dot_product_attention``'s CPU kernel (64 rows, 4-8 heads,
+    30-60 positions: 69-185 µs vs 100-320 µs)."""
+    q = q.reshape(k.shape[0], q.shape[2], q.shape[3])   # a copy: q is a view of the fused QKV output
+    s = torch.baddbmm(q.new_empty(()), q, k.transpose(1, 2), beta=0.0, alpha=scale)   # [B·Hkv, g, t]
+    if mask is not None:
+        B = mask.shape[0]
+        s.view(B, -1, s.shape[-1]).add_(mask)
+    return torch.bmm(torch.softmax(s, dim=-1), v)
 
 
 def _rope_table(rot, capacity: int, dtype, device) -> torch.Tensor:
