@@ -113,6 +113,9 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-bf16", action="store_true",
                     help="rlvr's training forwards under bf16 autocast (model.autocast_bf16: train; generation "
                          "stays float32)")
+    ap.add_argument("--rlvr-bf16-decode", action="store_true",
+                    help="with --rlvr-bf16: rlvr's generation in bf16 too (model.autocast_bf16: true; FastDecoder's "
+                         "projections in bf16)")
     ap.add_argument("--trl-precision", choices=("fp32", "bf16", "fastest"), default=None,
                     help="TRL's precision (GRPOConfig bf16); fastest: run both as two TRL sides and compare "
                          "against the faster (default: fastest with --rlvr-bf16, else fp32)")
@@ -152,6 +155,13 @@ def rlvr_stage(a, n_tasks: int):
         eval_every=0, verifier_workers=0)
 
 
+def rlvr_precision(a):
+    """``model.autocast_bf16`` for rlvr's side: false, ``train`` (--rlvr-bf16) or true (and --rlvr-bf16-decode)."""
+    if not a.rlvr_bf16:
+        return False
+    return True if getattr(a, "rlvr_bf16_decode", False) else "train"
+
+
 def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     """train_rl with a hook at each step's start (rollout_step) and end (the metrics line)."""
     import rlvr.trainers.rl as rl_mod
@@ -168,7 +178,7 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     rl_mod.rollout_step = rollout_step
     stage = rlvr_stage(a, n_tasks)
     pin_threads()
-    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False,
+    model_cfg = ModelConfig(path=model_dir, autocast_bf16=rlvr_precision(a),
                             micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")))
     rl_mod.train_rl(stage, model_cfg, Path(work), seed=0)  # judge: the stage's reward_judge
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
@@ -406,7 +416,8 @@ def bench(a, progress=None) -> dict:
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
             "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["peak_mb"] / rss["trl"]["peak_mb"],
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
-            "precision": {"rlvr": "bf16 autocast (training forwards)" if a.rlvr_bf16 else "fp32",
+            "precision": {"rlvr": {False: "fp32", "train": "bf16 autocast (training forwards)",
+                                   True: "bf16 (training forwards and generation)"}[rlvr_precision(a)],
                           "trl": "bf16" if fastest == "trl_bf16" else "fp32",
                           "trl_median_step_s": {("bf16" if s == "trl_bf16" else "fp32"): v
                                                 for s, v in trl_medians.items()}},

@@ -83,6 +83,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-bf16", action="store_true",
                     help="rlvr's training forwards under bf16 autocast (model.autocast_bf16: train) in grpo and dpo; "
                          "TRL then runs in both precisions (bf16=True and fp32) and is compared at its faster")
+    ap.add_argument("--rlvr-bf16-decode", action="store_true",
+                    help="with --rlvr-bf16, grpo: rlvr's generation in bf16 too (model.autocast_bf16: true)")
     ap.add_argument("--workers", type=int, default=2, help="verifier workers (both harnesses)")
     ap.add_argument("--quickstart-set", action="append", default=[],
                     help="override passed to rlvr quickstart as --set (repeatable), e.g. for a shorter check")
@@ -152,6 +154,7 @@ def run_grpo(a, say) -> dict:
     per_size = {}
     for size in a.size_list:
         threads = ["--rlvr-decode-threads", str(a.rlvr_decode_threads)] if a.rlvr_decode_threads else []
+        threads += ["--rlvr-bf16-decode"] if a.rlvr_bf16 and a.rlvr_bf16_decode else []
         args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
                                        *micro_args(a), *threads])
         per_size[size] = guarded(lambda args=args: size_record(grpo_vs_trl.bench(args, say), "trl"))
@@ -289,7 +292,7 @@ def run(a) -> dict:
                  "config": {"sections": a.sections, "sizes": a.size_list, "steps": a.steps, "warmup": a.warmup,
                             "verifier_workers": a.workers, "rlvr_micro_batch": a.rlvr_micro,
                             "rlvr_micro_tokens": a.rlvr_micro_tokens,
-                            "rlvr_bf16": a.rlvr_bf16,
+                            "rlvr_bf16": a.rlvr_bf16, "rlvr_bf16_decode": a.rlvr_bf16 and a.rlvr_bf16_decode,
                             "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
                             "reward correct+spread", "dpo": "32 pairs/step, beta 0.1, TRL precompute_ref_log_probs"}}
     console = Console(stderr=True)
@@ -347,8 +350,9 @@ def precision_line(res: dict) -> str:
                 chosen = "bf16" if rec["trl_side"].endswith("bf16") else "fp32"
             parts.append(f"{sec.upper()} {size}: TRL {chosen} (" + ", ".join(f"{k} {v:.3f} s" for k, v in tried.items())
                          + ")")
-    return ("Precision: rlvr's training forwards under bf16 autocast (`model.autocast_bf16: train`, generation "
-            "float32); TRL run with `bf16=True` and in float32, each in its own process interleaved with rlvr's, and "
+    gen = ("GRPO's generation too (`model.autocast_bf16: true`: FastDecoder's projections in bf16)"
+           if (res.get("config") or {}).get("rlvr_bf16_decode") else "`model.autocast_bf16: train`, generation float32")
+    return (f"Precision: rlvr's training forwards under bf16 autocast ({gen}); TRL run with `bf16=True` and in float32, each in its own process interleaved with rlvr's, and "
             "compared at its faster median step: " + "; ".join(parts) + ".")
 
 

@@ -57,10 +57,12 @@ class ModelConfig(Section):
     autocast_bf16: bool | Literal["train"] = False
     """Run forward passes under bf16 autocast: bf16 compute, fp32 weights (the usual choice on GPUs).
     ``train``: only the training forwards (the update, reference / old logprobs, the preference step and
-    its reference cache, SFT) run under bf16 autocast; generation stays float32 (on CPU the float32
-    decoder is faster than the HF forward under autocast). On a CPU with bf16 units (avx512_bf16) the
+    its reference cache, SFT) run under bf16 autocast; generation stays float32. ``true``: generation too
+    (the lean decoder runs its projections in bf16 on per-batch weight copies, the residual stream, norms,
+    KV cache and attention in float32, as autocast does). On a CPU with bf16 units (avx512_bf16) the
     packed training forward's GEMMs run ~2x faster: the GRPO update and the DPO step took 0.64-0.68x
-    their float32 CPU time on the 1m and 5m tiny models (docs/packed_forward.md)."""
+    their float32 CPU time on the 1m and 5m tiny models (docs/packed_forward.md); bf16 generation took
+    0.72x the float32 decode's time at 5m and 0.57x at 20m, but 1.08x at 1m (too small to gain)."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights."""
     train_dropout: bool = False

@@ -21,8 +21,9 @@ Hot-path choices (measured in bench/grpo_vs_trl.py, docs/benchmarks.md):
   stream a live row sees does not depend on when others finish;
 - the attention mask is a view of one preallocated buffer (no per-token ``cat``) and is not passed at all
   when no prompt is padded;
-- with ``fast_decode=True`` (default) a supported model (Llama / Qwen2 / Mistral architecture, no LoRA,
-  no bf16 autocast) decodes with ``rlvr.rollout.fast_decode.FastDecoder``: the same function computed
+- with ``fast_decode=True`` (default) a supported model (Llama / Qwen2 / Mistral architecture, no LoRA)
+  decodes with ``rlvr.rollout.fast_decode.FastDecoder`` (under ``bf16``: its projections in bf16, the
+  rest in float32, as bf16 autocast runs them): the same function computed
   by a flat loop of tensor ops on the model's own Parameters, its own preallocated KV cache, and none of
   HF's per-call Python overhead (~2 ms a token on CPU). Anything else uses the HF forward
   (``_HFDecoder``); ``engine.decode_path`` says which one the last ``generate()`` used and why.
@@ -172,12 +173,12 @@ class HFEngine:
         return _collect(toks, lps, ends, why)
 
     def _decoder(self, prompt_mask: torch.Tensor, capacity: int):
-        """FastDecoder when enabled and supported (no bf16 autocast), else the HF forward."""
-        why = "fast_decode=False" if not self.fast_decode else "bf16 autocast" if self.bf16 else \
-            unsupported_reason(self.model, capacity)
+        """FastDecoder when enabled and supported (bf16: its projections in bf16, as autocast), else the HF
+        forward."""
+        why = "fast_decode=False" if not self.fast_decode else unsupported_reason(self.model, capacity)
         if why is None:
             self.decode_path = "fast"
-            return FastDecoder(self.model, prompt_mask, capacity)
+            return FastDecoder(self.model, prompt_mask, capacity, torch.bfloat16 if self.bf16 else None)
         if self.fast_decode and self.decode_path != f"hf: {why}":
             log.info("HFEngine: decoding with the HF forward (%s)", why)
         self.decode_path = f"hf: {why}"

@@ -66,15 +66,18 @@ def hf_last_logits(model, ids, att):
 
 
 @torch.no_grad()
-def check_against_hf(model, steps=6, drop_at=3, tol=1e-5, keep=(1, 2, 4, 5)):
+def check_against_hf(model, steps=6, drop_at=3, tol=1e-5, keep=(1, 2, 4, 5), bf16=False):
+    """Max |FastDecoder - HF| over the logits of a prefill and ``steps`` tokens (``bf16``: the decoder's
+    projections in bf16 against HF's forward under bf16 autocast)."""
     lengths, P = [5, 5, 2, 7, 1, 4], 7
     ids, att = batch(lengths, P)
     assert unsupported_reason(model, P + steps) is None
-    dec = FastDecoder(model, att, P + steps)
-    logits = dec(ids, (att.cumsum(-1) - 1).clamp_min(0))
+    dec = FastDecoder(model, att, P + steps, torch.bfloat16 if bf16 else None)
+    logits = dec(ids, (att.cumsum(-1) - 1).clamp_min(0)).float()
     worst = 0.0
     for s in range(steps):
-        ref = hf_last_logits(model, ids, att)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            ref = hf_last_logits(model, ids, att).float()
         assert ref.abs().max() > 1.0  # the test model's logits are not all ~0
         worst = max(worst, float((logits - ref).abs().max()))
         if s == steps - 1:
@@ -85,7 +88,7 @@ def check_against_hf(model, steps=6, drop_at=3, tol=1e-5, keep=(1, 2, 4, 5)):
             k = torch.tensor(keep)
             dec.select(k)
             ids, att = ids[k], att[k]
-        logits = dec(ids[:, -1:], (att.cumsum(-1) - 1)[:, -1:])
+        logits = dec(ids[:, -1:], (att.cumsum(-1) - 1)[:, -1:]).float()
     assert worst <= tol, worst
     return worst
 
@@ -94,6 +97,37 @@ def check_against_hf(model, steps=6, drop_at=3, tol=1e-5, keep=(1, 2, 4, 5)):
 def test_fast_logits_equal_hf_on_left_padded_batches_with_row_drops(build):
     torch.manual_seed(0)
     check_against_hf(sharpen(build()))
+
+
+@pytest.mark.parametrize("build", [llama_tied, llama_untied_biased_scaled_rope, qwen2_gqa])
+def test_bf16_compute_follows_hf_under_bf16_autocast(build):
+    """compute_dtype=bf16: bf16 projections, fp32 residual/norms/attention. Its logits stay within bf16
+    rounding of HF's forward under autocast (logits span several units; a wrong cast or RoPE would not)."""
+    torch.manual_seed(0)
+    model = sharpen(build())
+    assert check_against_hf(model, tol=0.08, bf16=True) > 1e-4  # it is really computing in bf16
+
+
+def test_bf16_sampler_logprobs_are_close_to_the_bf16_training_forward(tiny_dir):
+    """HFEngine(bf16=True) decodes on FastDecoder with bf16 projections; the logprobs it records for the
+    sampled tokens are those the packed training forward gives under bf16 autocast, to bf16 rounding: the
+    sampler/trainer gap the mismatch correction sees stays small (the HF forward under autocast: ~3x it)."""
+    from rlvr.models.logprobs import token_logprobs
+
+    model, tok = load_pretrained(tiny_dir)
+    eng = HFEngine(model, tok, bf16=True)
+    prompts = [tok(f"<|user|>{a}*{b}=?", add_special_tokens=False)["input_ids"] for a, b in ((12, 3), (40, 7))]
+    g = eng.generate(prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=12, seed=3))
+    assert eng.decode_path == "fast"
+    rows = [p + c for p, c in zip(g.prompt_ids, g.completion_ids)]
+    L = max(map(len, rows))
+    ids = torch.tensor([r + [0] * (L - len(r)) for r in rows])
+    att = torch.tensor([[1] * len(r) + [0] * (L - len(r)) for r in rows])
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, att, 1.0, bf16=True)
+    gap = torch.cat([(lp[i, len(p):len(p) + len(c)] - torch.tensor(o)).abs()
+                     for i, (p, c, o) in enumerate(zip(g.prompt_ids, g.completion_ids, g.old_logprobs))])
+    assert gap.numel() > 10 and float(gap.mean()) < 2e-3 and float(gap.max()) < 0.05, (gap.mean(), gap.max())
 
 
 @pytest.mark.parametrize("keep", [(5, 1, 2, 4), (0, 1, 2, 5, 4)])
@@ -192,7 +226,7 @@ def test_fallback_to_hf_forward_for_unsupported_models(tiny_dir):
     assert "rope type 'dynamic'" in unsupported_reason(dyn, 16)
     eng = HFEngine(model, tok, bf16=True)
     eng.generate(prompts, params)
-    assert eng.decode_path == "hf: bf16 autocast"
+    assert eng.decode_path == "fast"  # bf16: FastDecoder with bf16 projections
     peft = pytest.importorskip("peft")
     lora = peft.get_peft_model(model, peft.LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
     assert "non-plain projection modules" in unsupported_reason(lora, 16)
