@@ -173,7 +173,7 @@ def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: boo
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
         per_device_train_batch_size=a.batch, gradient_accumulation_steps=1, beta=0.1, loss_type=["sigmoid"],
         max_length=MAX_LENGTH, precompute_ref_log_probs=precompute, learning_rate=LR, lr_scheduler_type="constant",
-        warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch_fused", adam_beta1=0.9, adam_beta2=0.95,
+        warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95,
         weight_decay=0.0, dataloader_num_workers=0)
     return DPOTrainer(model=model_dir, args=cfg, train_dataset=ds, processing_class=tok, callbacks=list(callbacks))
 

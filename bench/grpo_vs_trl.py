@@ -236,7 +236,7 @@ def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=(), b
         beta=a.beta, use_bias_correction_kl=False, num_iterations=1, epsilon=0.2, loss_type="grpo",
         scale_rewards="group",
         learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
-        optim="adamw_torch_fused", adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
+        optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
         dataloader_num_workers=0, log_completions=False, cache_implementation=a.trl_cache)
     return GRPOTrainer(model=model_dir, reward_funcs=trl_reward_funcs(a), args=cfg, train_dataset=ds,
                        processing_class=tok, callbacks=list(callbacks))
