@@ -227,7 +227,7 @@ class FastDecoder:
             raise ValueError(f"FastDecoder: {t + 1} positions exceed the cache capacity {self.capacity}")
         if self._views is None or self._views[0] != B:
             self._views = self._make_views(B)
-        _, qkv, qk, kv_new, q, gu, g, u = self._views
+        _, _qkv, qk, kv_new, q, _gu, g, u = self._views  # qkv, gu: written through self._qkv, self._gu
         mask = self.mask[:B, None, :t + 1] if self.padded else None
         h = F.embedding(ids.reshape(-1), self.embed)
         cis = self.cis.index_select(0, pos.reshape(-1)).unsqueeze(1)
