@@ -227,7 +227,7 @@ class FastDecoder:
             raise ValueError(f"FastDecoder: {t + 1} positions exceed the cache capacity {self.capacity}")
         if self._views is None or self._views[0] != B:
             self._views = self._make_views(B)
-        _, _qkv, qk, kv_new, q, _gu, g, u = self._views  # qkv, gu: written through self._qkv, self._gu
+        _, qk, kv_new, q, g, u = self._views  # the matmuls write self._qkv / self._gu, these read them
         mask = self.mask[:B, None, :t + 1] if self.padded else None
         h = F.embedding(ids.reshape(-1), self.embed)
         cis = self.cis.index_select(0, pos.reshape(-1)).unsqueeze(1)
@@ -258,8 +258,8 @@ class FastDecoder:
         return torch.mm(_to(_rms(h, self.norm, self.norm_eps), cd), self.lm_t)[:B]
 
     def _make_views(self, B: int):
-        """Views of the step buffers for ``B`` rows: fused QKV output, its RoPE'd (q, k) pairs, the new
-        (K, V) in cache layout, q for attention, and the fused gate/up output with its halves."""
+        """Views of the step buffers for ``B`` rows: the fused QKV output's RoPE'd (q, k) pairs, the new
+        (K, V) in cache layout, q for attention, and the fused gate/up output's halves."""
         H, Hkv, D = self.H, self.Hkv, self.D
         qkv = self._qkv[:B]
         pairs = qkv[:, :(H + Hkv) * D].view(B, H + Hkv, D // 2, 2)
@@ -268,7 +268,7 @@ class FastDecoder:
         q = qkv[:, :H * D].view(B, Hkv, H // Hkv, D)  # the query heads of each K/V head (GQA) together
         gu = self._gu[:B]
         half = gu.shape[1] // 2
-        return B, qkv, qk, kv_new, q, gu, gu[:, :half], gu[:, half:]
+        return B, qk, kv_new, q, gu[:, :half], gu[:, half:]
 
     def select(self, keep: torch.Tensor) -> None:
         """Keep rows ``keep`` (indices into the current rows, any order): new row i is old row ``keep[i]``.
