@@ -63,6 +63,13 @@ class ModelConfig(Section):
     packed training forward's GEMMs run ~2x faster: the GRPO update and the DPO step took 0.64-0.68x
     their float32 CPU time on the 1m and 5m tiny models (docs/packed_forward.md); bf16 generation took
     0.72x the float32 decode's time at 5m and 0.57x at 20m, but 1.08x at 1m (too small to gain)."""
+    implementation: Literal["auto", "native", "hf"] = "auto"
+    """Which class holds a checkpoint loaded from ``path``: ``native``, rlvr's own Llama-family module
+    (``rlvr.models.native``: HF's parameter names and files, ~95 MB less resident per process than importing
+    transformers' modeling code); ``hf``, transformers' ``AutoModelForCausalLM``; ``auto``, native where it
+    applies (a Llama / Qwen2 / Mistral safetensors checkpoint, RoPE default or linear, no sliding window, no
+    quantisation, no ``lora``, ``gradient_checkpointing`` nor ``train_dropout``), else hf. Both compute the same
+    values: rlvr's packed forward and decoder run on either."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights."""
     train_dropout: bool = False

@@ -11,7 +11,7 @@ STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
 def llama_family_reason(model) -> str | None:
     """None when ``model`` (not peft-wrapped) has the layout both flat forwards implement, else why not."""
     name = type(model).__name__
-    if name not in SUPPORTED_CLASSES:
+    if name not in SUPPORTED_CLASSES and not getattr(model, "is_rlvr_native", False):
         return f"{name} is not one of {sorted(SUPPORTED_CLASSES)}"
     cfg, inner = model.config, getattr(model, "model", None)
     if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):

@@ -24,6 +24,7 @@ import torch
 from rlvr.errors import ModelLoadError
 from rlvr.models.hf import import_transformers
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+from rlvr.models.native import hf_config
 
 RM_MARKER = "rlvr_reward_model.json"  # in a reward model's final/: marks it and names the policy it started from
 
@@ -50,7 +51,7 @@ def sequence_classifier_from_causal(causal, tokenizer, seed: int = 0):
 
     if _is_peft(causal):
         causal = copy.deepcopy(causal).merge_and_unload()
-    cfg = copy.deepcopy(causal.config)
+    cfg = copy.deepcopy(hf_config(causal))  # rlvr's own causal class: its config as transformers' class
     cfg.num_labels = 1
     cfg.pad_token_id = tokenizer.pad_token_id
     cfg.architectures = None

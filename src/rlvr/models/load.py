@@ -25,7 +25,13 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
         model, tok = build_tiny(size=cfg.tiny.size, seed=cfg.tiny.seed, max_positions=cfg.tiny.max_positions)
         model = model.to(DTYPES[cfg.dtype])
     else:
-        model, tok = load_pretrained(path, cfg.dtype)
+        impl = cfg.implementation
+        if impl == "native" and (cfg.lora is not None or cfg.gradient_checkpointing or cfg.train_dropout):
+            raise ModelLoadError("model.implementation: native does not take model.lora / "
+                                 "model.gradient_checkpointing / model.train_dropout (use auto or hf)")
+        if cfg.lora is not None or cfg.gradient_checkpointing or cfg.train_dropout:  # (native: no dropout)
+            impl = "hf"
+        model, tok = load_pretrained(path, cfg.dtype, impl)
     model = model.to(resolve_device(cfg.device))
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -60,11 +66,9 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_pretrained(path: str | os.PathLike, dtype: str = "float32"):
-    """Load a causal LM and its tokenizer from a local folder, offline; errors name the path."""
-    import_transformers()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
+def load_pretrained(path: str | os.PathLike, dtype: str = "float32", implementation: str = "auto"):
+    """Load a causal LM and its tokenizer from a local folder, offline; errors name the path.
+    ``implementation``: see ``ModelConfig.implementation`` (a LoRA adapter folder always loads the HF class)."""
     p = Path(path)
     if not p.exists():
         raise ModelLoadError(f"model path {str(p)!r} does not exist (rlvr loads checkpoints from local "
@@ -75,14 +79,56 @@ def load_pretrained(path: str | os.PathLike, dtype: str = "float32"):
         raise ModelLoadError(f"model path {str(p)!r} has no config.json (nor adapter_config.json): not an HF "
                              "model or LoRA adapter folder")
     try:
-        tok = AutoTokenizer.from_pretrained(p, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(p, local_files_only=True, dtype=DTYPES[dtype])
+        tok = load_tokenizer(p)
+        model = load_causal_lm(p, dtype, implementation)
+    except ModelLoadError:
+        raise
     except Exception as e:  # noqa: BLE001 - turned into a one-paragraph error
         raise ModelLoadError(f"could not load model from {str(p)!r}: {type(e).__name__}: {e}") from None
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return model, tok
+
+
+def load_tokenizer(path: Path):
+    """The tokenizer saved in ``path``: the class its ``tokenizer_config.json`` names, loaded directly (what
+    ``AutoTokenizer`` would pick, without reading the model config: that import chain costs ~50 MB resident),
+    else ``AutoTokenizer``."""
+    import json
+
+    import_transformers()
+    from transformers import AutoTokenizer
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    cfg_file = path / "tokenizer_config.json"
+    cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
+    name = cfg.get("tokenizer_class")
+    cls = tokenizer_class_from_name(name) if isinstance(name, str) and "auto_map" not in cfg else None
+    if cls is not None:
+        return cls.from_pretrained(path, local_files_only=True)
+    return AutoTokenizer.from_pretrained(path, local_files_only=True)
+
+
+def load_causal_lm(path: Path, dtype: str = "float32", implementation: str = "auto"):
+    """The causal LM in ``path``: :class:`rlvr.models.native.NativeCausalLM` or transformers' class (see
+    ``ModelConfig.implementation``)."""
+    import json
+
+    from rlvr.models.native import NativeCausalLM, native_reason
+
+    if implementation not in ("auto", "native", "hf"):
+        raise ModelLoadError(f"model.implementation must be auto, native or hf, got {implementation!r}")
+    why = "model.implementation: hf" if implementation == "hf" else native_reason(json.loads((path / "config.json").read_text()))
+    if why is None and not any((path / f).exists() for f in ("model.safetensors", "model.safetensors.index.json")):
+        why = "no safetensors weights"
+    if why is None:
+        return NativeCausalLM.from_pretrained(path, DTYPES[dtype])
+    if implementation == "native":
+        raise ModelLoadError(f"model path {str(path)!r}: model.implementation is native but {why}")
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=DTYPES[dtype])
 
 
 def adapter_base(adapter_dir: str | Path) -> Path:
@@ -104,7 +150,7 @@ def load_adapter_folder(path: str | Path, dtype: str = "float32"):
     """A LoRA adapter folder as a starting point: its base model with the adapter merged in."""
     from peft import PeftModel
 
-    base, tok = load_pretrained(adapter_base(path), dtype)
+    base, tok = load_pretrained(adapter_base(path), dtype, "hf")  # peft wraps transformers' classes
     try:
         model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
     except Exception as e:  # noqa: BLE001 - turned into a one-paragraph error

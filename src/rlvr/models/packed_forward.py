@@ -40,7 +40,7 @@ def unsupported_reason(model) -> str | None:
     if why:
         return why
     name, cfg, inner = type(model).__name__, model.config, model.model
-    if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0:
+    if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0 and not getattr(model, "is_rlvr_native", False):
         return "attention dropout is on"
     if getattr(cfg, "sliding_window", None) is not None and (
             name == "MistralForCausalLM" or "sliding_attention" in (getattr(cfg, "layer_types", None) or [])):

@@ -46,6 +46,7 @@ from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
+from rlvr.trainers.adamw import AdamW
 from rlvr.trainers.guards import (
     NonFiniteError,
     SignalLatch,
@@ -80,7 +81,7 @@ def build_optimizer(model, cfg: OptimConfig, total_steps: int):
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)
+    opt = AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)  # torch's, minus its dynamo import
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lr_lambda(cfg, total_steps))
     return opt, sched
 

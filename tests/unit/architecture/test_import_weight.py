@@ -43,7 +43,7 @@ from rlvr.models.tiny import build_tiny
 
 out = sys.argv[1]
 build_tiny(out + "/m", size="test", seed=0)
-model, tok = load_model_and_tokenizer(ModelConfig(path=out + "/m", device="cpu"))
+model, tok = load_model_and_tokenizer(ModelConfig(path=out + "/m", device="cpu", implementation="hf"))  # transformers' class
 ids = torch.tensor([tok("12*3=")["input_ids"]])
 logits = model(ids).logits
 logits.float().pow(2).mean().backward()                       # a backward through the HF model
