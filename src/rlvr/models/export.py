@@ -11,11 +11,13 @@ from __future__ import annotations
 import torch
 
 from rlvr.models.load import is_peft
+from rlvr.models.native import hf_config
 
 
 def base_config(model):
-    """The HF config of the plain architecture (the base model's under LoRA)."""
-    return (model.get_base_model() if is_peft(model) else model).config
+    """The HF config of the plain architecture (the base model's under LoRA; a native model's as transformers'
+    config class: the engines build ``AutoModelForCausalLM.from_config`` from it)."""
+    return hf_config(model.get_base_model() if is_peft(model) else model)
 
 
 @torch.no_grad()

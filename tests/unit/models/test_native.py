@@ -231,3 +231,15 @@ def test_hooks_and_kv_cache_run_on_transformers_forward_over_the_same_modules(tm
     assert outs[0].completion_ids == outs[1].completion_ids
     for h in handles:
         h.remove()
+
+
+def test_engines_build_transformers_class_from_a_native_policy(tmp_path):
+    from rlvr.models.export import base_config, plain_state_dict
+
+    build_tiny(tmp_path / "m", size="test", seed=0)
+    nat, _ = load_pretrained(tmp_path / "m")
+    worker = AutoModelForCausalLM.from_config(base_config(nat))  # what the vLLM / Ray workers build
+    worker.load_state_dict(plain_state_dict(nat))
+    ids, att, pos = batch()
+    torch.testing.assert_close(worker(input_ids=ids, attention_mask=att, position_ids=pos).logits[att.bool()],
+                               nat(input_ids=ids, attention_mask=att, position_ids=pos).logits[att.bool()])
