@@ -30,8 +30,8 @@ from rlvr.models.native import NativeCausalLM, from_hf, is_native, native_reason
 from rlvr.models.tiny import build_tiny
 
 SRC = Path(__file__).resolve().parents[3] / "src"
-SMALL = dict(vocab_size=105, hidden_size=64, num_hidden_layers=2, intermediate_size=96, max_position_embeddings=128,
-             pad_token_id=0, bos_token_id=2, eos_token_id=1)
+SMALL = {"vocab_size": 105, "hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 96,
+         "max_position_embeddings": 128, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 1}
 
 
 def llama_untied_bias():
@@ -175,7 +175,8 @@ def test_engine_samples_the_same_with_either_class(tmp_path):
                                  SamplingParams(n=3, temperature=1.0, max_new_tokens=12, seed=0)))
         assert eng.decode_path == "fast"
     assert outs[0].completion_ids == outs[1].completion_ids
-    torch.testing.assert_close(torch.tensor(sum(outs[0].old_logprobs, [])), torch.tensor(sum(outs[1].old_logprobs, [])))
+    flat = [torch.tensor([x for row in o.old_logprobs for x in row]) for o in outs]
+    torch.testing.assert_close(flat[0], flat[1])
 
 
 LEAN = """
@@ -214,7 +215,9 @@ def test_hooks_and_kv_cache_run_on_transformers_forward_over_the_same_modules(tm
     nat, tok = load_pretrained(tmp_path / "m")
     hf, _ = load_pretrained(tmp_path / "m", implementation="hf")
     ids, att, pos = batch()
-    shift = lambda module, args, out: out + 0.5  # noqa: E731 - a forward hook on the input embedding
+    def shift(module, args, out):  # a forward hook on the input embedding
+        return out + 0.5
+
     handles = [m.get_input_embeddings().register_forward_hook(shift) for m in (nat, hf)]
     a = nat(input_ids=ids, attention_mask=att, position_ids=pos).logits
     b = hf(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
