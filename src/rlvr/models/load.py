@@ -26,10 +26,10 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
         model = model.to(DTYPES[cfg.dtype])
     else:
         impl = cfg.implementation
-        if impl == "native" and (cfg.lora is not None or cfg.gradient_checkpointing or cfg.train_dropout):
-            raise ModelLoadError("model.implementation: native does not take model.lora / "
-                                 "model.gradient_checkpointing / model.train_dropout (use auto or hf)")
-        if cfg.lora is not None or cfg.gradient_checkpointing or cfg.train_dropout:  # (native: no dropout)
+        if cfg.lora is not None or cfg.gradient_checkpointing or cfg.train_dropout:  # what only HF's classes do
+            if impl == "native":
+                raise ModelLoadError("model.implementation: native does not take model.lora / "
+                                     "model.gradient_checkpointing / model.train_dropout (use auto or hf)")
             impl = "hf"
         model, tok = load_pretrained(path, cfg.dtype, impl)
     model = model.to(resolve_device(cfg.device))

@@ -312,7 +312,7 @@ class NativeCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)
         save_file(state, str(out / WEIGHTS), metadata={"format": "pt"})
-        gen = {k: v for k, v in vars(self.generation_config).items()}
+        gen = vars(self.generation_config)
         if gen:
             (out / "generation_config.json").write_text(json.dumps(gen, indent=2, sort_keys=True) + "\n")
 

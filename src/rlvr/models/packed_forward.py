@@ -40,8 +40,8 @@ def unsupported_reason(model) -> str | None:
     if why:
         return why
     name, cfg, inner = type(model).__name__, model.config, model.model
-    if model.training and float(getattr(cfg, "attention_dropout", 0.0) or 0.0) > 0 and not getattr(model, "is_rlvr_native", False):
-        return "attention dropout is on"
+    if model.training and any(float(getattr(la.self_attn, "attention_dropout", 0.0) or 0.0) > 0 for la in inner.layers):
+        return "attention dropout is on"  # (the rate HF's attention reads at forward time; rlvr's own module has none)
     if getattr(cfg, "sliding_window", None) is not None and (
             name == "MistralForCausalLM" or "sliding_attention" in (getattr(cfg, "layer_types", None) or [])):
         return "a sliding attention window"
