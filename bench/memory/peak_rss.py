@@ -3,7 +3,7 @@
     PYTHONPATH=src:bench python bench/memory/peak_rss.py [--size 1m] [--steps 6]
 
 Prints (VmHWM, VmRSS) in MB after every policy update and at the end (docs/packed_forward.md, "Fewer saved
-tensors"; docs/benchmarks.md). Set RLVR_MALLOC_TRIM=1 to compare with the heap trim (off by default).
+tensors"; docs/benchmarks.md). Set RLVR_HEAP=trim or RLVR_HEAP=glibc to compare with the heap trim or glibc's defaults (rlvr/trainers/heap.py).
 """
 import argparse
 import re

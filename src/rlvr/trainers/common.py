@@ -56,7 +56,7 @@ from rlvr.trainers.guards import (
     nonfinite_message,
     skip_update,
 )
-from rlvr.trainers.heap import release_free_heap
+from rlvr.trainers.heap import keep_freed_heap, release_free_heap
 
 
 def setup_threads(threads: int | None) -> None:
@@ -354,6 +354,8 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     but only the main one truncates and writes metrics, evaluates, draws the bar and saves checkpoints.
     ``knobs``: the stage settings health actions may change, at their configured values (RL:
     ``health_actions.rl_knobs``); the current values are ``run.health.knobs`` (restored on resume)."""
+    if model is not None:
+        keep_freed_heap(next(model.parameters()).device.type)  # RLVR_HEAP (heap.py)
     run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist,
                    knobs=dict(knobs or {}))
     main = _is_main(run)

@@ -1,22 +1,29 @@
-"""Hand the C heap's free pages back to the OS between the micro-batches of a CPU training step.
+"""How a CPU training process's C heap gives memory back to the OS: ``RLVR_HEAP`` = ``keep`` (default),
+``trim`` or ``glibc``.
 
-A CPU tensor's memory comes from glibc's ``malloc``. Once a micro-batch's backward has run, its activations
-are free but stay in the process's heap; the next micro-batch's activations are a little larger or shaped
-differently (the planner sorts micro-batches shortest first), do not fit the freed chunks, and take new
-pages on top: the process's peak grows by about one micro-batch's activations per step's worth of
-fragmentation (measured on the 1m GRPO bench: the second micro-batch's forward +19 MB over the first's end,
-``VmHWM`` 485 MB, ``bench/memory/peak_rss.py``). ``malloc_trim(0)`` releases the free pages inside the
-heap, so the next micro-batch faults in fresh ones and the peak is one micro-batch's activations over the
-baseline (475 MB there).
+A CPU tensor's memory comes from glibc's ``malloc``. A training step frees and re-takes the same few hundred
+MB of activations, gradients and attention views every micro-batch. Under glibc's defaults much of it goes
+back to the OS when freed (chunks over the dynamic mmap threshold are unmapped; the heap's top is trimmed
+once 2x that threshold is free there) and is faulted in again, page by page, by the next micro-batch:
+~6,600 minor page faults and 12-20 ms of kernel time per update on the 1m GRPO bench (``/proc/self/stat``
+around the update, 2026-12-04).
 
-Off by default (``RLVR_MALLOC_TRIM=1`` turns it on): the next micro-batch re-faults every page it needs, and
-that cost more than the memory was worth. Measured on an idle host (2026-12-02, session 9): the quickstart's
-DPO step (32 pairs at 1m, two micro-batches under the CPU token budget) took 0.305-0.352 s with the trim and
-0.254-0.275 s without it (``time/step`` medians of 60-step runs of the stage from the same SFT checkpoint and
-pairs); the whole quickstart's DPO training took 148 s with it and 107 s without it (of which ~16 s came from
-running its monitors every 25 steps instead of 10). The bench's peak RSS was the same with and without it (GRPO 1m 467.8 vs 467.1 MB, ``bench/run.py --only grpo,dpo --steps 8``).
-Only on Linux with glibc and for CPU tensors. Nothing about the arithmetic changes (the gradients are bit for
-bit the same).
+- ``keep`` (:func:`keep_freed_heap`, set once per process when a stage opens on the CPU): ``mallopt`` fixes
+  the mmap threshold at :data:`MMAP_THRESHOLD` (glibc's dynamic ceiling, so no tensor under 32 MB is
+  unmapped when freed) and the trim threshold at :data:`TRIM_THRESHOLD`: the freed pages stay in the heap
+  for the next micro-batch. The same update then takes ~2 page faults and 0.4 ms of kernel time. Peak RSS
+  is unchanged (the pages kept are the ones the step's peak needs anyway): ``bench/grpo_vs_trl.py`` 1m
+  413-416 MB, 5m 528-534 MB both ways, while rlvr's step read 0.461 / 0.547 of TRL's with it and 0.514 /
+  0.608 without (two interleaved rounds, 1m; 5m 0.567 vs 0.613; docs/benchmarks.md).
+- ``trim``: ``malloc_trim(0)`` between the micro-batches of a step (:func:`release_free_heap`). The next
+  micro-batch takes fresh pages rather than fragments, so the peak is one micro-batch's activations over
+  the baseline (measured on the 1m GRPO bench: ``VmHWM`` 485 -> 475 MB, ``bench/memory/peak_rss.py``), but
+  it re-faults every page: the quickstart's DPO step took 0.305-0.352 s with it and 0.254-0.275 s under
+  glibc's defaults (2026-12-02, idle host, 60-step runs from the same SFT checkpoint).
+- ``glibc``: leave glibc's defaults alone.
+
+Only on Linux with glibc and for CPU tensors; elsewhere every setting is ``glibc``. Nothing about the
+arithmetic changes (the allocator only places memory: gradients are bit for bit the same).
 """
 
 from __future__ import annotations
@@ -25,30 +32,67 @@ import ctypes
 import os
 import sys
 
-_trim = None
+from rlvr.errors import ConfigError
+
+MODES = ("keep", "trim", "glibc")
+MMAP_THRESHOLD = 32 << 20
+"""Bytes: larger allocations are mmapped (and unmapped when freed). 32 MB is glibc's own upper bound for its
+dynamic threshold (``DEFAULT_MMAP_THRESHOLD_MAX`` on 64-bit)."""
+TRIM_THRESHOLD = 512 << 20
+"""Bytes of free memory at the heap's top before glibc returns it to the OS."""
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameter numbers (malloc.h)
+
+_libc = None
 _loaded = False
+_kept = False
 
 
-def _malloc_trim():
-    global _trim, _loaded
+def mode() -> str:
+    """``RLVR_HEAP`` (default ``keep``); an unknown value is an error naming the variable."""
+    value = os.environ.get("RLVR_HEAP", "keep").strip().lower() or "keep"
+    if value not in MODES:
+        raise ConfigError(f"environment variable RLVR_HEAP={value!r}: expected one of {', '.join(MODES)}")
+    return value
+
+
+def _glibc():
+    global _libc, _loaded
     if not _loaded:
         _loaded = True
-        if sys.platform.startswith("linux") and os.environ.get("RLVR_MALLOC_TRIM", "0") == "1":
+        if sys.platform.startswith("linux"):
             try:
-                fn = ctypes.CDLL("libc.so.6").malloc_trim
-                fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-                _trim = fn
-            except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to call
-                _trim = None
-    return _trim
+                lib = ctypes.CDLL("libc.so.6")
+                lib.malloc_trim.argtypes, lib.malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+                lib.mallopt.argtypes, lib.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+                _libc = lib
+            except (OSError, AttributeError):  # not glibc (musl): nothing to call
+                _libc = None
+    return _libc
+
+
+def keep_freed_heap(device_type: str) -> bool:
+    """Under ``RLVR_HEAP=keep`` on the CPU with glibc, fix the mmap and trim thresholds (once per process;
+    see the module doc). Returns whether they are set in this process."""
+    global _kept
+    want = mode()  # a bad value fails when the stage opens, not mid-step
+    if _kept:
+        return True
+    if device_type != "cpu" or want != "keep":
+        return False
+    lib = _glibc()
+    if lib is None:
+        return False
+    _kept = bool(lib.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(lib.mallopt(_M_TRIM_THRESHOLD,
+                                                                                         TRIM_THRESHOLD))
+    return _kept
 
 
 def release_free_heap(device_type: str) -> bool:
-    """``malloc_trim(0)`` when training on the CPU under glibc with ``RLVR_MALLOC_TRIM=1``; returns whether it ran."""
-    if device_type != "cpu":
+    """``malloc_trim(0)`` when training on the CPU under glibc with ``RLVR_HEAP=trim``; returns whether it ran."""
+    if device_type != "cpu" or mode() != "trim":
         return False
-    fn = _malloc_trim()
-    if fn is None:
+    lib = _glibc()
+    if lib is None:
         return False
-    fn(0)
+    lib.malloc_trim(0)
     return True
