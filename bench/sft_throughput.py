@@ -10,7 +10,11 @@
 What is timed: ``rlvr.trainers.common.sft_step`` (packing on; on this data no two examples fit a row, so it is the bucketed step) followed by
 ``optimizer_step`` (clip + AdamW), i.e. one whole optimizer step of the SFT stage, on 64 demonstrations of
 the quickstart's SFT data (built-in add2/add3/mul31 worked solutions, 37-53 tokens), torch threads = 2.
-The first step is warm-up; the figure is the median of ``steps`` timed steps.
+The first step is warm-up; the figure is the median of ``steps`` timed steps. The model is the tiny one
+written to a folder and loaded the way an SFT stage loads a checkpoint (``load_model_and_tokenizer`` with
+``model.path``: rlvr's own Llama-family module, ``rlvr.models.native``), with the C heap set as a stage sets
+it (``rlvr.trainers.heap.keep_freed_heap``); ``--impl hf`` times transformers' class instead (what the
+quickstart's first stage trains, built in memory from ``model.tiny``).
 
 - ``tokens_per_s``: real tokens (prompt + completion, no padding) forwarded per second;
 - ``gflops``: achieved GFLOP/s = (6 · params · tokens + attention) / step time, where ``params`` counts every
@@ -21,7 +25,11 @@ The first step is warm-up; the figure is the median of ``steps`` timed steps.
 - ``bf16_peak_gflops``: the machine's bf16 GEMM rate measured here, the best of a few 2048³ bf16 matmuls on
   the same 2 threads (``2 · n³`` FLOPs each);
 - ``fraction_of_peak`` = gflops / bf16_peak_gflops; ``bf16_loss_rel_diff``: the step's loss under bf16
-  autocast vs float32 on the same batch and weights (the numerics check).
+  autocast vs float32 on the same batch and weights (the numerics check);
+- ``profile`` (what bounds the step): one more step under ``torch.profiler``, its ops' self time summed by kind
+  (:data:`KINDS`: the GEMMs, elementwise arithmetic, copies and casts, concatenation and indexing, the
+  optimizer, the rest) as fractions of the profiled step, and ``gemm_gflops``: the model FLOPs of the step
+  (``gflops``' numerator) over the GEMMs' time alone, i.e. the rate the matmuls themselves run at.
 """
 
 from __future__ import annotations
@@ -35,14 +43,30 @@ import time
 import torch
 
 from rlvr.config.data import BuiltinArithmetic
+from rlvr.config.model import ModelConfig
 from rlvr.data.order import data_order
 from rlvr.data.sources import load_task_source
+from rlvr.models.load import load_model_and_tokenizer
 from rlvr.models.tiny import build_tiny, num_params
 from rlvr.trainers.common import optimizer_step, sft_step
+from rlvr.trainers.heap import keep_freed_heap
 from rlvr.trainers.sft import tokenize_demos
 
 THREADS = 2
 BATCH = 64
+KINDS = {
+    "gemm": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::linear", "aten::matmul"),
+    "elementwise": ("aten::mul", "aten::mul_", "aten::add", "aten::add_", "aten::sub", "aten::div", "aten::pow",
+                    "aten::silu", "aten::silu_backward", "aten::rsqrt", "aten::neg", "aten::mean", "aten::sum",
+                    "aten::_softmax", "aten::_softmax_backward_data", "aten::_log_softmax",
+                    "aten::_log_softmax_backward_data", "aten::exp", "aten::where", "aten::fill_", "aten::zero_"),
+    "copy_cast": ("aten::copy_", "aten::_to_copy", "aten::clone", "aten::contiguous"),
+    "cat_index": ("aten::cat", "aten::index_select", "aten::index_copy_", "aten::index_add_", "aten::gather",
+                  "aten::scatter_add_", "aten::index", "aten::embedding_dense_backward", "aten::embedding"),
+    "optimizer": ("aten::lerp_", "aten::addcdiv_", "aten::addcmul_", "aten::sqrt", "aten::linalg_vector_norm",
+                  "aten::_foreach_mul_", "aten::_foreach_add_", "aten::_foreach_norm"),
+}
+"""The op kinds a profiled step's self time is summed by (anything else: ``other``)."""
 
 
 def gemm_peak_gflops(n: int = 2048, reps: int = 5, dtype=torch.bfloat16) -> float:
@@ -107,14 +131,42 @@ def bf16_rel_diff(model, examples) -> float:
     return abs(losses[1] - losses[0]) / abs(losses[0])
 
 
-def measure(sizes=("5m", "20m"), steps: int = 3, bf16: bool = True) -> dict:
+def stage_model(size: str, impl: str = "native"):
+    """The tiny model of ``size`` as an SFT stage trains it: written to a folder and loaded from ``model.path``
+    (``impl`` native: rlvr's module; hf: transformers' class), train mode, dropout off."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="bench_sft_") as tmp:
+        build_tiny(tmp, size=size, seed=0)
+        model, tok = load_model_and_tokenizer(ModelConfig(path=tmp, implementation=impl))
+    model.train()
+    return model, tok
+
+
+def step_profile(model, examples, bf16: bool, flops: float) -> dict:
+    """One more whole step under ``torch.profiler``: self time by op kind (:data:`KINDS`) as fractions of the
+    summed self time, and the rate of the GEMMs alone (``flops`` of the step over their time)."""
+    with torch.profiler.profile() as prof:
+        time_steps(model, examples, 1, bf16)  # a warm-up step and the step it times, both profiled
+    by = {k: 0.0 for k in (*KINDS, "other")}
+    for ev in prof.key_averages():
+        if ev.key.startswith("aten::") or ev.key.startswith("Optimizer"):
+            kind = next((k for k, names in KINDS.items() if ev.key in names), "other")
+            by[kind] += ev.self_cpu_time_total
+    total = sum(by.values()) or 1.0
+    return {"fractions": {k: v / total for k, v in by.items()},
+            "gemm_gflops": 2 * flops / (by["gemm"] / 1e6) / 1e9 if by["gemm"] else None}
+
+
+def measure(sizes=("5m", "20m"), steps: int = 3, bf16: bool = True, impl: str = "native",
+            profile: bool = True) -> dict:
     """``{size: {"params", "tokens_per_s", "gflops", "bf16_peak_gflops", "fraction_of_peak", ...}}``."""
     torch.set_num_threads(THREADS)
+    keep_freed_heap("cpu")  # as open_stage does for a CPU stage
     peak = gemm_peak_gflops()
     out = {}
     for size in sizes:
-        model, tok = build_tiny(size=size, seed=0)
-        model.train()
+        model, tok = stage_model(size, impl)
         examples = sft_examples(tok)
         sec, rows = time_steps(model, examples, steps, bf16)
         flops = step_flops(model, rows)
@@ -122,13 +174,25 @@ def measure(sizes=("5m", "20m"), steps: int = 3, bf16: bool = True) -> dict:
         gflops = flops / sec / 1e9
         out[size] = {"params": num_params(model), "tokens_per_s": tokens / sec, "gflops": gflops,
                      "bf16_peak_gflops": peak, "fraction_of_peak": gflops / peak, "step_s": sec,
-                     "tokens_per_step": tokens, "bf16": bf16,
+                     "tokens_per_step": tokens, "bf16": bf16, "implementation": type(model).__name__,
                      "bf16_loss_rel_diff": bf16_rel_diff(model, examples) if bf16 else None}
+        if profile:
+            prof = step_profile(model, examples, bf16, flops)
+            out[size]["profile"] = {**prof, "summary": profile_line(prof, peak)}
     out_peak = gemm_peak_gflops()  # again after: the machine is shared, report the better
     for r in out.values():
         r["bf16_peak_gflops"] = max(peak, out_peak)
         r["fraction_of_peak"] = r["gflops"] / r["bf16_peak_gflops"]
     return out
+
+
+def profile_line(prof: dict, peak: float) -> str:
+    """``GEMMs 26% (at 1570 GFLOP/s, 60% of peak), elementwise 31%, ...`` for a ``step_profile`` record."""
+    fr = prof["fractions"]
+    g = prof.get("gemm_gflops")
+    rate = f" (at {g:.0f} GFLOP/s, {g / peak:.0%} of the peak)" if g else ""
+    rest = ", ".join(f"{k.replace('_', '/')} {v:.0%}" for k, v in fr.items() if k != "gemm")
+    return f"profiled step: GEMMs {fr['gemm']:.0%}{rate}, {rest}"
 
 
 def packing_compare(size: str = "5m", steps: int = 3, bf16: bool = False, micro: int = 16,
@@ -153,6 +217,8 @@ def main(argv=None) -> int:
     ap.add_argument("--sizes", nargs="+", default=["5m", "20m"])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--fp32", action="store_true", help="no bf16 autocast")
+    ap.add_argument("--impl", choices=("native", "hf"), default="native",
+                    help="the module trained: rlvr's own (what a stage loads from a checkpoint) or transformers'")
     ap.add_argument("--packing-compare", action="store_true")
     ap.add_argument("--cpu-time", action="store_true", help="packing compare: CPU seconds on 1 thread")
     ap.add_argument("--json", default=None, help="also write the result here")
@@ -162,11 +228,12 @@ def main(argv=None) -> int:
         for s, r in res.items():
             print(f"{s}: packed {r['packed_s']:.3f}s  bucketed {r['bucketed_s']:.3f}s  ratio {r['ratio']:.2f}")
     else:
-        res = measure(tuple(a.sizes), a.steps, not a.fp32)
+        res = measure(tuple(a.sizes), a.steps, not a.fp32, a.impl)
         print(f"{'size':>5} {'params':>11} {'tokens/s':>9} {'GFLOP/s':>8} {'bf16 peak':>9} {'of peak':>7} {'step s':>7}")
         for s, r in res.items():
             print(f"{s:>5} {r['params']:>11,} {r['tokens_per_s']:>9.0f} {r['gflops']:>8.1f} "
                   f"{r['bf16_peak_gflops']:>9.1f} {r['fraction_of_peak']:>7.1%} {r['step_s']:>7.3f}")
+            print(f"      {r['profile']['summary']}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

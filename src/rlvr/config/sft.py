@@ -59,7 +59,9 @@ class SFTStage(Section):
     each example, positions restarting at each; same loss and gradient as unpacked). Off by default: on this
     CPU it measured no faster than bucketing (ragged 16-256-token rows, CPU time: 0.95-1.03x at 1m, 0.99x at
     5m, ``bench/sft_throughput.py --packing-compare --cpu-time``); where no two examples fit in the longest
-    (e.g. the built-in arithmetic) it is exactly the bucketed step."""
+    (e.g. the built-in arithmetic) it is exactly the bucketed step. A checkpoint loaded into rlvr's own module
+    (``model.implementation: auto`` on a Llama/Qwen2/Mistral folder) is never packed: its forward computes
+    only the real tokens of each row already."""
     save_every: int = Field(200, ge=0)
     """Write a checkpoint every N steps (0: only at the end)."""
     keep_last: int = Field(2, ge=0)

@@ -41,6 +41,7 @@ from rlvr.models.checkpoint import (
 )
 from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+from rlvr.models.native import is_native
 from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
@@ -216,9 +217,11 @@ def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_i
     packed (``data.packing.packed_batch``: positions restart at each example, ``attention_mask=None`` so
     the model masks attention to each example's own tokens); one with one example per row takes the
     padded path. Either way the loss sums the same tokens' NLL over the same denominator (the step's
-    loss-mask tokens), so packing changes neither the loss nor the gradient, only the padding computed."""
+    loss-mask tokens), so packing changes neither the loss nor the gradient, only the padding computed.
+    rlvr's own module (``rlvr.models.native``) is never packed: its forward drops the padding of the rows it
+    is given (the packed forward), so there is no padding left for packing to save."""
     total_tokens = sum(sum(examples[i][1]) for i in idx)
-    packing = packing and packing_supported(model)
+    packing = packing and not is_native(model) and packing_supported(model)
     cap = max((len(examples[i][0]) for i in idx), default=0)
 
     def forward(mb):

@@ -118,3 +118,20 @@ def test_a_model_that_attends_across_packed_examples_is_not_packed():
     assert abs(rec["train/loss"] - base["train/loss"]) < 1e-5
     for a, b in zip(g0, g1):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_native_module_is_padding_free_without_packing_or_warning(recwarn):
+    """rlvr's own module computes only real tokens (its forward is the packed forward): SFT does not pack rows
+    for it and does not warn that packing is off; the loss and gradient are the HF class's."""
+    from rlvr.models.native import from_hf
+
+    model, _ = _model()
+    native = from_hf(_model()[0])
+    ex = _examples(4)
+    rec = sft_step(native, ex, list(range(len(ex))), 64, True, 0, False, packing=True)
+    assert not [w for w in recwarn.list if "packed" in str(w.message)]
+    assert getattr(native, "_rlvr_packing_ok", None) is None  # no packing probe was run either
+    base, g0 = _step(model, ex, packing=False, micro=64)
+    assert abs(rec["train/loss"] - base["train/loss"]) < 1e-5
+    for a, b in zip(g0, [p.grad for p in native.parameters()]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
