@@ -38,6 +38,7 @@ import argparse
 import json
 import statistics
 import sys
+import tempfile
 import time
 
 import torch
@@ -134,8 +135,6 @@ def bf16_rel_diff(model, examples) -> float:
 def stage_model(size: str, impl: str = "native"):
     """The tiny model of ``size`` as an SFT stage trains it: written to a folder and loaded from ``model.path``
     (``impl`` native: rlvr's module; hf: transformers' class), train mode, dropout off."""
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="bench_sft_") as tmp:
         build_tiny(tmp, size=size, seed=0)
         model, tok = load_model_and_tokenizer(ModelConfig(path=tmp, implementation=impl))
