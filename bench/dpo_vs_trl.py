@@ -54,6 +54,7 @@ from pathlib import Path
 
 import _common  # noqa: F401  (sets threads + the OpenMP wait policy before torch loads)
 from _common import (
+    precision_name,
     driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
     fmt_row,
@@ -85,9 +86,10 @@ def parse_args(argv: list[str] | None = None):
                     help="TRL variants, comma-separated: trl_pre (precomputed reference, the fastest), "
                          "trl (reference forward each step), trl_pre_bf16 (trl_pre with DPOConfig bf16=True); "
                          "the target is against the faster of trl_pre and trl_pre_bf16")
-    ap.add_argument("--rlvr-bf16", action="store_true",
+    ap.add_argument("--rlvr-bf16", nargs="?", const="train", default=False, choices=("train", "auto"),
                     help="rlvr's training forwards (step and reference cache) under bf16 autocast "
-                         "(model.autocast_bf16: train)")
+                         "(model.autocast_bf16: train); `--rlvr-bf16 auto`: model.autocast_bf16: auto (bf16 where "
+                         "it pays: an AMX CPU and >= 1.5M parameters, else float32)")
     ap.add_argument("--rlvr-micro-tokens", default="auto",
                     help="rlvr's model.micro_tokens: auto (the CPU token budget), N tokens, or none")
     ap.add_argument("--rlvr-micro", type=int, default=None,
@@ -145,7 +147,7 @@ def rlvr_worker(baton, a, model_dir: str, pairs_path: str, work: str) -> dict:
     pref.paired_step = paired_step
     stage = rlvr_stage(a, pairs_path)
     pin_threads()
-    model_cfg = ModelConfig(path=model_dir, autocast_bf16="train" if a.rlvr_bf16 else False,
+    model_cfg = ModelConfig(path=model_dir, autocast_bf16=a.rlvr_bf16 or False,
                             micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")))
     pref.train_preference(stage, model_cfg, Path(work), seed=0)
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
@@ -153,7 +155,7 @@ def rlvr_worker(baton, a, model_dir: str, pairs_path: str, work: str) -> dict:
     own = [r["time/step"] - w for r, w in zip(recs, baton.waits)]  # its clock runs while it waits its turn
     return {"step": baton.steps()[:-1], "own_step": own[:-1], "rows_trained": rows[:-1],
             "loss": [r.get("train/loss") for r in recs][:-1], "interleaved": baton.interleaved,
-            "rss": peak_rss_mb(), "modules": heavy_modules()}
+            "rss": peak_rss_mb(), "modules": heavy_modules(), "train_bf16": model_cfg.train_bf16}
 
 
 # ---------------------------------------------------------------- TRL side
@@ -324,6 +326,7 @@ def bench(a, progress=None) -> dict:
             "step0_loss": {s: (res[s]["loss"] or [None])[0] for s in res},
             "rss_mb": {s: res[s]["rss"] for s in res}, "rss_ratio": rss_ratio,
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
+            "precision": {"rlvr": precision_name(a.rlvr_bf16 or False, res["rlvr"]["train_bf16"])},
             "target": 0.5, "met": ratio[head]["step"] <= 0.5, "per_step": res}
 
 
@@ -352,6 +355,7 @@ def report(a, out: dict) -> None:
         tgt = f"; target <= 0.5: {'MET' if r['step'] <= 0.5 else 'MISSED'}" if s == out["headline"] else ""
         print(f"ratio rlvr/{s}: {r['step']:.3f} (paired per-step median {r['paired_median']:.3f}){tgt}; "
               f"peak RSS ratio {out['rss_ratio'][s]:.2f} (target <= 0.7)")
+    print(f"precision: rlvr {out['precision']['rlvr']}")
     lc = out.get("loss_check")
     if lc:
         print(f"loss on {lc['pairs']} fixed pairs (reference != policy): rlvr {lc['rlvr_loss']:.7g}  "

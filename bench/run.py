@@ -81,9 +81,11 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-decode-threads", type=int, default=None,
                     help="grpo: rlvr's sampling.decode_threads (intra-op threads while generating; default: "
                          "rlvr's default, auto)")
-    ap.add_argument("--rlvr-bf16", action="store_true",
-                    help="rlvr's training forwards under bf16 autocast (model.autocast_bf16: train) in grpo and dpo; "
-                         "TRL then runs in both precisions (bf16=True and fp32) and is compared at its faster")
+    ap.add_argument("--rlvr-bf16", choices=("off", "train", "auto"), default="auto",
+                    help="rlvr's model.autocast_bf16 in grpo and dpo: auto (default: bf16 training forwards where "
+                         "they pay, an AMX CPU and >= 1.5M parameters; float32 otherwise), train (always), off "
+                         "(float32); unless off, TRL runs in both precisions (bf16=True and fp32) and is compared "
+                         "at its faster")
     ap.add_argument("--rlvr-bf16-decode", action="store_true",
                     help="with --rlvr-bf16, grpo: rlvr's generation in bf16 too (model.autocast_bf16: true)")
     ap.add_argument("--workers", type=int, default=2, help="verifier workers (both harnesses)")
@@ -97,6 +99,7 @@ def parse_args(argv: list[str] | None = None):
         ap.error(f"unknown section(s) {bad}: expected some of {', '.join(SECTIONS)}")
     a.sections = [s for s in (only or SECTIONS) if s not in skip]
     a.size_list = [s for s in a.sizes.split(",") if s]
+    a.rlvr_bf16 = False if a.rlvr_bf16 == "off" else a.rlvr_bf16
     if a.warmup >= a.steps:
         ap.error(f"--warmup {a.warmup} must be smaller than --steps {a.steps}")
     return a
@@ -145,7 +148,8 @@ def with_flat(per_size: dict) -> dict:
 
 
 def micro_args(a) -> list[str]:
-    return ((["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else []) + (["--rlvr-bf16"] if a.rlvr_bf16 else [])
+    return ((["--rlvr-micro", str(a.rlvr_micro)] if a.rlvr_micro else [])
+            + (["--rlvr-bf16", a.rlvr_bf16] if a.rlvr_bf16 else [])
             + (["--rlvr-micro-tokens", a.rlvr_micro_tokens] if a.rlvr_micro_tokens != "auto" else []))
 
 
@@ -155,7 +159,7 @@ def run_grpo(a, say) -> dict:
     per_size = {}
     for size in a.size_list:
         threads = ["--rlvr-decode-threads", str(a.rlvr_decode_threads)] if a.rlvr_decode_threads else []
-        threads += ["--rlvr-bf16-decode"] if a.rlvr_bf16 and a.rlvr_bf16_decode else []
+        threads += ["--rlvr-bf16-decode"] if a.rlvr_bf16 == "train" and a.rlvr_bf16_decode else []
         args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
                                        *micro_args(a), *threads])
         per_size[size] = guarded(lambda args=args: size_record(grpo_vs_trl.bench(args, say), "trl"))
@@ -293,7 +297,7 @@ def run(a) -> dict:
                  "config": {"sections": a.sections, "sizes": a.size_list, "steps": a.steps, "warmup": a.warmup,
                             "verifier_workers": a.workers, "rlvr_micro_batch": a.rlvr_micro,
                             "rlvr_micro_tokens": a.rlvr_micro_tokens,
-                            "rlvr_bf16": a.rlvr_bf16, "rlvr_bf16_decode": a.rlvr_bf16 and a.rlvr_bf16_decode,
+                            "rlvr_bf16": a.rlvr_bf16, "rlvr_bf16_decode": a.rlvr_bf16 == "train" and a.rlvr_bf16_decode,
                             "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
                             "reward correct+spread", "dpo": "32 pairs/step, beta 0.1, TRL precompute_ref_log_probs"}}
     console = Console(stderr=True)
@@ -351,10 +355,19 @@ def precision_line(res: dict) -> str:
                 chosen = "bf16" if rec["trl_side"].endswith("bf16") else "fp32"
             parts.append(f"{sec.upper()} {size}: TRL {chosen} (" + ", ".join(f"{k} {v:.3f} s" for k, v in tried.items())
                          + ")")
-    gen = ("GRPO's generation too (`model.autocast_bf16: true`: FastDecoder's projections in bf16)"
-           if (res.get("config") or {}).get("rlvr_bf16_decode") else "`model.autocast_bf16: train`, generation float32")
-    return (f"Precision: rlvr's training forwards under bf16 autocast ({gen}); TRL run with `bf16=True` and in float32, each in its own process interleaved with rlvr's, and "
-            "compared at its faster median step: " + "; ".join(parts) + ".")
+    cfg = res.get("config") or {}
+    if cfg.get("rlvr_bf16") == "auto":
+        ran = "; ".join(f"{sec.upper()} {size} {rec['precision']['rlvr']}" for sec in ("grpo", "dpo")
+                        for size, rec in (res.get(sec) or {}).items()
+                        if isinstance(rec, dict) and (rec.get("precision") or {}).get("rlvr"))
+        rlvr = ("rlvr with `model.autocast_bf16: auto` (bf16 training forwards on an AMX CPU from 1.5M parameters, "
+                f"generation float32): {ran}")
+    else:
+        gen = ("GRPO's generation too (`model.autocast_bf16: true`: FastDecoder's projections in bf16)"
+               if cfg.get("rlvr_bf16_decode") else "`model.autocast_bf16: train`, generation float32")
+        rlvr = f"rlvr's training forwards under bf16 autocast ({gen})"
+    return (f"Precision: {rlvr}; TRL run with `bf16=True` and in float32, each in its own process interleaved with "
+            "rlvr's, and compared at its faster median step: " + "; ".join(parts) + ".")
 
 
 def markdown(res: dict) -> str:

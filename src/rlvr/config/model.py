@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import PrivateAttr, Field, field_validator, model_validator
 
 from rlvr.config.base import Section
 
@@ -54,7 +54,7 @@ class ModelConfig(Section):
     """Dtype of the loaded weights. Trained weights are always float32 (master weights), so bfloat16/float16
     needs ``lora`` (a frozen low-precision base, fp32 adapters); for full fine-tuning in bf16 use float32
     with ``autocast_bf16``."""
-    autocast_bf16: bool | Literal["train"] = False
+    autocast_bf16: bool | Literal["train", "auto"] = False
     """Run forward passes under bf16 autocast: bf16 compute, fp32 weights (the usual choice on GPUs).
     ``train``: only the training forwards (the update, reference / old logprobs, the preference step and
     its reference cache, SFT) run under bf16 autocast; generation stays float32. ``true``: generation too
@@ -62,7 +62,10 @@ class ModelConfig(Section):
     KV cache and attention in float32, as autocast does). On a CPU with bf16 units (avx512_bf16) the
     packed training forward's GEMMs run ~2x faster: the GRPO update and the DPO step took 0.64-0.68x
     their float32 CPU time on the 1m and 5m tiny models (docs/packed_forward.md); bf16 generation took
-    0.72x the float32 decode's time at 5m and 0.57x at 20m, but 1.08x at 1m (too small to gain)."""
+    0.72x the float32 decode's time at 5m and 0.57x at 20m, but 1.08x at 1m (too small to gain).
+    ``auto``: ``train`` where it pays, decided when the model is loaded (:func:`auto_bf16`): on a CPU with
+    AMX bf16 tiles and a model of at least :data:`AUTO_BF16_PARAMS` parameters; float32 otherwise (GPUs
+    included: set ``true`` there)."""
     implementation: Literal["auto", "native", "hf"] = "auto"
     """Which class holds a checkpoint loaded from ``path``: ``native``, rlvr's own Llama-family module
     (``rlvr.models.native``: HF's parameter names and files, ~95 MB less resident per process than importing
@@ -98,9 +101,21 @@ class ModelConfig(Section):
             raise ValueError(f"micro_tokens must be >= 1, 'auto' or null; got {v}")
         return v
 
+    _auto_bf16: bool | None = PrivateAttr(default=None)
+
+    def resolve_precision(self, model) -> None:
+        """Decide ``autocast_bf16: auto`` for ``model`` (called when a stage loads it; :func:`auto_bf16`)."""
+        if self.autocast_bf16 == "auto":
+            self._auto_bf16 = auto_bf16(model)
+
     @property
     def train_bf16(self) -> bool:
-        """Training forwards under bf16 autocast (``autocast_bf16``: true or ``train``)."""
+        """Training forwards under bf16 autocast (``autocast_bf16``: true, ``train``, or ``auto`` where it pays)."""
+        if self.autocast_bf16 == "auto":
+            if self._auto_bf16 is None:
+                raise RuntimeError("model.autocast_bf16: auto is decided when the model is loaded "
+                                   "(ModelConfig.resolve_precision)")
+            return self._auto_bf16
         return bool(self.autocast_bf16)
 
     @property
@@ -117,3 +132,31 @@ class ModelConfig(Section):
                 "10 steps move ~2% of a tiny model's weights). Use `dtype: float32` with `autocast_bf16: "
                 "true` (fp32 weights, bf16 compute), or add `lora:` (a frozen bf16 base, fp32 adapters)")
         return self
+
+
+AUTO_BF16_PARAMS = 1_500_000
+"""``autocast_bf16: auto`` turns bf16 training forwards on from this many parameters (on a CPU with AMX).
+Measured on the 2-core AMX host (``/work/runs/prof15/grpo_parts.py``-style GRPO steps, 8 prompts x 8, 32 new
+tokens, 2026-12-04): 1m tiny model (0.87M) no gain (0.57 vs 0.54 of TRL's step in session 15), 2m (1.9M)
+0.29-0.30 s vs 0.32-0.33 s a step, 5m (4.8M) 0.48 vs 0.61-0.65 s."""
+
+
+def cpu_has_amx_bf16() -> bool:
+    """The CPU has AMX bf16 tiles (Linux ``/proc/cpuinfo`` flag ``amx_bf16``; False where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "amx_bf16" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+def auto_bf16(model) -> bool:
+    """``autocast_bf16: auto``'s decision: bf16 training forwards when ``model`` is on a CPU with AMX bf16
+    tiles and has at least :data:`AUTO_BF16_PARAMS` parameters."""
+    p = next(model.parameters(), None)
+    if p is None or p.device.type != "cpu" or not cpu_has_amx_bf16():
+        return False
+    return sum(q.numel() for q in model.parameters()) >= AUTO_BF16_PARAMS

@@ -40,6 +40,7 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
     if not cfg.train_dropout:
         disable_dropout(model)
     model.rlvr_micro_tokens = cfg.micro_tokens  # read by rlvr.data.collate.micro_token_budget
+    cfg.resolve_precision(model)  # autocast_bf16: auto
     return model, tok
 
 

@@ -14,6 +14,7 @@ import torch
 
 from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
 from rlvr.models import packed_forward
+from rlvr.models.packed_fused import reuse_weights
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -135,7 +136,8 @@ def cached_sequence_logprobs(model, rows, pad_id: int, micro: int, bf16: bool = 
     out = torch.zeros(len(rows))
     plan = plan_micro_batches([len(r[0]) for r in rows], micro, split_overhead(model, packed_forward.supports(model)),
                               micro_token_budget(model))
-    for idx in plan:
-        lp, _ = sequence_logprobs(model, [rows[i] for i in idx], pad_id, bf16)
-        out[idx] = lp.float().cpu()
+    with reuse_weights():
+        for idx in plan:
+            lp, _ = sequence_logprobs(model, [rows[i] for i in idx], pad_id, bf16)
+            out[idx] = lp.float().cpu()
     return out

@@ -168,15 +168,14 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
         D = att.head_dim
         Hq, Hkv = att.q_proj.out_features // D, att.k_proj.out_features // D
         ln = layer.input_layernorm
-        w = torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight])
+        w = (att.q_proj.weight, att.k_proj.weight, att.v_proj.weight)
         b = _cat_bias(att.q_proj, att.k_proj, att.v_proj)
         if COMPLEX_ROPE and h.dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(h.device.type):
             # RoPE as one complex multiply: q/k rows permuted per head to (j, j + D/2) pairs (scores q·k
             # do not change when q and k are permuted alike), rotated in place in the matmul's output
-            perm = _pair_permutation(Hq + Hkv, Hkv, D, w.device)
-            w = w.index_select(0, perm)
+            perm = _pair_permutation(Hq + Hkv, Hkv, D, w[0].device)
             b = None if b is None else b.index_select(0, perm)
-            heads = _norm_proj(h, ln, w, b).view(N, Hq + 2 * Hkv, D)
+            heads = _norm_proj(h, ln, w, b, perm).view(N, Hq + 2 * Hkv, D)
             if cis is None:
                 cis = torch.complex(cos[..., :D // 2], sin[..., :D // 2])  # [N, 1, D/2]
             qk = torch.view_as_complex(heads[:, :Hq + Hkv].unflatten(-1, (D // 2, 2)))
@@ -197,17 +196,20 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
         o = o.transpose(0, 1).reshape(N, Hq * D)
         h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
         ln = layer.post_attention_layernorm
-        gu = _norm_proj(h, ln, torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]), _cat_bias(mlp.gate_proj, mlp.up_proj))
+        gu = _norm_proj(h, ln, (mlp.gate_proj.weight, mlp.up_proj.weight), _cat_bias(mlp.gate_proj, mlp.up_proj))
         h = h + (swiglu_linear(gu, mlp.down_proj.weight, mlp.down_proj.bias) if FUSED
                  else F.linear(swiglu(gu), mlp.down_proj.weight, mlp.down_proj.bias))
     return _rms(h, inner.norm.weight, inner.norm.variance_epsilon)
 
 
-def _norm_proj(h: torch.Tensor, ln, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """``linear(RMSNorm(h), w, b)`` (fused: saves only ``h``, see :data:`FUSED`)."""
+def _norm_proj(h: torch.Tensor, ln, w: tuple[torch.Tensor, ...], b: torch.Tensor | None,
+               perm: torch.Tensor | None = None) -> torch.Tensor:
+    """``linear(RMSNorm(h), cat(w)[perm], b)`` (fused: saves only ``h`` and builds the stacked weight once a
+    step, see :data:`FUSED` and :func:`rlvr.models.packed_fused.reuse_weights`)."""
     if FUSED:
-        return norm_linear(h, ln.weight, ln.variance_epsilon, w, b)
-    return F.linear(_rms(h, ln.weight, ln.variance_epsilon), w, b)
+        return norm_linear(h, ln.weight, ln.variance_epsilon, w, b, perm)
+    W = torch.cat(w)
+    return F.linear(_rms(h, ln.weight, ln.variance_epsilon), W if perm is None else W.index_select(0, perm), b)
 
 
 FUSED = True
@@ -219,11 +221,19 @@ the unfused graph's bit for bit (``tests/unit/models/test_packed_fused.py``); ``
 
 def _pair_permutation(Hqk: int, Hkv: int, D: int, device) -> torch.Tensor:
     """Rows of the fused q/k/v weight reordered so that each q and k head's half-split RoPE layout
-    ``(j, j + D/2)`` becomes adjacent pairs ``(2j, 2j + 1)``; v's rows unchanged."""
-    half = torch.arange(D // 2, device=device)
-    one = torch.stack([half, half + D // 2], -1).reshape(-1)
-    qk = (one[None, :] + D * torch.arange(Hqk, device=device)[:, None]).reshape(-1)
-    return torch.cat([qk, torch.arange(Hqk * D, (Hqk + Hkv) * D, device=device)])
+    ``(j, j + D/2)`` becomes adjacent pairs ``(2j, 2j + 1)``; v's rows unchanged. One tensor per shape and
+    device (its identity keys the stacked weight :func:`~rlvr.models.packed_fused.fused_weight` keeps)."""
+    key = (Hqk, Hkv, D, str(device))
+    perm = _PERMS.get(key)
+    if perm is None:
+        half = torch.arange(D // 2, device=device)
+        one = torch.stack([half, half + D // 2], -1).reshape(-1)
+        qk = (one[None, :] + D * torch.arange(Hqk, device=device)[:, None]).reshape(-1)
+        perm = _PERMS[key] = torch.cat([qk, torch.arange(Hqk * D, (Hqk + Hkv) * D, device=device)])
+    return perm
+
+
+_PERMS: dict[tuple, torch.Tensor] = {}
 
 
 def _cat_bias(*mods) -> torch.Tensor | None:

@@ -17,6 +17,8 @@ are the plain expression's bit for bit, alone and inside the whole packed forwar
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 
@@ -45,46 +47,110 @@ def _project(x, W, b, cast):
         return F.linear(_cast(x, cast), _cast(W, cast), _cast(b, cast))
 
 
-def _project_backward(ctx, dout, x, W, b):
+def _project_backward(ctx, dout, x, W, b, w_dtype):
     """``(dx, dW, db)`` of :func:`_project`: autograd's ``mm`` formulas on the cast operands, the gradients
-    cast back to the operands' dtypes (None where not needed)."""
+    cast back to the operands' dtypes (``dW`` to ``w_dtype``, the weights' own; None where not needed)."""
     cast, (need_x, need_W, need_b) = ctx.cast, ctx.needs
     xc, Wc = _cast(x, cast), _cast(W, cast)
     with torch.autocast(x.device.type, enabled=False):
         dx = dout.mm(Wc).to(x.dtype) if need_x else None                   # MmBackward: self
-        dW = dout.t().mm(xc).to(W.dtype) if need_W else None               # MmBackward: mat2 (= Wᵀ)
+        dW = dout.t().mm(xc).to(w_dtype) if need_W else None               # MmBackward: mat2 (= Wᵀ)
         db = dout.sum(0).to(b.dtype) if b is not None and need_b else None
     return dx, dW, db
 
 
+# ------------------------------------------------------------------ the GEMM's weight, built once per step
+
+_REUSE = [0]
+_BUILT: dict = {}
+
+
+@contextlib.contextmanager
+def reuse_weights():
+    """Inside: the weight a fused projection multiplies by (``torch.cat`` of q/k/v or gate/up, RoPE-permuted,
+    cast to the autocast dtype: a copy of the weights) is built once and reused by every forward and backward
+    of the block's micro-batches, while the weights it is built from are unchanged (their version counters and
+    storage; any in-place update, an optimizer step included, makes the next call rebuild it). On the CPU only
+    (on a GPU it would keep a second copy of the weights for the block's length). Outside, and on leaving, the
+    copies are dropped. The trainers open it around a step's micro-batch loop (``trainers.common.accumulate``)
+    and the no-grad reference / old-logprob passes."""
+    _REUSE[0] += 1
+    try:
+        yield
+    finally:
+        _REUSE[0] -= 1
+        if not _REUSE[0]:
+            _BUILT.clear()
+
+
+def fused_weight(Ws: tuple[torch.Tensor, ...], perm: torch.Tensor | None, dtype) -> torch.Tensor:
+    """``cat(Ws)[perm]`` in ``dtype`` (None: the weights' own), no grad: the matrix the projection multiplies by
+    (a single weight in its own dtype is returned as is). Kept across calls inside :func:`reuse_weights`."""
+    W0 = Ws[0]
+    dtype = dtype or W0.dtype
+    if len(Ws) == 1 and perm is None and dtype == W0.dtype:
+        return W0.detach()
+    stamp = tuple((W._version, W.data_ptr()) for W in Ws)
+    key = (tuple(id(W) for W in Ws), None if perm is None else id(perm), dtype)
+    keep = _REUSE[0] and W0.device.type == "cpu"
+    if keep:
+        hit = _BUILT.get(key)
+        if hit is not None and hit[0] == stamp and all(a is b for a, b in zip(hit[1], Ws)):
+            return hit[2]
+    with torch.no_grad():
+        m = torch.cat(Ws) if len(Ws) > 1 else W0
+        if perm is not None:
+            m = m.index_select(0, perm)
+        m = m.to(dtype)
+        if m is W0:
+            m = m.detach()
+    if keep:
+        _BUILT[key] = (stamp, Ws, m)  # the weights themselves held: their ids cannot be reused meanwhile
+    return m
+
+
+def _split_grad(ctx, dmat: torch.Tensor | None):
+    """The gradient of each weight from the gradient of the matrix :func:`fused_weight` built from them (as
+    autograd's ``IndexSelectBackward`` and ``CatBackward`` would give it)."""
+    if dmat is None:
+        return (None,) * len(ctx.sizes)
+    if ctx.perm is not None:
+        dmat = dmat.new_zeros(dmat.shape).index_add_(0, ctx.perm, dmat)
+    return dmat.split(ctx.sizes) if len(ctx.sizes) > 1 else (dmat,)
+
+
 class NormLinear(torch.autograd.Function):
-    """``linear(rms(h, w, eps), W, b)`` for a 2-D ``h``; saves ``h``, ``r = rsqrt(mean(h²) + eps)`` ``[N, 1]`` and
-    the weights (not the normalised ``h`` nor the projection's input).
+    """``linear(rms(h, w, eps), cat(Ws)[perm], b)`` for a 2-D ``h``, the weights ``Ws`` stacked along their
+    output dim (one weight, or q/k/v, gate/up) and their rows reordered by ``perm`` (None: not reordered);
+    ``mat`` is that matrix, already built (:func:`fused_weight`). Saves ``h``, ``r = rsqrt(mean(h²) + eps)``
+    ``[N, 1]``, ``w`` and ``mat`` (not the normalised ``h`` nor the projection's input).
 
     ``h`` is passed twice (``apply(h, h, ...)``): the backward returns RMSNorm's two gradient contributions
     to it separately, as autograd's ``MulBackward`` (``y = h · r``: ``dy · r``) and ``PowBackward`` (through
     ``r``) produce them, each computed with autograd's own formulas, so autograd adds them to ``h``'s other
     gradients (the residual's) in the order and association the unfused graph does: the gradient is the
-    unfused graph's bit for bit."""
+    unfused graph's bit for bit. The weights' gradients are the matrix's, un-permuted and split as autograd's
+    ``IndexSelectBackward`` and ``CatBackward`` give them."""
 
     @staticmethod
-    def forward(ctx, h, h_again, w, W, b, eps: float):
+    def forward(ctx, h, h_again, w, b, eps: float, mat, perm, *Ws):
         hf = h.float()
         r = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
         x = w * (hf * r).to(h.dtype)
         ctx.cast, ctx.has_b = _autocast_dtype(h), b is not None
         need = ctx.needs_input_grad
-        ctx.needs = (need[0] or need[1] or need[2], need[3], need[4])
-        ctx.save_for_backward(h, r, w, W, b if b is not None else W.new_empty(0))
-        return _project(x, W, b, ctx.cast)
+        ctx.needs = (need[0] or need[1] or need[2], any(need[7:]), need[3])
+        ctx.perm, ctx.sizes, ctx.w_dtype = perm, [W.shape[0] for W in Ws], Ws[0].dtype
+        ctx.save_for_backward(h, r, w, mat, b if b is not None else mat.new_empty(0))
+        return _project(x, mat, b, ctx.cast)
 
     @staticmethod
     def backward(ctx, dout):
-        h, r, w, W, b = ctx.saved_tensors
+        h, r, w, mat, b = ctx.saved_tensors
         b = b if ctx.has_b else None
         hf = h.float()
         y = (hf * r).to(h.dtype)
-        dx, dW, db = _project_backward(ctx, dout, w * y, W, b)
+        dx, dmat, db = _project_backward(ctx, dout, w * y, mat, b, ctx.w_dtype)
         dh_mul = dh_pow = dw = None
         if dx is not None:
             need = ctx.needs_input_grad
@@ -97,37 +163,41 @@ class NormLinear(torch.autograd.Function):
             dpow = dmean.expand(hf.shape) / hf.shape[-1]                 # MeanBackward
             dh_pow = dpow * (2 * hf.pow(1))                              # PowBackward
             dh_mul, dh_pow = dh_mul.to(h.dtype), dh_pow.to(h.dtype)
-        return dh_mul, dh_pow, dw, dW, db, None
+        return (dh_mul, dh_pow, dw, db, None, None, None, *_split_grad(ctx, dmat))
 
 
 class SwiGLULinear(torch.autograd.Function):
-    """``linear(silu(g) * u, W, b)`` for a 2-D ``gu = [g | u]``; saves ``gu`` (not the product) and the weights.
-    Backward: the projection's ``mm`` formulas, then SwiGLU's as :class:`~rlvr.models.packed_attention.SwiGLU`
-    (``MulBackward``, ``silu_backward``)."""
+    """``linear(silu(g) * u, W, b)`` for a 2-D ``gu = [g | u]``, ``mat`` = W in the compute dtype
+    (:func:`fused_weight`); saves ``gu`` (not the product) and ``mat``. Backward: the projection's ``mm``
+    formulas, then SwiGLU's as :class:`~rlvr.models.packed_attention.SwiGLU` (``MulBackward``,
+    ``silu_backward``)."""
 
     @staticmethod
-    def forward(ctx, gu, W, b):
-        ctx.cast, ctx.has_b = _autocast_dtype(gu), b is not None
+    def forward(ctx, gu, W, b, mat):
+        ctx.cast, ctx.has_b, ctx.w_dtype = _autocast_dtype(gu), b is not None, W.dtype
         ctx.needs = ctx.needs_input_grad[:3]
-        ctx.save_for_backward(gu, W, b if b is not None else W.new_empty(0))
-        return _project(silu_mul(gu), W, b, ctx.cast)
+        ctx.save_for_backward(gu, mat, b if b is not None else mat.new_empty(0))
+        return _project(silu_mul(gu), mat, b, ctx.cast)
 
     @staticmethod
     def backward(ctx, dout):
-        gu, W, b = ctx.saved_tensors
+        gu, mat, b = ctx.saved_tensors
         b = b if ctx.has_b else None
         g, u = gu.chunk(2, dim=-1)
         sg = F.silu(g)
-        ds, dW, db = _project_backward(ctx, dout, sg * u, W, b)
-        return (None if ds is None else swiglu_backward(ds, gu, sg)), dW, db
+        ds, dW, db = _project_backward(ctx, dout, sg * u, mat, b, ctx.w_dtype)
+        return (None if ds is None else swiglu_backward(ds, gu, sg)), dW, db, None
 
 
-def norm_linear(h: torch.Tensor, w: torch.Tensor, eps: float, W: torch.Tensor, b: torch.Tensor | None = None):
-    """``linear(rms(h, w, eps), W, b)`` for a 2-D ``h``, saving ``h`` (not the normalised ``h``, not the
-    projection's input)."""
-    return NormLinear.apply(h, h, w, W, b, eps)
+def norm_linear(h: torch.Tensor, w: torch.Tensor, eps: float, W, b: torch.Tensor | None = None,
+                perm: torch.Tensor | None = None):
+    """``linear(rms(h, w, eps), cat(W)[perm], b)`` for a 2-D ``h`` (``W``: a weight or a tuple of weights
+    stacked along their output dim; ``b``: the stacked, reordered bias), saving ``h`` (not the normalised
+    ``h``, not the projection's input)."""
+    Ws = (W,) if isinstance(W, torch.Tensor) else tuple(W)
+    return NormLinear.apply(h, h, w, b, eps, fused_weight(Ws, perm, _autocast_dtype(h)), perm, *Ws)
 
 
 def swiglu_linear(gu: torch.Tensor, W: torch.Tensor, b: torch.Tensor | None = None):
     """``linear(silu(g) * u, W, b)`` for a 2-D ``gu = [g | u]``, saving ``gu`` (not the product)."""
-    return SwiGLULinear.apply(gu, W, b)
+    return SwiGLULinear.apply(gu, W, b, fused_weight((W,), None, _autocast_dtype(gu)))

@@ -42,6 +42,7 @@ from rlvr.models.checkpoint import (
 from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
 from rlvr.models.native import is_native
+from rlvr.models.packed_fused import reuse_weights
 from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
@@ -143,6 +144,11 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     rest are row-weighted means. ``train/loss`` is the sum of the micro-batch losses. On the CPU the heap's
     free pages go back to the OS between micro-batches (:func:`rlvr.trainers.heap.release_free_heap`).
     """
+    with reuse_weights():  # the stacked / cast weights built once for all the micro-batches
+        return _accumulate(micros, forward, total_rows)
+
+
+def _accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     agg: dict[str, float] = {}
     total = 0.0
     for i, rows in enumerate(micros):

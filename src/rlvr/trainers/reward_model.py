@@ -108,6 +108,7 @@ def build_reward_model(model_cfg: ModelConfig, init_path: str | None, seed: int,
     share the policy's tokenizer: the RM scores the policy's token ids) and a fresh seeded head."""
     plain = model_cfg.model_copy(update={"lora": None})
     policy, tok = load_model_and_tokenizer(plain, init_path)
+    model_cfg.resolve_precision(policy)  # autocast_bf16: auto (decided on the copy's load)
     source = policy
     if backbone is not None:
         source, btok = load_model_and_tokenizer(plain, backbone)

@@ -44,6 +44,7 @@ from rlvr.losses.mismatch import mismatch_weights
 from rlvr.models import packed_forward
 from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
+from rlvr.models.packed_fused import reuse_weights
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
 from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
@@ -213,12 +214,13 @@ def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, 
     out: list = [None] * len(batch)
     if micros is None:
         micros = update_micro_batches(model, batch, list(range(len(batch))), micro)
-    for rows in micros:
-        ids, att, lm = pad_batch([batch.input_ids[i] for i in rows], pad_id, [batch.loss_mask[i] for i in rows],
-                                 left=False, device=model.device)
-        lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16, wanted=lm)
-        for k, i in enumerate(rows):
-            out[i] = lp[k, : len(batch.input_ids[i])].tolist()
+    with reuse_weights():
+        for rows in micros:
+            ids, att, lm = pad_batch([batch.input_ids[i] for i in rows], pad_id, [batch.loss_mask[i] for i in rows],
+                                     left=False, device=model.device)
+            lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16, wanted=lm)
+            for k, i in enumerate(rows):
+                out[i] = lp[k, : len(batch.input_ids[i])].tolist()
     return out
 
 

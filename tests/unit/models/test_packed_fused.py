@@ -2,6 +2,8 @@
 expressions: the same output and gradients bit for bit, in float32 and under bf16 autocast, with fewer saved
 tensors; and the whole packed forward's GRPO gradient with and without the fusions, bit for bit."""
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -147,3 +149,63 @@ def test_the_grpo_update_gradient_is_the_unfused_graphs_bit_for_bit(monkeypatch,
     for a, b in zip(out[True][0], out[False][0]):
         assert torch.equal(a, b), f"max |diff| {float((a - b).abs().max()):.3g}"
     assert out[True][1] < (0.9 if bf16 else 0.8) * out[False][1], (out[True][1], out[False][1])
+
+
+def test_the_stacked_weight_is_built_once_a_block_and_rebuilt_after_any_update():
+    """Inside ``reuse_weights`` the q/k/v stack (RoPE-permuted) and its bf16 copy are built once and handed out
+    again while the weights are unchanged; an in-place update of any of them (an optimizer step) or new storage
+    makes the next call rebuild it with the new values; outside the block every call builds afresh."""
+    from rlvr.models import packed_fused as pfu
+    g = torch.Generator().manual_seed(0)
+    Ws = tuple(torch.randn(8, 4, generator=g).requires_grad_() for _ in range(3))
+    perm = pf._pair_permutation(2, 1, 4, "cpu")
+    assert perm is pf._pair_permutation(2, 1, 4, "cpu")
+    assert pfu.fused_weight(Ws, perm, None) is not pfu.fused_weight(Ws, perm, None)
+    with pfu.reuse_weights():
+        for dtype in (None, torch.bfloat16):
+            a = pfu.fused_weight(Ws, perm, dtype)
+            assert a is pfu.fused_weight(Ws, perm, dtype) and not a.requires_grad
+            assert torch.equal(a, torch.cat(Ws).index_select(0, perm).to(dtype or torch.float32))
+        with torch.no_grad():
+            Ws[1].add_(1.0)                                   # an optimizer's in-place step
+        b = pfu.fused_weight(Ws, perm, None)
+        assert b is not a and torch.equal(b, torch.cat(Ws).index_select(0, perm))
+        Ws[2].data = torch.zeros(8, 4)                        # new storage (version unchanged)
+        c = pfu.fused_weight(Ws, perm, None)
+        assert torch.equal(c, torch.cat(Ws).index_select(0, perm))
+    assert not pfu._BUILT
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_micro_batches_sharing_the_built_weights_give_the_same_gradient_and_see_each_step(bf16):
+    """Two micro-batches accumulated inside ``reuse_weights`` leave the gradient they leave one by one outside
+    it, bit for bit; an optimizer step inside the block is seen by the next forward."""
+    from rlvr.models.logprobs import token_logprobs
+    from rlvr.models.packed_fused import reuse_weights
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(3, 100, (6, 9), generator=g)
+    att = torch.ones_like(ids)
+    att[1, :3] = 0
+    w = torch.randn(6, 9, generator=g)
+
+    def loss(model, rows):
+        lp, _ = token_logprobs(model, ids[rows], att[rows], 0.9, bf16=bf16)
+        return (lp * w[rows]).sum()
+
+    grads = []
+    for block in (True, False):
+        model = build_tiny(size="test", seed=0)[0]
+        with reuse_weights() if block else contextlib.nullcontext():
+            for rows in ([0, 1, 2], [3, 4, 5]):
+                loss(model, rows).backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for a, b in zip(*grads):
+        assert torch.equal(a, b), f"max |diff| {float((a - b).abs().max()):.3g}"
+    model = build_tiny(size="test", seed=0)[0]
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    with reuse_weights():
+        before = float(loss(model, [0, 1]).detach())
+        loss(model, [0, 1]).backward()
+        opt.step()
+        inside = float(loss(model, [0, 1]).detach())
+    assert inside != before and inside == float(loss(model, [0, 1]).detach())

@@ -121,3 +121,37 @@ def test_dpo_first_loss_is_log_two_in_bf16_as_in_float32(tiny_dir, tmp_path):
         losses[bf16] = preference.paired_step(model, data, list(range(6)), stage, tok.pad_token_id, bf16)["train/loss"]
     assert losses[True] == pytest.approx(math.log(2), abs=1e-6), losses
     assert losses[False] == pytest.approx(math.log(2), abs=1e-6), losses
+
+
+@pytest.mark.parametrize("amx,threshold,want", [(True, 1, True), (False, 1, False), (True, 10 ** 12, False)],
+                         ids=["amx-large", "no-amx", "amx-small"])
+def test_auto_trains_in_bf16_on_an_amx_cpu_from_the_size_threshold(tiny_dir, tmp_path, monkeypatch, amx, threshold, want):
+    """``autocast_bf16: auto`` is decided when the stage loads its model: bf16 training forwards (generation in
+    float32) on a CPU with AMX bf16 tiles and a model of at least AUTO_BF16_PARAMS parameters, float32
+    otherwise; every training forward of the stage follows the decision. Read before a model is loaded, it
+    refuses to guess."""
+    import rlvr.config.model as cm
+    monkeypatch.setattr(cm, "cpu_has_amx_bf16", lambda: amx)
+    monkeypatch.setattr(cm, "AUTO_BF16_PARAMS", threshold)
+    with pytest.raises(RuntimeError, match="decided when the model is loaded"):
+        ModelConfig(path=tiny_dir, autocast_bf16="auto").train_bf16
+    seen = {"engine": [], "forward": []}
+    inner_engine, inner_lp = rl.LOCAL.engine, rl.token_logprobs
+
+    def engine(model, tok, bf16=False):
+        seen["engine"].append(bf16)
+        return inner_engine(model, tok, bf16=bf16)
+
+    def token_logprobs(*args, **kw):
+        seen["forward"].append(kw.get("bf16"))
+        return inner_lp(*args, **kw)
+    monkeypatch.setattr(rl.LOCAL, "engine", engine)
+    monkeypatch.setattr(rl, "token_logprobs", token_logprobs)
+    st = RLStage(sampling=SamplingConfig(group_size=4, max_new_tokens=8), micro_batch_size=3,
+                 kl=KLConfig(beta=0.1), max_steps=1, tasks_per_step=4, save_every=0,
+                 data=BuiltinArithmetic(families=["add2"], n=16))
+    cfg = ModelConfig(path=tiny_dir, autocast_bf16="auto")
+    rl.train_rl(st, cfg, tmp_path, judge=parity_judge)
+    assert (cfg.train_bf16, cfg.decode_bf16) == (want, False)
+    assert seen["engine"] == [False]
+    assert seen["forward"] and all(b is want for b in seen["forward"]), seen["forward"]
