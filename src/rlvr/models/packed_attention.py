@@ -91,6 +91,24 @@ def _attention_grads(q, k, v, do, scale: float):
     return dq.to(q0.dtype), dk.to(k0.dtype), dv.to(v0.dtype)
 
 
+def _attention_grads_into(q, k, v, do, scale: float, dtype) -> torch.Tensor:
+    """:func:`_attention_grads` written into one ``[3H, B·L, D]`` tensor (dq, dk, dv stacked as ``SplitBackward``
+    stacks them), in ``dtype``: the same values, without the concatenation."""
+    q, k, v = _wide(q), _wide(k), _wide(v)
+    G, L, D = q.shape
+    out = q.new_empty(3 * G, L, D)
+    dq, dk, dv = out.split(G)
+    with torch.autocast(q.device.type, enabled=False):
+        p = _probs(q, k, scale)
+        do = do.to(q.dtype)
+        torch.bmm(p.transpose(1, 2), do, out=dv)                  # BmmBackward: mat2
+        dp = do.bmm(v.transpose(1, 2))                           # BmmBackward: self
+        ds = torch._softmax_backward_data(dp, p, -1, p.dtype)     # SoftmaxBackward
+        torch.bmm(ds, k, out=dq).mul_(scale)                     # BaddbmmBackward: batch1
+        dk.copy_(q.transpose(1, 2).bmm(ds).mul_(scale).transpose(1, 2))  # BaddbmmBackward: batch2 = kᵀ
+    return out.to(dtype)
+
+
 def _packed_view(heads: torch.Tensor, slot_tok: torch.Tensor | None, slot_view: torch.Tensor, size: int):
     return _scatter(heads if slot_tok is None else heads.index_select(1, slot_tok), slot_view, size)
 
@@ -122,8 +140,7 @@ class PackedCausalAttention(torch.autograd.Function):
         H, D = heads.shape[0] // 3, heads.shape[2]
         view = _packed_view(heads, slot_tok, slot_view, B * L)
         q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
-        grads = _attention_grads(q, k, v, do.reshape(H * B, L, D), ctx.scale)
-        dview = torch.cat([g.reshape(H, B * L, D) for g in grads], 0)  # SplitBackward
+        dview = _attention_grads_into(q, k, v, do.reshape(H * B, L, D), ctx.scale, heads.dtype).view(3 * H, B * L, D)
         dsrc = dview.index_select(1, slot_view)                        # the scatter's backward
         if slot_tok is None:
             return dsrc, None, None, None, None, None
@@ -184,8 +201,12 @@ def swiglu_backward(grad: torch.Tensor, gu: torch.Tensor, silu_g: torch.Tensor |
     """The gradient of :func:`silu_mul` at ``gu`` (autograd's ``MulBackward`` then ``silu_backward``);
     ``silu_g``: ``silu(g)`` if already computed."""
     g, u = gu.chunk(2, dim=-1)
-    return torch.cat([torch.ops.aten.silu_backward(grad * u, g), grad * (F.silu(g) if silu_g is None else silu_g)],
-                     dim=-1)
+    gd = grad * u
+    out = gd.new_empty(gu.shape)  # the two halves written in place (no concatenation)
+    half = g.shape[-1]
+    torch.ops.aten.silu_backward.grad_input(gd, g, grad_input=out[..., :half])
+    torch.mul(grad, F.silu(g) if silu_g is None else silu_g, out=out[..., half:])
+    return out
 
 
 def swiglu(gu: torch.Tensor) -> torch.Tensor:

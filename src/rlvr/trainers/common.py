@@ -144,32 +144,28 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     rest are row-weighted means. ``train/loss`` is the sum of the micro-batch losses. On the CPU the heap's
     free pages go back to the OS between micro-batches (:func:`rlvr.trainers.heap.release_free_heap`).
     """
-    with reuse_weights():  # the stacked / cast weights built once for all the micro-batches
-        return _accumulate(micros, forward, total_rows)
-
-
-def _accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     agg: dict[str, float] = {}
     total = 0.0
-    for i, rows in enumerate(micros):
-        loss, met = forward(rows)
-        loss.backward()
-        total += float(loss.detach())
-        if i + 1 < len(micros):  # the next micro-batch takes fresh pages, not fragments (see heap.py)
-            device = loss.device.type
-            del loss
-            release_free_heap(device)
-        w = len(rows) / max(1, total_rows)
-        for k, v in met.items():
-            v = float(v)
-            if k.endswith("max"):
-                agg[k] = max(agg.get(k, v), v)
-            elif k.endswith("min"):
-                agg[k] = min(agg.get(k, v), v)
-            elif k.endswith("_sum"):
-                agg[k] = agg.get(k, 0.0) + v
-            else:
-                agg[k] = agg.get(k, 0.0) + v * w
+    with reuse_weights():  # the stacked / cast weights built once for all the micro-batches
+        for i, rows in enumerate(micros):
+            loss, met = forward(rows)
+            loss.backward()
+            total += float(loss.detach())
+            if i + 1 < len(micros):  # the next micro-batch takes fresh pages, not fragments (see heap.py)
+                device = loss.device.type
+                del loss
+                release_free_heap(device)
+            w = len(rows) / max(1, total_rows)
+            for k, v in met.items():
+                v = float(v)
+                if k.endswith("max"):
+                    agg[k] = max(agg.get(k, v), v)
+                elif k.endswith("min"):
+                    agg[k] = min(agg.get(k, v), v)
+                elif k.endswith("_sum"):
+                    agg[k] = agg.get(k, 0.0) + v
+                else:
+                    agg[k] = agg.get(k, 0.0) + v * w
     agg["train/loss"] = total
     return agg
 
@@ -283,14 +279,22 @@ def set_train_mode(model, model_cfg) -> None:
         disable_dropout(model)
 
 
-def frozen_reference(model, needed: bool):
+def frozen_reference(model, needed: bool, bf16: bool = False):
     """The frozen reference: None when not ``needed`` or under LoRA (the base with adapters disabled is
-    the reference, see :func:`reference_model`), else a frozen copy of ``model`` in eval mode."""
+    the reference, see :func:`reference_model`), else a frozen copy of ``model`` in eval mode. ``bf16`` (it only
+    ever runs under bf16 autocast): its ``nn.Linear`` weights (an untied ``lm_head`` too) stored as the bf16 values
+    autocast casts them to, embeddings and norms float32: the same logprobs in half the projections' memory."""
     if not needed or is_peft(model):
         return None
     ref = copy.deepcopy(model).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
+    if bf16:
+        tied = getattr(getattr(ref, "lm_head", None), "weight", None) is getattr(
+            getattr(getattr(ref, "model", None), "embed_tokens", None), "weight", None)
+        for name, m in ref.named_modules():
+            if type(m) is torch.nn.Linear and (name != "lm_head" or not tied):
+                m.to(torch.bfloat16)
     return ref
 
 

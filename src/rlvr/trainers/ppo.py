@@ -106,7 +106,7 @@ def setup_models(stage: PPOStage, model_cfg: ModelConfig, run_dir, init_path, se
     init_path, rm_path = resolve_paths(stage, run_dir, init_path)
     policy, tok = load_model_and_tokenizer(model_cfg, init_path)
     set_train_mode(policy, model_cfg)
-    ref = frozen_reference(policy, True)
+    ref = frozen_reference(policy, True, model_cfg.train_bf16)
     rm, rm_tok = None, None
     if rm_path is not None:
         rm, rm_tok = load_reward_model(rm_path)

@@ -367,7 +367,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     variant = rl_variant(stage.loss)
     track_kl = stage.kl.beta > 0 or variant.needs_reference or tracks_kl(stage.health)
-    ref = frozen_reference(model, track_kl)
+    ref = frozen_reference(model, track_kl, model_cfg.train_bf16)
     judge = dist.wrap_judge(with_model_judges(judge or reward_judge(stage.rewards, stage.verifier_workers),
                                               stage.rewards, tok))
     engine = dist.engine(model, tok, bf16=model_cfg.decode_bf16)

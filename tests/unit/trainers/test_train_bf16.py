@@ -155,3 +155,25 @@ def test_auto_trains_in_bf16_on_an_amx_cpu_from_the_size_threshold(tiny_dir, tmp
     assert (cfg.train_bf16, cfg.decode_bf16) == (want, False)
     assert seen["engine"] == [False]
     assert seen["forward"] and all(b is want for b in seen["forward"]), seen["forward"]
+
+
+def test_the_bf16_reference_stores_its_projections_in_bf16_and_gives_the_same_logprobs(tiny_dir):
+    """frozen_reference(bf16=True): every projection weight of the copy in bf16 (embeddings and norms in
+    float32), its reference logprobs under autocast equal the float32 copy's bit for bit, and it holds
+    fewer bytes."""
+    from rlvr.trainers.common import frozen_reference
+    model, _ = load_pretrained(tiny_dir)
+    full, half = frozen_reference(model, True), frozen_reference(model, True, bf16=True)
+    tied = half.lm_head.weight is half.model.embed_tokens.weight  # a tied head stays with the embeddings
+    lin = [n for n, m in half.named_modules() if type(m) is torch.nn.Linear and not (tied and n == "lm_head")]
+    assert len(lin) >= 7 and all(half.get_submodule(n).weight.dtype == torch.bfloat16 for n in lin)
+    assert half.model.embed_tokens.weight.dtype == torch.float32
+    assert half.model.layers[0].input_layernorm.weight.dtype == torch.float32
+    nbytes = lambda m: sum(p.numel() * p.element_size() for p in m.parameters())  # noqa: E731
+    assert nbytes(half) < 0.7 * nbytes(full)
+    seqs = [[4, 20, 21, 22, 30, 31], [4, 23, 24, 40], [4, 20, 21, 22, 33]]
+    batch = TrainBatch(seqs, [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0, 1]], [[0.0] * len(s) for s in seqs], None,
+                       [1.0, -1.0, 0.5])
+    a = rl.reference_logprobs(full, model, batch, 0, 0.9, 8, True)
+    b = rl.reference_logprobs(half, model, batch, 0, 0.9, 8, True)
+    assert a == b and any(x != 0 for row in a for x in row)
