@@ -67,9 +67,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common  # noqa: F401  (sets threads + the OpenMP wait policy before torch loads)
+import _common
 from _common import (
-    precision_name,
     driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
     fmt_row,
@@ -81,6 +80,7 @@ from _common import (
     paired_ratios,
     peak_rss_mb,
     pin_threads,
+    precision_name,
     step_end_callback,
     summarize,
 )

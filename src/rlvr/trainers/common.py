@@ -58,7 +58,7 @@ from rlvr.trainers.guards import (
     nonfinite_message,
     skip_update,
 )
-from rlvr.trainers.heap import keep_freed_heap, release_free_heap
+from rlvr.trainers.heap import cap_ideep_cache, release_free_heap, stage_memory_settings
 
 
 def setup_threads(threads: int | None) -> None:
@@ -267,6 +267,7 @@ def load_policy(run_dir: str | Path, name: str, model_cfg, init_path: str | None
     out = stage_dir(run_dir, name)
     seed_everything(seed)
     model, tok = load_model_and_tokenizer(model_cfg, init_path)
+    cap_ideep_cache(next(model.parameters()).device.type)  # before the stage's first bf16 matmul (heap.py)
     set_train_mode(model, model_cfg)
     return out, model, tok
 
@@ -290,8 +291,7 @@ def frozen_reference(model, needed: bool, bf16: bool = False):
     for p in ref.parameters():
         p.requires_grad_(False)
     if bf16:
-        tied = getattr(getattr(ref, "lm_head", None), "weight", None) is getattr(
-            getattr(getattr(ref, "model", None), "embed_tokens", None), "weight", None)
+        tied = getattr(ref.get_output_embeddings(), "weight", 0) is getattr(ref.get_input_embeddings(), "weight", 1)
         for name, m in ref.named_modules():
             if type(m) is torch.nn.Linear and (name != "lm_head" or not tied):
                 m.to(torch.bfloat16)
@@ -368,7 +368,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     ``knobs``: the stage settings health actions may change, at their configured values (RL:
     ``health_actions.rl_knobs``); the current values are ``run.health.knobs`` (restored on resume)."""
     if model is not None:
-        keep_freed_heap(next(model.parameters()).device.type)  # RLVR_HEAP (heap.py)
+        stage_memory_settings(next(model.parameters()).device.type)  # RLVR_HEAP, ideep's cache (heap.py)
     run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist,
                    knobs=dict(knobs or {}))
     main = _is_main(run)

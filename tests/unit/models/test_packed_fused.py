@@ -12,10 +12,9 @@ import rlvr.models.packed_forward as pf
 import rlvr.trainers.rl as rl
 from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
 from rlvr.data.collate import TrainBatch
-from rlvr.models.tiny import build_tiny
-
 from rlvr.models.packed_attention import causal_attention, packed_causal_attention, scatter_to_view
 from rlvr.models.packed_fused import norm_linear, rms, swiglu_linear
+from rlvr.models.tiny import build_tiny
 
 
 def saved_bytes(fn):

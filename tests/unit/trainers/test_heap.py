@@ -119,3 +119,21 @@ def test_accumulate_trims_between_micro_batches_and_the_gradient_is_unchanged(fr
     w.grad = None
     accumulate([[0, 1, 2, 3]], forward, 4)
     assert torch.allclose(g, w.grad) and met["n_sum"] == 4
+
+
+def test_a_cpu_stage_caps_ideeps_cache_unless_the_user_sized_it(monkeypatch):
+    """LRU_CACHE_CAPACITY (ideep's cache of oneDNN computations) is set to IDEEP_CACHE when a CPU stage opens,
+    left alone when the environment already sets it, and never set for a GPU stage."""
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+    assert not heap.cap_ideep_cache("cuda") and "LRU_CACHE_CAPACITY" not in os.environ
+    assert heap.cap_ideep_cache("cpu") and os.environ["LRU_CACHE_CAPACITY"] == str(heap.IDEEP_CACHE)
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "512")
+    assert not heap.cap_ideep_cache("cpu") and os.environ["LRU_CACHE_CAPACITY"] == "512"
+
+
+def test_loading_a_policy_on_the_cpu_sets_the_cap_before_any_training_forward(tiny_dir, tmp_path, monkeypatch):
+    from rlvr.config.model import ModelConfig
+    from rlvr.trainers.common import load_policy
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
+    load_policy(tmp_path, "s", ModelConfig(path=tiny_dir), None, 0)
+    assert os.environ["LRU_CACHE_CAPACITY"] == "16"

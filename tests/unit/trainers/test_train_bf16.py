@@ -134,7 +134,7 @@ def test_auto_trains_in_bf16_on_an_amx_cpu_from_the_size_threshold(tiny_dir, tmp
     monkeypatch.setattr(cm, "cpu_has_amx_bf16", lambda: amx)
     monkeypatch.setattr(cm, "AUTO_BF16_PARAMS", threshold)
     with pytest.raises(RuntimeError, match="decided when the model is loaded"):
-        ModelConfig(path=tiny_dir, autocast_bf16="auto").train_bf16
+        _ = ModelConfig(path=tiny_dir, autocast_bf16="auto").train_bf16
     seen = {"engine": [], "forward": []}
     inner_engine, inner_lp = rl.LOCAL.engine, rl.token_logprobs
 
@@ -169,7 +169,7 @@ def test_the_bf16_reference_stores_its_projections_in_bf16_and_gives_the_same_lo
     assert len(lin) >= 7 and all(half.get_submodule(n).weight.dtype == torch.bfloat16 for n in lin)
     assert half.model.embed_tokens.weight.dtype == torch.float32
     assert half.model.layers[0].input_layernorm.weight.dtype == torch.float32
-    nbytes = lambda m: sum(p.numel() * p.element_size() for p in m.parameters())  # noqa: E731
+    nbytes = lambda m: sum(p.numel() * p.element_size() for p in m.parameters())
     assert nbytes(half) < 0.7 * nbytes(full)
     seqs = [[4, 20, 21, 22, 30, 31], [4, 23, 24, 40], [4, 20, 21, 22, 33]]
     batch = TrainBatch(seqs, [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0, 1]], [[0.0] * len(s) for s in seqs], None,
