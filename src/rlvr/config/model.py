@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Literal
 
 from pydantic import Field, PrivateAttr, field_validator, model_validator
@@ -65,7 +66,8 @@ class ModelConfig(Section):
     0.72x the float32 decode's time at 5m and 0.57x at 20m, but 1.08x at 1m (too small to gain).
     ``auto``: ``train`` where it pays, decided when the model is loaded (:func:`auto_bf16`): on a CPU with
     AMX bf16 tiles and a model of at least :data:`AUTO_BF16_PARAMS` parameters; float32 otherwise (GPUs
-    included: set ``true`` there)."""
+    included: set ``true`` there). Logged at each stage start; a run resumed on another machine decides again
+    (set ``train`` or ``false`` where resuming must not change the precision)."""
     implementation: Literal["auto", "native", "hf"] = "auto"
     """Which class holds a checkpoint loaded from ``path``: ``native``, rlvr's own Llama-family module
     (``rlvr.models.native``: HF's parameter names and files, ~95 MB less resident per process than importing
@@ -107,6 +109,11 @@ class ModelConfig(Section):
         """Decide ``autocast_bf16: auto`` for ``model`` (called when a stage loads it; :func:`auto_bf16`)."""
         if self.autocast_bf16 == "auto":
             self._auto_bf16 = auto_bf16(model)
+            n = sum(p.numel() for p in model.parameters())
+            logging.getLogger(__name__).info(
+                "model.autocast_bf16: auto -> %s (%.2fM parameters, AMX bf16 %s)",
+                "bf16 training forwards" if self._auto_bf16 else "float32", n / 1e6,
+                "yes" if cpu_has_amx_bf16() else "no")
 
     @property
     def train_bf16(self) -> bool:
