@@ -66,8 +66,8 @@ class ModelConfig(Section):
     0.72x the float32 decode's time at 5m and 0.57x at 20m, but 1.08x at 1m (too small to gain).
     ``auto``: ``train`` where it pays, decided when the model is loaded (:func:`auto_bf16`): on a CPU with
     AMX bf16 tiles and a model of at least :data:`AUTO_BF16_PARAMS` parameters; float32 otherwise (GPUs
-    included: set ``true`` there). Logged at each stage start; a run resumed on another machine decides again
-    (set ``train`` or ``false`` where resuming must not change the precision)."""
+    included: set ``true`` there). Logged (INFO, logger ``rlvr.config.model``) when the model loads; a run resumed
+    on another machine decides again (set ``train`` or ``false`` where resuming must not change the precision)."""
     implementation: Literal["auto", "native", "hf"] = "auto"
     """Which class holds a checkpoint loaded from ``path``: ``native``, rlvr's own Llama-family module
     (``rlvr.models.native``: HF's parameter names and files, ~95 MB less resident per process than importing
