@@ -78,22 +78,13 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
 def _attention_grads(q, k, v, do, scale: float):
     """``(dq, dk, dv)`` of :class:`CausalAttention` (float32 arithmetic, cast back to the inputs' dtype)."""
-    q0, k0, v0 = q, k, v
-    q, k, v = _wide(q0), _wide(k0), _wide(v0)
-    with torch.autocast(q.device.type, enabled=False):
-        p = _probs(q, k, scale)
-        do = do.to(q.dtype)
-        dv = p.transpose(1, 2).bmm(do)                           # BmmBackward: mat2
-        dp = do.bmm(v.transpose(1, 2))                           # BmmBackward: self
-        ds = torch._softmax_backward_data(dp, p, -1, p.dtype)     # SoftmaxBackward
-        dq = ds.bmm(k) * scale                                   # BaddbmmBackward: batch1
-        dk = (q.transpose(1, 2).bmm(ds) * scale).transpose(1, 2)  # BaddbmmBackward: batch2 = kᵀ
-    return dq.to(q0.dtype), dk.to(k0.dtype), dv.to(v0.dtype)
+    return _attention_grads_into(q, k, v, do, scale, q.dtype).split(q.shape[0])
 
 
 def _attention_grads_into(q, k, v, do, scale: float, dtype) -> torch.Tensor:
-    """:func:`_attention_grads` written into one ``[3H, B·L, D]`` tensor (dq, dk, dv stacked as ``SplitBackward``
-    stacks them), in ``dtype``: the same values, without the concatenation."""
+    """``dq, dk, dv`` of the causal attention ``[G, L, D]`` stacked in one ``[3G, L, D]`` tensor (as ``SplitBackward``
+    stacks them, so a packed view's gradient needs no concatenation): autograd's formulas in float32, cast to
+    ``dtype``."""
     q, k, v = _wide(q), _wide(k), _wide(v)
     G, L, D = q.shape
     out = q.new_empty(3 * G, L, D)

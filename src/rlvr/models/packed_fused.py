@@ -102,8 +102,6 @@ def fused_weight(Ws: tuple[torch.Tensor, ...], perm: torch.Tensor | None, dtype)
         if perm is not None:
             m = m.index_select(0, perm)
         m = m.to(dtype)
-        if m is W0:
-            m = m.detach()
     if keep:
         _BUILT[key] = (stamp, Ws, m)  # the weights themselves held: their ids cannot be reused meanwhile
     return m

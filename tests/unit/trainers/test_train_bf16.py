@@ -36,10 +36,8 @@ def parity_judge(tasks, completions):
             for c in completions]
 
 
-def test_grpo_stage_in_train_mode_has_kl_exactly_zero_at_the_first_step(tiny_dir, tmp_path, monkeypatch):
-    """The policy is the reference at step 1: KL is exactly 0 (reference logprobs and the training forward
-    both bf16, same micro-batches), and the ratio is 1 (on-policy: the forward itself). The engine was
-    built for float32 decoding and every training forward ran under autocast."""
+def spy_precision(monkeypatch) -> dict:
+    """Record the ``bf16`` flag the RL trainer builds its engine with and passes to every training forward."""
     seen = {"engine": [], "forward": []}
     inner_engine, inner_lp = rl.LOCAL.engine, rl.token_logprobs
 
@@ -52,9 +50,21 @@ def test_grpo_stage_in_train_mode_has_kl_exactly_zero_at_the_first_step(tiny_dir
         return inner_lp(*args, **kw)
     monkeypatch.setattr(rl.LOCAL, "engine", engine)
     monkeypatch.setattr(rl, "token_logprobs", token_logprobs)
-    st = RLStage(sampling=SamplingConfig(group_size=4, max_new_tokens=8), micro_batch_size=3,
-                 kl=KLConfig(beta=0.1), max_steps=1, tasks_per_step=4, save_every=0,
-                 data=BuiltinArithmetic(families=["add2"], n=16))
+    return seen
+
+
+def one_step_grpo() -> RLStage:
+    return RLStage(sampling=SamplingConfig(group_size=4, max_new_tokens=8), micro_batch_size=3,
+                   kl=KLConfig(beta=0.1), max_steps=1, tasks_per_step=4, save_every=0,
+                   data=BuiltinArithmetic(families=["add2"], n=16))
+
+
+def test_grpo_stage_in_train_mode_has_kl_exactly_zero_at_the_first_step(tiny_dir, tmp_path, monkeypatch):
+    """The policy is the reference at step 1: KL is exactly 0 (reference logprobs and the training forward
+    both bf16, same micro-batches), and the ratio is 1 (on-policy: the forward itself). The engine was
+    built for float32 decoding and every training forward ran under autocast."""
+    seen = spy_precision(monkeypatch)
+    st = one_step_grpo()
     res = rl.train_rl(st, ModelConfig(path=tiny_dir, autocast_bf16="train"), tmp_path, judge=parity_judge)
     with open(res.metrics_path) as f:
         rec = [json.loads(x) for x in f][-1]
@@ -135,21 +145,8 @@ def test_auto_trains_in_bf16_on_an_amx_cpu_from_the_size_threshold(tiny_dir, tmp
     monkeypatch.setattr(cm, "AUTO_BF16_PARAMS", threshold)
     with pytest.raises(RuntimeError, match="decided when the model is loaded"):
         _ = ModelConfig(path=tiny_dir, autocast_bf16="auto").train_bf16
-    seen = {"engine": [], "forward": []}
-    inner_engine, inner_lp = rl.LOCAL.engine, rl.token_logprobs
-
-    def engine(model, tok, bf16=False):
-        seen["engine"].append(bf16)
-        return inner_engine(model, tok, bf16=bf16)
-
-    def token_logprobs(*args, **kw):
-        seen["forward"].append(kw.get("bf16"))
-        return inner_lp(*args, **kw)
-    monkeypatch.setattr(rl.LOCAL, "engine", engine)
-    monkeypatch.setattr(rl, "token_logprobs", token_logprobs)
-    st = RLStage(sampling=SamplingConfig(group_size=4, max_new_tokens=8), micro_batch_size=3,
-                 kl=KLConfig(beta=0.1), max_steps=1, tasks_per_step=4, save_every=0,
-                 data=BuiltinArithmetic(families=["add2"], n=16))
+    seen = spy_precision(monkeypatch)
+    st = one_step_grpo()
     cfg = ModelConfig(path=tiny_dir, autocast_bf16="auto")
     rl.train_rl(st, cfg, tmp_path, judge=parity_judge)
     assert (cfg.train_bf16, cfg.decode_bf16) == (want, False)
