@@ -64,8 +64,10 @@ class ModelConfig(Section):
     packed training forward's GEMMs run ~2x faster: the GRPO update and the DPO step took 0.64-0.68x
     their float32 CPU time on the 1m and 5m tiny models (docs/packed_forward.md); bf16 generation took
     0.72x the float32 decode's time at 5m and 0.57x at 20m, but 1.08x at 1m (too small to gain).
-    ``auto``: ``train`` where it pays, decided when the model is loaded (:func:`auto_bf16`): on a CPU with
-    AMX bf16 tiles and a model of at least :data:`AUTO_BF16_PARAMS` parameters; float32 otherwise (GPUs
+    ``auto``: bf16 where it pays, decided when the model is loaded (:func:`auto_bf16`): on a CPU with bf16
+    units (AMX tiles or avx512_bf16, :func:`cpu_bf16_units`), ``train`` from :data:`AUTO_BF16_PARAMS`
+    parameters (the 1m tiny model and up) and ``true`` (generation too) from :data:`AUTO_BF16_DECODE_PARAMS`
+    (the 5m one and up); float32 otherwise (GPUs
     included: set ``true`` there). Logged (INFO, logger ``rlvr.config.model``) when the model loads; a run resumed
     on another machine decides again (set ``train`` or ``false`` where resuming must not change the precision)."""
     implementation: Literal["auto", "native", "hf"] = "auto"
@@ -104,31 +106,36 @@ class ModelConfig(Section):
         return v
 
     _auto_bf16: bool | None = PrivateAttr(default=None)
+    _auto_decode: bool = PrivateAttr(default=False)
 
     def resolve_precision(self, model) -> None:
         """Decide ``autocast_bf16: auto`` for ``model`` (called when a stage loads it; :func:`auto_bf16`)."""
         if self.autocast_bf16 == "auto":
-            self._auto_bf16 = auto_bf16(model)
+            self._auto_bf16, self._auto_decode = auto_bf16(model), auto_bf16_decode(model)
             n = sum(p.numel() for p in model.parameters())
+            what = "bf16 training forwards and generation" if self._auto_decode else \
+                "bf16 training forwards" if self._auto_bf16 else "float32"
             logging.getLogger(__name__).info(
-                "model.autocast_bf16: auto -> %s (%.2fM parameters, AMX bf16 %s)",
-                "bf16 training forwards" if self._auto_bf16 else "float32", n / 1e6,
-                "yes" if cpu_has_amx_bf16() else "no")
+                "model.autocast_bf16: auto -> %s (%.2fM parameters, CPU bf16 units: %s)", what, n / 1e6,
+                cpu_bf16_units() or "none")
+
+    def _resolved(self) -> None:
+        if self.autocast_bf16 == "auto" and self._auto_bf16 is None:
+            raise RuntimeError("model.autocast_bf16: auto is decided when the model is loaded "
+                               "(ModelConfig.resolve_precision)")
 
     @property
     def train_bf16(self) -> bool:
         """Training forwards under bf16 autocast (``autocast_bf16``: true, ``train``, or ``auto`` where it pays)."""
-        if self.autocast_bf16 == "auto":
-            if self._auto_bf16 is None:
-                raise RuntimeError("model.autocast_bf16: auto is decided when the model is loaded "
-                                   "(ModelConfig.resolve_precision)")
-            return self._auto_bf16
-        return bool(self.autocast_bf16)
+        self._resolved()
+        return bool(self._auto_bf16) if self.autocast_bf16 == "auto" else bool(self.autocast_bf16)
 
     @property
     def decode_bf16(self) -> bool:
-        """Generation under bf16 autocast (``autocast_bf16: true`` only)."""
-        return self.autocast_bf16 is True
+        """Generation under bf16 autocast (``autocast_bf16: true``, or ``auto`` from
+        :data:`AUTO_BF16_DECODE_PARAMS`)."""
+        self._resolved()
+        return self._auto_decode if self.autocast_bf16 == "auto" else self.autocast_bf16 is True
 
     @model_validator(mode="after")
     def _fp32_master_weights(self) -> ModelConfig:
@@ -141,29 +148,49 @@ class ModelConfig(Section):
         return self
 
 
-AUTO_BF16_PARAMS = 1_500_000
-"""``autocast_bf16: auto`` turns bf16 training forwards on from this many parameters (on a CPU with AMX).
-Measured on the 2-core AMX host (``/work/runs/prof15/grpo_parts.py``-style GRPO steps, 8 prompts x 8, 32 new
-tokens, 2026-12-04): 1m tiny model (0.87M) no gain (0.57 vs 0.54 of TRL's step in session 15), 2m (1.9M)
-0.29-0.30 s vs 0.32-0.33 s a step, 5m (4.8M) 0.48 vs 0.61-0.65 s."""
+AUTO_BF16_PARAMS = 800_000
+"""``autocast_bf16: auto`` turns bf16 training forwards on from this many parameters (on a CPU with bf16 units).
+Measured, GRPO steps of bench/grpo_vs_trl.py's stage alone (8 prompts x 8, 32 new tokens, median of 9 steps) and
+DPO steps of bench/run.py: on the 2-core AMD EPYC host with avx512_bf16 (no AMX; 2026-12-05) the 1m tiny model
+(0.87M) took 0.170-0.178 s a GRPO step in bf16 against 0.186-0.189 s in float32 (two pairs) and 0.099 s a DPO
+step against 0.127 s; on the 2-core AMX host (2026-12-04, before the fused weights were reused across
+micro-batches) 1m no gain, 2m (1.9M) 0.29-0.30 s vs 0.32-0.33 s, 5m (4.8M) 0.48 vs 0.61-0.65 s."""
 
 
-def cpu_has_amx_bf16() -> bool:
-    """The CPU has AMX bf16 tiles (Linux ``/proc/cpuinfo`` flag ``amx_bf16``; False where it cannot be read)."""
+AUTO_BF16_DECODE_PARAMS = 3_000_000
+"""``autocast_bf16: auto`` runs generation in bf16 too (the lean decoder's projections, as ``true`` does) from
+this many parameters on a CPU with bf16 units. Measured, the decode of bench/grpo_vs_trl.py's stage (64 rows, 32
+new tokens, median of 9 steps; 2026-12-05, AMD EPYC with avx512_bf16): 5m tiny model 0.200-0.207 s in bf16
+against 0.268 s in float32, 2m 0.127-0.135 vs 0.120-0.129 (no gain), 1m 0.072-0.073 vs 0.0625 (slower: the
+casts cost more than the 64-row GEMMs save); on the AMX host (2026-12-04) 0.72x float32's time at 5m, 0.57x at
+20m, 1.08x at 1m."""
+
+
+def auto_bf16_decode(model) -> bool:
+    """``autocast_bf16: auto``'s decision for generation: bf16 where training is (:func:`auto_bf16`) and the
+    model has at least :data:`AUTO_BF16_DECODE_PARAMS` parameters."""
+    return auto_bf16(model) and sum(q.numel() for q in model.parameters()) >= AUTO_BF16_DECODE_PARAMS
+
+
+def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The CPU's bf16 matrix units from its Linux flags: ``"amx"`` (AMX bf16 tiles, ``amx_bf16``), ``"avx512"``
+    (bf16 dot products, ``avx512_bf16``: AMD Zen 4/5, Intel Cooper Lake), or None (neither, or the flags cannot
+    be read). oneDNN runs bf16 GEMMs on either (~2x float32's speed at the tiny models' shapes on avx512_bf16)."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
                 if line.startswith("flags"):
-                    return "amx_bf16" in line.split()
+                    flags = set(line.split())
+                    return "amx" if "amx_bf16" in flags else "avx512" if "avx512_bf16" in flags else None
     except OSError:
         pass
-    return False
+    return None
 
 
 def auto_bf16(model) -> bool:
-    """``autocast_bf16: auto``'s decision: bf16 training forwards when ``model`` is on a CPU with AMX bf16
-    tiles and has at least :data:`AUTO_BF16_PARAMS` parameters."""
+    """``autocast_bf16: auto``'s decision: bf16 training forwards when ``model`` is on a CPU with bf16 units
+    (:func:`cpu_bf16_units`: AMX or avx512_bf16) and has at least :data:`AUTO_BF16_PARAMS` parameters."""
     p = next(model.parameters(), None)
-    if p is None or p.device.type != "cpu" or not cpu_has_amx_bf16():
+    if p is None or p.device.type != "cpu" or cpu_bf16_units() is None:
         return False
     return sum(q.numel() for q in model.parameters()) >= AUTO_BF16_PARAMS

@@ -133,25 +133,43 @@ def test_dpo_first_loss_is_log_two_in_bf16_as_in_float32(tiny_dir, tmp_path):
     assert losses[False] == pytest.approx(math.log(2), abs=1e-6), losses
 
 
-@pytest.mark.parametrize("amx,threshold,want", [(True, 1, True), (False, 1, False), (True, 10 ** 12, False)],
-                         ids=["amx-large", "no-amx", "amx-small"])
-def test_auto_trains_in_bf16_on_an_amx_cpu_from_the_size_threshold(tiny_dir, tmp_path, monkeypatch, amx, threshold, want):
-    """``autocast_bf16: auto`` is decided when the stage loads its model: bf16 training forwards (generation in
-    float32) on a CPU with AMX bf16 tiles and a model of at least AUTO_BF16_PARAMS parameters, float32
-    otherwise; every training forward of the stage follows the decision. Read before a model is loaded, it
-    refuses to guess."""
+@pytest.mark.parametrize("units,threshold,decode_from,want", [
+    ("amx", 1, 10 ** 12, (True, False)), ("avx512", 1, 10 ** 12, (True, False)), (None, 1, 1, (False, False)),
+    ("amx", 10 ** 12, 10 ** 12, (False, False)), ("avx512", 1, 1, (True, True)), ("amx", 10 ** 12, 1, (False, False))],
+    ids=["amx-large", "avx512-bf16-large", "no-bf16-units", "amx-small", "decode-threshold", "decode-needs-train"])
+def test_auto_trains_in_bf16_on_a_cpu_with_bf16_units_from_the_size_threshold(tiny_dir, tmp_path, monkeypatch, units,
+                                                                                threshold, decode_from, want):
+    """``autocast_bf16: auto`` is decided when the stage loads its model: bf16 training forwards on a CPU with bf16
+    units (AMX tiles or avx512_bf16) and a model of at least AUTO_BF16_PARAMS parameters, float32 otherwise;
+    generation in bf16 too from AUTO_BF16_DECODE_PARAMS (never without bf16 training); every training forward
+    and the engine follow the decision. Read before a model is loaded, it refuses to guess."""
     import rlvr.config.model as cm
-    monkeypatch.setattr(cm, "cpu_has_amx_bf16", lambda: amx)
+    monkeypatch.setattr(cm, "cpu_bf16_units", lambda: units)
     monkeypatch.setattr(cm, "AUTO_BF16_PARAMS", threshold)
-    with pytest.raises(RuntimeError, match="decided when the model is loaded"):
-        _ = ModelConfig(path=tiny_dir, autocast_bf16="auto").train_bf16
+    monkeypatch.setattr(cm, "AUTO_BF16_DECODE_PARAMS", decode_from)
+    for prop in ("train_bf16", "decode_bf16"):
+        with pytest.raises(RuntimeError, match="decided when the model is loaded"):
+            _ = getattr(ModelConfig(path=tiny_dir, autocast_bf16="auto"), prop)
     seen = spy_precision(monkeypatch)
     st = one_step_grpo()
     cfg = ModelConfig(path=tiny_dir, autocast_bf16="auto")
     rl.train_rl(st, cfg, tmp_path, judge=parity_judge)
-    assert (cfg.train_bf16, cfg.decode_bf16) == (want, False)
-    assert seen["engine"] == [False]
-    assert seen["forward"] and all(b is want for b in seen["forward"]), seen["forward"]
+    assert (cfg.train_bf16, cfg.decode_bf16) == want
+    assert seen["engine"] == [want[1]]
+    assert seen["forward"] and all(b is want[0] for b in seen["forward"]), seen["forward"]
+
+
+@pytest.mark.parametrize("flags,want", [("fpu avx512f avx512_bf16 amx_bf16 amx_tile", "amx"),
+                                        ("fpu avx512f avx512_bf16 avx512_vnni", "avx512"),
+                                        ("fpu avx2 avx512f", None), ("fpu avx512_bf16x", None)],
+                         ids=["amx", "avx512-bf16-only", "neither", "no-substring-match"])
+def test_cpu_bf16_units_reads_the_amx_and_avx512_bf16_flags(tmp_path, flags, want):
+    """A CPU with avx512_bf16 but no AMX (AMD Zen 4/5) has bf16 units too: auto must not leave it in float32."""
+    from rlvr.config.model import cpu_bf16_units
+    info = tmp_path / "cpuinfo"
+    info.write_text(f"processor\t: 0\nmodel name\t: X\nflags\t\t: {flags}\n\n")
+    assert cpu_bf16_units(str(info)) == want
+    assert cpu_bf16_units(str(tmp_path / "missing")) is None
 
 
 def test_the_bf16_reference_stores_its_projections_in_bf16_and_gives_the_same_logprobs(tiny_dir):
