@@ -254,9 +254,9 @@ def fmt_row(cells: list, widths: list[int]) -> str:
     return "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
 
-def precision_name(setting, train_bf16: bool) -> str:
+def precision_name(setting, train_bf16: bool, decode_bf16: bool = False) -> str:
     """What rlvr's side ran in: ``model.autocast_bf16``'s setting and (``auto``) what it resolved to."""
     name = {False: "fp32", "train": "bf16 autocast (training forwards)", True: "bf16 (training forwards and generation)"}
     if setting == "auto":
-        return f"auto: {name['train' if train_bf16 else False]}"
+        return f"auto: {name[True if decode_bf16 else 'train' if train_bf16 else False]}"
     return name[setting]

@@ -89,7 +89,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--rlvr-bf16", nargs="?", const="train", default=False, choices=("train", "auto"),
                     help="rlvr's training forwards (step and reference cache) under bf16 autocast "
                          "(model.autocast_bf16: train); `--rlvr-bf16 auto`: model.autocast_bf16: auto (bf16 where "
-                         "it pays: an AMX CPU and >= 1.5M parameters, else float32)")
+                         "it pays: a CPU with bf16 units, AMX or avx512_bf16, and >= 0.8M parameters, else float32)")
     ap.add_argument("--rlvr-micro-tokens", default="auto",
                     help="rlvr's model.micro_tokens: auto (the CPU token budget), N tokens, or none")
     ap.add_argument("--rlvr-micro", type=int, default=None,

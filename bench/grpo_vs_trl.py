@@ -113,8 +113,9 @@ def parse_args(argv: list[str] | None = None):
                     help="rlvr sampling.decode_threads: intra-op threads while generating (default: rlvr's, auto)")
     ap.add_argument("--rlvr-bf16", nargs="?", const="train", default=False, choices=("train", "auto"),
                     help="rlvr's training forwards under bf16 autocast (model.autocast_bf16: train; generation "
-                         "stays float32); `--rlvr-bf16 auto`: model.autocast_bf16: auto (bf16 where it pays: an AMX "
-                         "CPU and >= 1.5M parameters, else float32)")
+                         "stays float32); `--rlvr-bf16 auto`: model.autocast_bf16: auto (bf16 where it pays: a CPU with "
+                         "bf16 units, AMX or avx512_bf16: training forwards from 0.8M parameters, generation too from "
+                         "3M; else float32)")
     ap.add_argument("--rlvr-bf16-decode", action="store_true",
                     help="with --rlvr-bf16: rlvr's generation in bf16 too (model.autocast_bf16: true; FastDecoder's "
                          "projections in bf16)")
@@ -192,7 +193,8 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
             "rows_with_variance": [round(n_rows * (1 - r.get("rollout/zero_var_frac", 0.0))) for r in recs],
             "loss": [r.get("train/loss") for r in recs],
             "completion_len": [r["rollout/length_mean"] for r in recs], "interleaved": baton.interleaved,
-            "rss": peak_rss_mb(), "modules": heavy_modules(), "train_bf16": model_cfg.train_bf16}
+            "rss": peak_rss_mb(), "modules": heavy_modules(), "train_bf16": model_cfg.train_bf16,
+            "decode_bf16": model_cfg.decode_bf16}
 
 
 # ---------------------------------------------------------------- TRL side
@@ -418,7 +420,8 @@ def bench(a, progress=None) -> dict:
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
             "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["peak_mb"] / rss["trl"]["peak_mb"],
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
-            "precision": {"rlvr": precision_name(rlvr_precision(a), res["rlvr"]["train_bf16"]),
+            "precision": {"rlvr": precision_name(rlvr_precision(a), res["rlvr"]["train_bf16"],
+                                                         res["rlvr"].get("decode_bf16", False)),
                           "trl": "bf16" if fastest == "trl_bf16" else "fp32",
                           "trl_median_step_s": {("bf16" if s == "trl_bf16" else "fp32"): v
                                                 for s, v in trl_medians.items()}},

@@ -82,8 +82,9 @@ def parse_args(argv: list[str] | None = None):
                     help="grpo: rlvr's sampling.decode_threads (intra-op threads while generating; default: "
                          "rlvr's default, auto)")
     ap.add_argument("--rlvr-bf16", choices=("off", "train", "auto"), default="auto",
-                    help="rlvr's model.autocast_bf16 in grpo and dpo: auto (default: bf16 training forwards where "
-                         "they pay, an AMX CPU and >= 1.5M parameters; float32 otherwise), train (always), off "
+                    help="rlvr's model.autocast_bf16 in grpo and dpo: auto (default: bf16 where it pays on a CPU "
+                         "with bf16 units, AMX or avx512_bf16: training forwards from 0.8M parameters, generation too "
+                         "from 3M; float32 otherwise), train (always), off "
                          "(float32); unless off, TRL runs in both precisions (bf16=True and fp32) and is compared "
                          "at its faster")
     ap.add_argument("--rlvr-bf16-decode", action="store_true",
@@ -360,8 +361,8 @@ def precision_line(res: dict) -> str:
         ran = "; ".join(f"{sec.upper()} {size} {rec['precision']['rlvr']}" for sec in ("grpo", "dpo")
                         for size, rec in (res.get(sec) or {}).items()
                         if isinstance(rec, dict) and (rec.get("precision") or {}).get("rlvr"))
-        rlvr = ("rlvr with `model.autocast_bf16: auto` (bf16 training forwards on an AMX CPU from 1.5M parameters, "
-                f"generation float32): {ran}")
+        rlvr = ("rlvr with `model.autocast_bf16: auto` (on a CPU with bf16 units, AMX or avx512_bf16: "
+                f"bf16 training forwards from 0.8M parameters, generation too from 3M): {ran}")
     else:
         gen = ("GRPO's generation too (`model.autocast_bf16: true`: FastDecoder's projections in bf16)"
                if cfg.get("rlvr_bf16_decode") else "`model.autocast_bf16: train`, generation float32")
