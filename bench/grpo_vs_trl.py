@@ -421,7 +421,7 @@ def bench(a, progress=None) -> dict:
             "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["peak_mb"] / rss["trl"]["peak_mb"],
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
             "precision": {"rlvr": precision_name(rlvr_precision(a), res["rlvr"]["train_bf16"],
-                                                         res["rlvr"].get("decode_bf16", False)),
+                                                         res["rlvr"]["decode_bf16"]),
                           "trl": "bf16" if fastest == "trl_bf16" else "fp32",
                           "trl_median_step_s": {("bf16" if s == "trl_bf16" else "fp32"): v
                                                 for s, v in trl_medians.items()}},

@@ -111,13 +111,13 @@ class ModelConfig(Section):
     def resolve_precision(self, model) -> None:
         """Decide ``autocast_bf16: auto`` for ``model`` (called when a stage loads it; :func:`auto_bf16`)."""
         if self.autocast_bf16 == "auto":
-            self._auto_bf16, self._auto_decode = auto_bf16(model), auto_bf16_decode(model)
-            n = sum(p.numel() for p in model.parameters())
+            n, units = sum(p.numel() for p in model.parameters()), cpu_bf16_units()
+            self._auto_bf16, self._auto_decode = auto_bf16(model, n, units)
             what = "bf16 training forwards and generation" if self._auto_decode else \
                 "bf16 training forwards" if self._auto_bf16 else "float32"
             logging.getLogger(__name__).info(
                 "model.autocast_bf16: auto -> %s (%.2fM parameters, CPU bf16 units: %s)", what, n / 1e6,
-                cpu_bf16_units() or "none")
+                units or "none")
 
     def _resolved(self) -> None:
         if self.autocast_bf16 == "auto" and self._auto_bf16 is None:
@@ -166,12 +166,6 @@ casts cost more than the 64-row GEMMs save); on the AMX host (2026-12-04) 0.72x 
 20m, 1.08x at 1m."""
 
 
-def auto_bf16_decode(model) -> bool:
-    """``autocast_bf16: auto``'s decision for generation: bf16 where training is (:func:`auto_bf16`) and the
-    model has at least :data:`AUTO_BF16_DECODE_PARAMS` parameters."""
-    return auto_bf16(model) and sum(q.numel() for q in model.parameters()) >= AUTO_BF16_DECODE_PARAMS
-
-
 def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     """The CPU's bf16 matrix units from its Linux flags: ``"amx"`` (AMX bf16 tiles, ``amx_bf16``), ``"avx512"``
     (bf16 dot products, ``avx512_bf16``: AMD Zen 4/5, Intel Cooper Lake), or None (neither, or the flags cannot
@@ -187,10 +181,12 @@ def cpu_bf16_units(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     return None
 
 
-def auto_bf16(model) -> bool:
-    """``autocast_bf16: auto``'s decision: bf16 training forwards when ``model`` is on a CPU with bf16 units
-    (:func:`cpu_bf16_units`: AMX or avx512_bf16) and has at least :data:`AUTO_BF16_PARAMS` parameters."""
+def auto_bf16(model, n_params: int, units: str | None) -> tuple[bool, bool]:
+    """``autocast_bf16: auto``'s decision for ``model`` of ``n_params`` parameters on a CPU with bf16 ``units``
+    (:func:`cpu_bf16_units`: AMX or avx512_bf16): (bf16 training forwards, bf16 generation). Training from
+    :data:`AUTO_BF16_PARAMS` parameters, generation too from :data:`AUTO_BF16_DECODE_PARAMS`; float32 off the CPU
+    or without bf16 units."""
     p = next(model.parameters(), None)
-    if p is None or p.device.type != "cpu" or cpu_bf16_units() is None:
-        return False
-    return sum(q.numel() for q in model.parameters()) >= AUTO_BF16_PARAMS
+    if p is None or p.device.type != "cpu" or units is None or n_params < AUTO_BF16_PARAMS:
+        return False, False
+    return True, n_params >= AUTO_BF16_DECODE_PARAMS
