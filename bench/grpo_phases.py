@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,12 +56,14 @@ def main(argv=None) -> dict:
     import rlvr.trainers.rl as rl
     from grpo_vs_trl import parse_args as bench_args, rlvr_stage
     from rlvr.config.model import ModelConfig
-    from rlvr.models.tiny import build_tiny
 
     torch.set_num_threads(2)
     work = tempfile.mkdtemp()
     model_dir = os.path.join(work, "model")
-    build_tiny(model_dir, size=a.size)
+    # in a child process: building imports transformers' LlamaForCausalLM (~150 MB resident), which the bench's
+    # rlvr worker never holds, so --rss reads what the bench's rlvr side would
+    subprocess.run([sys.executable, "-c", "import sys; from rlvr.models.tiny import build_tiny; "
+                    "build_tiny(sys.argv[1], size=sys.argv[2])", model_dir, a.size], check=True)
     times: dict[str, list[float]] = {}
     tables: dict[str, str] = {}
     profiled = set(a.phases.split(","))

@@ -100,49 +100,63 @@ def _attention_grads_into(q, k, v, do, scale: float, dtype) -> torch.Tensor:
     return out.to(dtype)
 
 
-def _packed_view(heads: torch.Tensor, slot_tok: torch.Tensor | None, slot_view: torch.Tensor, size: int):
-    return _scatter(heads if slot_tok is None else heads.index_select(1, slot_tok), slot_view, size)
+def _view_dtype(t: torch.Tensor) -> torch.dtype:
+    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+
+
+def _packed_view(heads: torch.Tensor, view_tok: torch.Tensor, B: int, L: int) -> torch.Tensor:
+    """The attention view of the packed heads ``[N, 3H, D]`` (token-major, as the fused q/k/v projection writes
+    them) as ``[3, H·B, L, D]`` in float32 (:func:`_wide`'s dtype): one row gather (``view_tok [B·L]``: the
+    packed token at each view position; padding positions read any token, see :class:`PackedCausalAttention`)
+    and one copy that casts and puts the heads first."""
+    N, H3, D = heads.shape
+    g = heads.index_select(0, view_tok).view(B, L, 3, H3 // 3, D).permute(2, 3, 0, 1, 4)
+    return torch.empty(g.shape, dtype=_view_dtype(heads), device=heads.device).copy_(g).view(3, H3 // 3 * B, L, D)
 
 
 class PackedCausalAttention(torch.autograd.Function):
-    """:class:`CausalAttention` of the packed heads ``[3H, N, D]`` (q, k, v heads of the packed tokens) put on
-    the padded attention view ``[3H, B·L, D]`` (:func:`scatter_to_view` of ``heads.index_select(1, slot_tok)``)
-    -> ``o [H, B·L, D]``. Saves the packed heads and the two indices, not the view: the view holds every
-    row's whole sequence (a GRPO group's prompt once per row) and its padding, ~3x the packed tokens of a
-    prefix-shared GRPO micro-batch. The backward rebuilds the view (an index_copy) and runs autograd's
-    formulas op for op (the attention's, ``SplitBackward``, ``index_select`` for the scatter, ``index_add``
-    for the shared tokens): the gradient is the unfused expression's bit for bit."""
+    """Causal attention of the packed heads ``heads [N, 3H, D]`` (q, k, v heads of the packed tokens,
+    token-major) on the padded attention view (each row's tokens at ``0 .. len-1``) -> ``o [N, H·D]``, each
+    packed token's output read at its owner view position (``owner_view [N]``). Saves the packed heads and the
+    two indices, not the view: the view holds every row's whole sequence (a GRPO group's prompt once per row)
+    and its padding, ~3x the packed tokens of a prefix-shared GRPO micro-batch.
+
+    ``view_tok [B·L]``: the packed token at each view position (:attr:`Packing.view_tok`). Padding positions
+    read a real token instead of zeros: no real query attends to them (they come after every real token of
+    their row: the causal mask gives them probability exactly 0), nothing reads their outputs, and their
+    gradients are exactly 0, so the outputs and gradients are those of the zero-padded view. The view is one
+    row gather (was: a gather along the head dim, a zero fill and a scatter: ~4x the time), the backward one
+    ``index_add`` along the tokens, in view order (= slot order, as ``IndexSelectBackward`` accumulates a shared
+    token's rows): the gradient is the unfused expression's bit for bit
+    (``tests/unit/models/test_packed_fused.py``)."""
 
     @staticmethod
-    def forward(ctx, heads, slot_tok, slot_view, B: int, L: int, scale: float):
-        H, D = heads.shape[0] // 3, heads.shape[2]
-        view = _packed_view(heads, slot_tok, slot_view, B * L)
-        q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
-        o = _attend(q, k, v, scale)
-        ctx.save_for_backward(heads, slot_tok if slot_tok is not None else slot_view.new_empty(0), slot_view)
-        ctx.shared, ctx.B, ctx.L, ctx.scale = slot_tok is not None, B, L, scale
-        return o.view(H, B * L, D)
+    def forward(ctx, heads, view_tok, owner_view, B: int, L: int, scale: float):
+        q, k, v = _packed_view(heads, view_tok, B, L)
+        H, D = heads.shape[1] // 3, heads.shape[2]
+        o = _attend(q, k, v, scale)                                              # [H·B, L, D]
+        ctx.save_for_backward(heads, view_tok, owner_view)
+        ctx.B, ctx.L, ctx.scale = B, L, scale
+        return o.view(H, B * L, D).transpose(0, 1).reshape(B * L, H * D).index_select(0, owner_view)
 
     @staticmethod
     def backward(ctx, do):
-        heads, slot_tok, slot_view = ctx.saved_tensors
-        slot_tok = slot_tok if ctx.shared else None
+        heads, view_tok, owner_view = ctx.saved_tensors
         B, L = ctx.B, ctx.L
-        H, D = heads.shape[0] // 3, heads.shape[2]
-        view = _packed_view(heads, slot_tok, slot_view, B * L)
-        q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
-        dview = _attention_grads_into(q, k, v, do.reshape(H * B, L, D), ctx.scale, heads.dtype).view(3 * H, B * L, D)
-        dsrc = dview.index_select(1, slot_view)                        # the scatter's backward
-        if slot_tok is None:
-            return dsrc, None, None, None, None, None
-        dheads = dsrc.new_zeros(heads.shape).index_add_(1, slot_tok, dsrc)  # IndexSelectBackward
-        return dheads, None, None, None, None, None
+        N, H3, D = heads.shape
+        H = H3 // 3
+        q, k, v = _packed_view(heads, view_tok, B, L)
+        dfull = do.new_zeros(B * L, H * D).index_add_(0, owner_view, do)       # IndexSelectBackward
+        dfull = dfull.view(B, L, H, D).permute(2, 0, 1, 3).reshape(H * B, L, D)  # TransposeBackward, ViewBackward
+        dview = _attention_grads_into(q, k, v, dfull, ctx.scale, q.dtype).view(3, H, B, L, D)
+        dtm = torch.empty(B, L, 3, H, D, dtype=heads.dtype, device=heads.device).copy_(dview.permute(2, 3, 0, 1, 4))
+        return heads.new_zeros(heads.shape).index_add_(0, view_tok, dtm.view(B * L, H3, D)), None, None, None, None, None
 
 
-def packed_causal_attention(heads: torch.Tensor, slot_tok: torch.Tensor | None, slot_view: torch.Tensor,
+def packed_causal_attention(heads: torch.Tensor, view_tok: torch.Tensor, owner_view: torch.Tensor,
                             B: int, L: int, scale: float) -> torch.Tensor:
     """:class:`PackedCausalAttention` (q, k and v heads alike: no grouped-query heads)."""
-    return PackedCausalAttention.apply(heads, slot_tok, slot_view, B, L, scale)
+    return PackedCausalAttention.apply(heads, view_tok, owner_view, B, L, scale)
 
 
 class ScatterToView(torch.autograd.Function):

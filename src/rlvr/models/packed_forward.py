@@ -122,6 +122,16 @@ class Packing:
             self.owner_view = torch.cat([self.owner_view, self.owner_view.new_zeros(extra)])
             self.N += extra
         self.identity = bool(self.slot_tok is None and self.N == B * L and L == T)  # no padding at all
+        self._view_tok = None
+
+    @property
+    def view_tok(self) -> torch.Tensor:
+        """``[B*L]``: the packed token at each position of the attention view; padding positions: token 0."""
+        if self._view_tok is None:
+            tok = self.slot_tok if self.slot_tok is not None else \
+                torch.arange(self.slot_view.numel(), device=self.slot_view.device)
+            self._view_tok = tok.new_zeros(self.B * self.L).index_copy_(0, self.slot_view, tok)
+        return self._view_tok
 
 
 def _share(slot_ids: torch.Tensor, lens: torch.Tensor) -> torch.Tensor | None:
@@ -185,15 +195,13 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
             qk = qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D)
             qk = qk * cos + _rotate_half(qk) * sin
             heads = torch.cat([qk, qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)], 1)
-        heads = heads.transpose(0, 1)  # [Hq + 2 Hkv, N, D]
         if torch.is_autocast_enabled(heads.device.type):  # the view in autocast's dtype (as its matmuls cast it)
             heads = heads.to(torch.get_autocast_dtype(heads.device.type))
         if FUSED and ATTENTION == "recompute" and Hq == Hkv and not pk.identity:  # saves the packed heads, not the view
-            o = packed_causal_attention(heads, pk.slot_tok, pk.slot_view, pk.B, pk.L, att.scaling)
-            o = o.index_select(1, pk.owner_view)                                        # [Hq, N, D]
+            o = packed_causal_attention(heads, pk.view_tok, pk.owner_view, pk.B, pk.L, att.scaling)  # [N, Hq * D]
         else:
-            o = _attention(_to_view(heads, pk), pk, Hq, Hkv, att.scaling)               # [Hq, N, D]
-        o = o.transpose(0, 1).reshape(N, Hq * D)
+            o = _attention(_to_view(heads.transpose(0, 1), pk), pk, Hq, Hkv, att.scaling)  # [Hq, N, D]
+            o = o.transpose(0, 1).reshape(N, Hq * D)
         h = h + F.linear(o, att.o_proj.weight, att.o_proj.bias)
         ln = layer.post_attention_layernorm
         gu = _norm_proj(h, ln, (mlp.gate_proj.weight, mlp.up_proj.weight), _cat_bias(mlp.gate_proj, mlp.up_proj))

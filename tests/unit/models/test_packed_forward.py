@@ -80,7 +80,14 @@ def test_packing_by_hand():
     assert pk.slot_tok.tolist() == [1, 2, 3, 4, 1, 2, 5, 0]
     assert pk.ids.tolist() == [4, 5, 6, 7, 8, 9] and pk.pos.tolist() == [0, 0, 1, 2, 3, 2]
     assert pk.L == 4 and pk.slot_view.tolist() == [0, 1, 2, 3, 4, 5, 6, 8]
+    # the attention view (B x L = 3 x 4): each position's packed token; padding (7, 9, 10, 11) reads token 0
+    assert pk.view_tok.tolist() == [1, 2, 3, 4, 1, 2, 5, 0, 0, 0, 0, 0]
     assert Packing(ids, att, share=False).slot_tok is None
+    assert Packing(ids, att, share=False).view_tok.tolist() == [0, 1, 2, 3, 4, 5, 6, 0, 7, 0, 0, 0]
+    # dummy rounding tokens (pad_to: 20 real tokens -> 32) are read by no view position
+    long = torch.arange(3, 23).view(2, 10)
+    pk = Packing(long, torch.ones_like(long), pad_to=4)
+    assert pk.N == 32 and pk.view_tok.tolist() == list(range(20))
 
 
 def grads(model):
