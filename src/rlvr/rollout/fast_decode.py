@@ -127,11 +127,13 @@ class _Layer:
         else:
             self.bqkv = None
         self.wo_t, self.bo = c(att.o_proj.weight).t(), c(att.o_proj.bias)
-        self.wgu_t = c(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])).t() if fuse_mlp else None
-        self.wg_t, self.wu_t = c(mlp.gate_proj.weight).t(), c(mlp.up_proj.weight).t()
-        self.wd_t = c(mlp.down_proj.weight).t()
         biases = (c(mlp.gate_proj.bias), c(mlp.up_proj.bias), c(mlp.down_proj.bias))
         self.bmlp = biases if any(b is not None for b in biases) else None
+        fused = fuse_mlp and self.bmlp is None  # else gate and up as two matmuls: only one form is built (a copy
+        # each in the compute dtype)
+        self.wgu_t = c(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight])).t() if fused else None
+        self.wg_t, self.wu_t = (None, None) if fused else (c(mlp.gate_proj.weight).t(), c(mlp.up_proj.weight).t())
+        self.wd_t = c(mlp.down_proj.weight).t()
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:

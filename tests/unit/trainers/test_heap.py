@@ -136,4 +136,4 @@ def test_loading_a_policy_on_the_cpu_sets_the_cap_before_any_training_forward(ti
     from rlvr.trainers.common import load_policy
     monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
     load_policy(tmp_path, "s", ModelConfig(path=tiny_dir), None, 0)
-    assert os.environ["LRU_CACHE_CAPACITY"] == "16"
+    assert os.environ["LRU_CACHE_CAPACITY"] == str(heap.IDEEP_CACHE)
