@@ -173,6 +173,21 @@ def test_weights_are_read_in_place_and_updates_are_seen():
     check_against_hf(model)  # the next decoder (next generate call) computes the updated model
 
 
+def test_bf16_compute_copies_each_weight_once(monkeypatch):
+    """Under a compute dtype every projection weight is copied once: the fused gate/up or, unfused, the two
+    separate ones, never both (each form is a copy of the MLP's largest weights)."""
+    torch.manual_seed(0)
+    model = sharpen(llama_tied())
+    _, att = batch([3, 3, 5], 5)
+    mlp = model.model.layers[0].mlp
+    L = FastDecoder(model, att, 6, torch.bfloat16).layers[0]
+    assert L.wgu_t is not None and L.wg_t is None and L.wu_t is None
+    assert L.wgu_t.dtype == torch.bfloat16 and L.wgu_t.shape == (mlp.gate_proj.in_features, 2 * mlp.gate_proj.out_features)
+    monkeypatch.setattr(fast_decode, "FUSE_MAX_BYTES", 0)
+    L = FastDecoder(model, att, 6, torch.bfloat16).layers[0]
+    assert L.wgu_t is None and L.wg_t.dtype == L.wu_t.dtype == torch.bfloat16
+
+
 @torch.no_grad()
 def test_bf16_weights_follow_hf_casts():
     torch.manual_seed(0)
