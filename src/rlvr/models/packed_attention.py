@@ -127,8 +127,10 @@ class PackedCausalAttention(torch.autograd.Function):
     gradients are exactly 0, so the outputs and gradients are those of the zero-padded view. The view is one
     row gather (was: a gather along the head dim, a zero fill and a scatter: ~4x the time), the backward one
     ``index_add`` along the tokens, in view order (= slot order, as ``IndexSelectBackward`` accumulates a shared
-    token's rows): the gradient is the unfused expression's bit for bit
-    (``tests/unit/models/test_packed_fused.py``)."""
+    token's rows). In float32 the gradient is the unfused expression's bit for bit; with bf16 heads ``index_add``
+    along the first dim sums a shared token's rows in float32 and rounds once, where autograd's backward of a bf16
+    ``index_select`` rounds after every row: the unfused expression's gradient with its gather done in float32,
+    bit for bit (``tests/unit/models/test_packed_fused.py``)."""
 
     @staticmethod
     def forward(ctx, heads, view_tok, owner_view, B: int, L: int, scale: float):

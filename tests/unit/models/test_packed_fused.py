@@ -124,7 +124,9 @@ def test_packed_attention_equals_scatter_then_attention(shared, bf16):
             nbytes, o = saved_bytes(lambda: packed_causal_attention(src.transpose(0, 1), view_tok, owner, B, L, 0.5))
         else:
             def plain():
-                view = scatter_to_view(src.index_select(1, tok), slot_view, B * L)
+                # a bf16 gather done in float32: a shared token's rows summed in float32, rounded once (as the
+                # fused backward's index_add)
+                view = scatter_to_view(src.float().index_select(1, tok).to(src.dtype), slot_view, B * L)
                 q, k, v = (t.reshape(H * B, L, D) for t in view.split([H, H, H], dim=0))
                 o = causal_attention(q, k, v, 0.5).view(H, B * L, D).index_select(1, owner)
                 return o.transpose(0, 1).reshape(len(owner), H * D)
