@@ -31,8 +31,13 @@ def _probs(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
     return torch.softmax(s, dim=-1)
 
 
+def _wide_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype attention's arithmetic runs in for inputs like ``t``: float64 / float32 kept, else float32."""
+    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
+
+
 def _wide(t: torch.Tensor) -> torch.Tensor:
-    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+    return t.to(_wide_dtype(t))
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
@@ -100,18 +105,14 @@ def _attention_grads_into(q, k, v, do, scale: float, dtype) -> torch.Tensor:
     return out.to(dtype)
 
 
-def _view_dtype(t: torch.Tensor) -> torch.dtype:
-    return t.dtype if t.dtype in (torch.float32, torch.float64) else torch.float32
-
-
 def _packed_view(heads: torch.Tensor, view_tok: torch.Tensor, B: int, L: int) -> torch.Tensor:
     """The attention view of the packed heads ``[N, 3H, D]`` (token-major, as the fused q/k/v projection writes
     them) as ``[3, H·B, L, D]`` in float32 (:func:`_wide`'s dtype): one row gather (``view_tok [B·L]``: the
     packed token at each view position; padding positions read any token, see :class:`PackedCausalAttention`)
     and one copy that casts and puts the heads first."""
-    N, H3, D = heads.shape
+    H3, D = heads.shape[1:]
     g = heads.index_select(0, view_tok).view(B, L, 3, H3 // 3, D).permute(2, 3, 0, 1, 4)
-    return torch.empty(g.shape, dtype=_view_dtype(heads), device=heads.device).copy_(g).view(3, H3 // 3 * B, L, D)
+    return torch.empty(g.shape, dtype=_wide_dtype(heads), device=heads.device).copy_(g).view(3, H3 // 3 * B, L, D)
 
 
 class PackedCausalAttention(torch.autograd.Function):
@@ -145,7 +146,7 @@ class PackedCausalAttention(torch.autograd.Function):
     def backward(ctx, do):
         heads, view_tok, owner_view = ctx.saved_tensors
         B, L = ctx.B, ctx.L
-        N, H3, D = heads.shape
+        H3, D = heads.shape[1:]
         H = H3 // 3
         q, k, v = _packed_view(heads, view_tok, B, L)
         dfull = do.new_zeros(B * L, H * D).index_add_(0, owner_view, do)       # IndexSelectBackward
