@@ -18,6 +18,8 @@ the index (autograd's ``index_copy`` keeps its whole source for the backward, fo
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 import torch.nn.functional as F
 
@@ -115,6 +117,44 @@ def _packed_view(heads: torch.Tensor, view_tok: torch.Tensor, B: int, L: int) ->
     return torch.empty(g.shape, dtype=_wide_dtype(heads), device=heads.device).copy_(g).view(3, H3 // 3 * B, L, D)
 
 
+_lib = None
+
+
+def _native_lib():
+    """``rlvr/native/packed_attention.c`` loaded (argument types set), or None (``rlvr.native.build``)."""
+    global _lib
+    from rlvr.native import build
+
+    if not build.enabled():
+        return None
+    if _lib is None:
+        lib = build.load("packed_attention")
+        if lib is not None:
+            P, I = ctypes.c_void_p, ctypes.c_int
+            head = [P, I, I, I, I, I, I, P, P, ctypes.c_float]
+            lib.rlvr_pattn_fwd.argtypes = head + [P, I]
+            lib.rlvr_pattn_bwd.argtypes = head + [P, P, I]
+            lib.rlvr_pattn_fwd.restype = lib.rlvr_pattn_bwd.restype = I
+        _lib = lib or False
+    return _lib or None
+
+
+def native_attention(heads: torch.Tensor) -> bool:
+    """Whether :class:`PackedCausalAttention` runs its C kernels for ``heads``: CPU, float32 or bf16, contiguous,
+    native kernels on (``RLVR_NATIVE``) and built."""
+    return (heads.device.type == "cpu" and heads.dtype in (torch.float32, torch.bfloat16) and heads.is_contiguous()
+            and _native_lib() is not None)
+
+
+def _native_call(fn: str, heads, view_tok, need, B: int, L: int, scale: float, *bufs) -> None:
+    N, H3, D = heads.shape
+    rc = getattr(_native_lib(), fn)(heads.data_ptr(), int(heads.dtype == torch.bfloat16), N, H3 // 3, D, B, L,
+                                    view_tok.data_ptr(), need.data_ptr(), scale, *[t.data_ptr() for t in bufs],
+                                    torch.get_num_threads())
+    if rc:
+        raise MemoryError(f"{fn}: could not allocate its work buffers (B={B}, L={L}, D={D})")
+
+
 class PackedCausalAttention(torch.autograd.Function):
     """Causal attention of the packed heads ``heads [N, 3H, D]`` (q, k, v heads of the packed tokens,
     token-major) on the padded attention view (each row's tokens at ``0 .. len-1``) -> ``o [N, H·D]``, each
@@ -135,19 +175,31 @@ class PackedCausalAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, heads, view_tok, owner_view, B: int, L: int, scale: float):
+        ctx.B, ctx.L, ctx.scale = B, L, scale
+        if native_attention(heads):  # rlvr/native/packed_attention.c: the same function, float32 arithmetic
+            view_tok = view_tok.contiguous()
+            need = torch.zeros(B * L, dtype=torch.uint8, device=heads.device).index_fill_(0, owner_view, 1)
+            out = torch.empty(B * L, heads.shape[1] // 3 * heads.shape[2], dtype=torch.float32, device=heads.device)
+            _native_call("rlvr_pattn_fwd", heads, view_tok, need, B, L, scale, out)
+            ctx.save_for_backward(heads, view_tok, owner_view, need)
+            return out.index_select(0, owner_view)
         q, k, v = _packed_view(heads, view_tok, B, L)
         H, D = heads.shape[1] // 3, heads.shape[2]
         o = _attend(q, k, v, scale)                                              # [H·B, L, D]
         ctx.save_for_backward(heads, view_tok, owner_view)
-        ctx.B, ctx.L, ctx.scale = B, L, scale
         return o.view(H, B * L, D).transpose(0, 1).reshape(B * L, H * D).index_select(0, owner_view)
 
     @staticmethod
     def backward(ctx, do):
-        heads, view_tok, owner_view = ctx.saved_tensors
+        heads, view_tok, owner_view, *native = ctx.saved_tensors
         B, L = ctx.B, ctx.L
         H3, D = heads.shape[1:]
         H = H3 // 3
+        if native:
+            dfull = torch.zeros(B * L, H * D, dtype=torch.float32, device=do.device).index_add_(0, owner_view, do.float())
+            dheads = torch.zeros(heads.shape, dtype=torch.float32, device=heads.device)
+            _native_call("rlvr_pattn_bwd", heads, view_tok, native[0], B, L, ctx.scale, dfull, dheads)
+            return dheads.to(heads.dtype), None, None, None, None, None
         q, k, v = _packed_view(heads, view_tok, B, L)
         dfull = do.new_zeros(B * L, H * D).index_add_(0, owner_view, do)       # IndexSelectBackward
         dfull = dfull.view(B, L, H, D).permute(2, 0, 1, 3).reshape(H * B, L, D)  # TransposeBackward, ViewBackward

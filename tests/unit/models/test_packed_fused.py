@@ -142,7 +142,35 @@ def test_packed_attention_equals_scatter_then_attention(shared, bf16):
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
 def test_the_grpo_update_gradient_is_the_unfused_graphs_bit_for_bit(monkeypatch, bf16):
     """Prefix-shared rows, KL, entropy bonus: every parameter's gradient is the same with the fusions
-    (``packed_forward.FUSED``) as without, and the fusions keep fewer tensors."""
+    (``packed_forward.FUSED``) as without, and the fusions keep fewer tensors. The PyTorch path (native kernels
+    off): the C attention sums in another order (next test)."""
+    monkeypatch.setenv("RLVR_NATIVE", "0")
+    grads, nbytes = grpo_update_grads(monkeypatch, bf16)
+    for a, b in zip(grads[True], grads[False]):
+        assert torch.equal(a, b), f"max |diff| {float((a - b).abs().max()):.3g}"
+    assert nbytes[True] < (0.9 if bf16 else 0.8) * nbytes[False], nbytes
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_the_grpo_update_gradient_with_native_attention_is_the_unfused_graphs(monkeypatch, bf16):
+    """The same update with the C attention kernel (``rlvr/native/packed_attention.c``): every gradient equals the
+    unfused graph's up to float32 summation order (bf16: up to the bf16 roundings the two orders give)."""
+    from rlvr.models import packed_attention as pa
+
+    monkeypatch.setenv("RLVR_NATIVE", "1")
+    if pa._native_lib() is None:
+        pytest.skip("native kernels cannot be built here")
+    grads, nbytes = grpo_update_grads(monkeypatch, bf16)
+    tol = 3e-2 if bf16 else 2e-5
+    for a, b in zip(grads[True], grads[False]):
+        scale = float(b.abs().max()) or 1.0
+        assert float((a - b).abs().max()) <= tol * scale, f"max |diff| {float((a - b).abs().max()):.3g} of {scale:.3g}"
+    assert nbytes[True] < (0.9 if bf16 else 0.8) * nbytes[False], nbytes
+
+
+def grpo_update_grads(monkeypatch, bf16: bool):
+    """Every parameter's gradient after one GRPO minibatch update with the fusions on and off, and the bytes each
+    keeps for backward."""
     g = torch.Generator().manual_seed(2)
     prompts = [[4, 11, 12, 13, 14, 15], [4, 21, 22]]
     seqs = [prompts[i // 4] + torch.randint(3, 100, (n,), generator=g).tolist() for i, n in enumerate([5, 2, 7, 3, 6, 1, 9, 4])]
@@ -162,9 +190,7 @@ def test_the_grpo_update_gradient_is_the_unfused_graphs_bit_for_bit(monkeypatch,
         batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 0.9, 8, bf16)
         nbytes, _ = saved_bytes(lambda: rl.update_minibatch(model, batch, cfg, 0, on_policy=True, bf16=bf16))
         out[fused] = ([p.grad.clone() for p in model.parameters()], nbytes)
-    for a, b in zip(out[True][0], out[False][0]):
-        assert torch.equal(a, b), f"max |diff| {float((a - b).abs().max()):.3g}"
-    assert out[True][1] < (0.9 if bf16 else 0.8) * out[False][1], (out[True][1], out[False][1])
+    return {k: v[0] for k, v in out.items()}, {k: v[1] for k, v in out.items()}
 
 
 def test_the_stacked_weight_is_built_once_a_block_and_rebuilt_after_any_update():

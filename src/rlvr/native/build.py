@@ -1,0 +1,136 @@
+"""Compile and load rlvr's small C kernels (``rlvr/native/*.c``) with the machine's C compiler, once per
+source and machine, and cache the shared library.
+
+No torch headers, no Python C API: each ``.c`` file is plain C99 loaded with :mod:`ctypes`, so compiling takes
+~1 s and needs only ``cc`` (gcc or clang). ``-march=native`` tunes the loops for this CPU, so the cache key
+is the source's hash, the flags, the compiler's version and the CPU's model and flags (a home directory shared
+by different machines gets one library per CPU). The library is written to a temporary name and renamed
+(atomic: concurrent processes never load a half-written file).
+
+Where: ``$RLVR_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/rlvr/native``, else ``~/.cache/rlvr/native``.
+``RLVR_NATIVE=0`` turns every kernel off (callers then take their PyTorch path); so does a missing compiler or
+a failed build, logged once with the reason. :func:`load` returns None in those cases.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).resolve().parent
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-std=gnu99")
+OPENMP = {"packed_attention": True, "decode_step": True}
+"""Kernels that use OpenMP threads (``-fopenmp``: linked against ``libgomp.so.1``, which resolves to the runtime
+torch has already loaded, so they share its thread pool); the others only ``-fopenmp-simd``."""
+_loaded: dict[str, ctypes.CDLL | None] = {}
+
+
+def enabled() -> bool:
+    """False when ``RLVR_NATIVE`` is ``0``, ``off`` or ``false``."""
+    return os.environ.get("RLVR_NATIVE", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("RLVR_NATIVE_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rlvr" / "native"
+
+
+def _compiler() -> str | None:
+    for cc in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cc and shutil.which(cc):
+            return cc
+    return None
+
+
+def _cpu_id() -> str:
+    """The CPU's model name and feature flags (what ``-march=native`` compiles for)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = [ln for ln in f if ln.startswith(("model name", "flags", "Features"))]
+        return "".join(sorted(set(info)))
+    except OSError:
+        return platform.processor() or platform.machine()
+
+
+def flags(name: str) -> tuple[str, ...]:
+    return (*FLAGS, "-fopenmp" if OPENMP.get(name) else "-fopenmp-simd")
+
+
+def _key(src: bytes, cc: str, flags: tuple[str, ...]) -> str:
+    try:
+        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = ""
+    h = hashlib.sha256(src)
+    for part in (" ".join(flags), version, _cpu_id(), platform.machine()):
+        h.update(b"\0" + part.encode())
+    return h.hexdigest()[:16]
+
+
+def _build(name: str) -> Path:
+    """The cached library for ``name``.c, compiled now if missing. Raises RuntimeError saying why it cannot."""
+    src_path = HERE / f"{name}.c"
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
+    src = src_path.read_bytes()
+    out_dir = cache_dir()
+    fl = flags(name)
+    lib = out_dir / f"{name}-{_key(src, cc, fl)}.so"
+    if lib.exists():
+        return lib
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=out_dir)
+    os.close(fd)
+    try:
+        res = subprocess.run([cc, *fl, "-o", tmp, str(src_path), "-lm"], capture_output=True, text=True, check=False,
+                             timeout=300)
+        if res.returncode != 0:
+            raise RuntimeError(f"{cc} failed on {src_path}: {res.stderr.strip()[-2000:]}")
+        os.replace(tmp, lib)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return lib
+
+
+def load(name: str) -> ctypes.CDLL | None:
+    """``rlvr/native/<name>.c`` compiled and loaded (cached per process), or None when native kernels are off
+    or cannot be built here (the reason is logged once)."""
+    if not enabled():
+        return None
+    if name not in _loaded:
+        try:
+            _loaded[name] = ctypes.CDLL(str(_build(name)))
+        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            log.warning("rlvr native kernel %s unavailable, using the PyTorch path: %s", name, e)
+            _loaded[name] = None
+    return _loaded[name]
+
+
+def torch_sgemm() -> int | None:
+    """The address of the Fortran ``sgemm_`` that torch's CPU build carries (MKL's, in libtorch_cpu), or None
+    when this torch build exports none."""
+    import torch
+
+    libdir = Path(torch.__file__).resolve().parent / "lib"
+    for cand in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        path = libdir / cand
+        if path.exists():
+            try:
+                return ctypes.cast(ctypes.CDLL(str(path)).sgemm_, ctypes.c_void_p).value
+            except (OSError, AttributeError):
+                return None
+    return None

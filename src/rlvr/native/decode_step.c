@@ -1,0 +1,325 @@
+/* One decode step of a Llama-family decoder in float32, for rlvr.rollout.fast_decode (NativeStep).
+
+   The same function as FastDecoder.step's tensor ops (RMSNorm, fused QKV projection with RoPE on adjacent
+   pairs, K/V written into the cache, one query's softmax attention over the cache with the additive padding
+   mask, output projection added to the residual, SwiGLU MLP, final norm, last-position logits), in one call:
+   the projections go to the BLAS sgemm that torch itself calls (MKL's, bundled in libtorch_cpu, passed in
+   as a function pointer), everything else is plain loops. Per token it replaces ~25 tensor ops per layer,
+   each a few microseconds of dispatch on tensors of 64 x 128 floats.
+
+   The attention's rows run on torch's OpenMP threads (-fopenmp: libgomp.so.1 resolves to the copy torch has
+   loaded, whose pool sits idle between the GEMMs). Layouts are row-major and contiguous; see rlvr/native/decode.py for who owns what. */
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
+                         const float *, const int *, const float *, const int *, const float *, float *,
+                         const int *);
+
+typedef struct {
+    int L, Hd, H, Hkv, D, F, V, cap, Bcap, nqkv;
+    float scale, norm_eps;
+    const float *embed;   /* [V, Hd] */
+    const float *cis;     /* [cap, D/2, 2]: cos, sin */
+    const float *norm;    /* [Hd] */
+    const float *lm;      /* [V, Hd] */
+    float *kv;            /* [L, 2, Bcap, Hkv, cap, D] */
+    const float *mask;    /* [Bcap, cap] additive, or NULL */
+    const float *const *ln1, *const *ln2, *const *wqkv, *const *bqkv, *const *wo, *const *bo, *const *wgu,
+        *const *wd;       /* per layer; bqkv[l] / bo[l] may be NULL */
+    const float *eps1, *eps2;
+    float *h, *x, *qkv, *att, *gu, *sc; /* scratch: [Bcap,Hd] x2, [Bcap,nqkv], [Bcap,H*D], [Bcap,2F], [Bcap,cap] */
+    sgemm_fn sgemm;
+    /* bf16 projections (the rlvr_bf16_* calls; torch runs the matmuls between them): rows padded to a bucket */
+    uint16_t *xb, *qkvb, *attb, *yb, *gub; /* [R,Hd], [R,nqkv], [R,H*D], [R,Hd], [R,2F] */
+} Dec;
+
+/* C[M,N] = beta C + A[M,K] W[N,K]^T, row-major, leading dimensions lda, ldw, ldc. */
+static void gemm_nt(const Dec *d, int M, int N, int K, const float *A, int lda, const float *W, int ldw,
+                    float beta, float *C, int ldc) {
+    const float one = 1.0f;
+    d->sgemm("T", "N", &N, &M, &K, &one, W, &ldw, A, &lda, &beta, C, &ldc);
+}
+
+static void rms(const float *in, float *out, const float *w, int rows, int n, float eps) {
+    for (int b = 0; b < rows; b++) {
+        const float *xi = in + (size_t)b * n;
+        float *yo = out + (size_t)b * n;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < n; j++) s += xi[j] * xi[j];
+        float r = 1.0f / sqrtf(s / (float)n + eps);
+#pragma omp simd
+        for (int j = 0; j < n; j++) yo[j] = (xi[j] * r) * w[j];
+    }
+}
+
+/* exp(x) for x <= 0 (softmax) or any x (SiLU), ~1 ulp (Cephes' expf polynomial); exactly 0 below -87.3. */
+static inline float fexp(float x) {
+    float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
+    /* n = round(xc / ln 2) by the 1.5 * 2^23 trick (no floorf call: libm's is not inlined without
+       -ffast-math, and this loop must vectorise) */
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float s;
+    memcpy(&s, &e, sizeof s);
+    return x < -87.3f ? 0.0f : y * s;
+}
+
+
+/* one query's attention over a cache prefix: o = softmax(scale * K q + mask) V (K, V: [n, D] rows, mask: n
+   additive values or NULL; sc: n floats of scratch). Four keys' dot products at a time and the output summed
+   in registers, 32 dims at a time: one accumulator per product would wait on each step's latency. */
+static void attend_one(const float *q, const float *K, const float *V, int n, int D, float scale,
+                       const float *mask, float *sc, float *o) {
+    int p = 0;
+    for (; p + 3 < n; p += 4) {
+        const float *k0 = K + (size_t)p * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+        for (int j = 0; j < D; j++) {
+            a0 += q[j] * k0[j];
+            a1 += q[j] * k1[j];
+            a2 += q[j] * k2[j];
+            a3 += q[j] * k3[j];
+        }
+        sc[p] = a0, sc[p + 1] = a1, sc[p + 2] = a2, sc[p + 3] = a3;
+    }
+    for (; p < n; p++) {
+        const float *kp = K + (size_t)p * D;
+        float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+        for (int j = 0; j < D; j++) a += q[j] * kp[j];
+        sc[p] = a;
+    }
+    float mx = -INFINITY;
+    for (p = 0; p < n; p++) {
+        sc[p] = sc[p] * scale + (mask ? mask[p] : 0.0f);
+        mx = sc[p] > mx ? sc[p] : mx;
+    }
+    float z = 0.0f;
+#pragma omp simd reduction(+ : z)
+    for (p = 0; p < n; p++) {
+        const float e = fexp(sc[p] - mx);
+        sc[p] = e;
+        z += e;
+    }
+    const float inv = 1.0f / z;
+    int d0 = 0;
+    for (; d0 + 32 <= D; d0 += 32) { /* 32 dims in registers, even and odd positions apart */
+        float b0[32] = {0}, b1[32] = {0};
+        for (p = 0; p + 1 < n; p += 2) {
+            const float w0 = sc[p], w1 = sc[p + 1], *v0 = V + (size_t)p * D + d0, *v1 = v0 + D;
+#pragma omp simd
+            for (int u = 0; u < 32; u++) {
+                b0[u] += w0 * v0[u];
+                b1[u] += w1 * v1[u];
+            }
+        }
+        if (p < n) {
+            const float w0 = sc[p], *v0 = V + (size_t)p * D + d0;
+#pragma omp simd
+            for (int u = 0; u < 32; u++) b0[u] += w0 * v0[u];
+        }
+#pragma omp simd
+        for (int u = 0; u < 32; u++) o[d0 + u] = (b0[u] + b1[u]) * inv;
+    }
+    if (d0 < D) { /* the last D % 32 dims */
+        for (int u = d0; u < D; u++) o[u] = 0.0f;
+        for (p = 0; p < n; p++) {
+            const float w0 = sc[p], *v0 = V + (size_t)p * D;
+            for (int u = d0; u < D; u++) o[u] += w0 * v0[u];
+        }
+        for (int u = d0; u < D; u++) o[u] *= inv;
+    }
+}
+
+int rlvr_decode_step(const Dec *d, int B, int t, const int64_t *ids, const int64_t *pos, float *logits) {
+    const int Hd = d->Hd, H = d->H, Hkv = d->Hkv, D = d->D, F = d->F, nq = d->nqkv, HD = d->H * d->D;
+    const int grp = H / Hkv, half = D / 2, n = t + 1;
+    float *h = d->h, *x = d->x, *qkv = d->qkv, *att = d->att, *gu = d->gu, *sc = d->sc;
+    for (int b = 0; b < B; b++) memcpy(h + (size_t)b * Hd, d->embed + (size_t)ids[b] * Hd, sizeof(float) * Hd);
+    for (int l = 0; l < d->L; l++) {
+        rms(h, x, d->ln1[l], B, Hd, d->eps1[l]);
+        float beta = 0.0f;
+        if (d->bqkv[l]) {
+            for (int b = 0; b < B; b++) memcpy(qkv + (size_t)b * nq, d->bqkv[l], sizeof(float) * nq);
+            beta = 1.0f;
+        }
+        gemm_nt(d, B, nq, Hd, x, Hd, d->wqkv[l], Hd, beta, qkv, nq);
+        float *kc = d->kv + (size_t)l * 2 * d->Bcap * Hkv * d->cap * D;
+        float *vc = kc + (size_t)d->Bcap * Hkv * d->cap * D;
+        for (int b = 0; b < B; b++) {
+            float *row = qkv + (size_t)b * nq;
+            const float *cs = d->cis + (size_t)pos[b] * half * 2;
+            for (int hh = 0; hh < H + Hkv; hh++) { /* q and k heads: rotate adjacent pairs */
+                float *p = row + (size_t)hh * D;
+                for (int j = 0; j < half; j++) {
+                    float a = p[2 * j], c = p[2 * j + 1], co = cs[2 * j], si = cs[2 * j + 1];
+                    p[2 * j] = a * co - c * si;
+                    p[2 * j + 1] = a * si + c * co;
+                }
+            }
+            for (int g = 0; g < Hkv; g++) { /* this token's K, V into the cache at position t */
+                size_t at = (((size_t)b * Hkv + g) * d->cap + t) * D;
+                memcpy(kc + at, row + HD + (size_t)g * D, sizeof(float) * D);
+                memcpy(vc + at, row + HD + (size_t)(Hkv + g) * D, sizeof(float) * D);
+            }
+        }
+#pragma omp parallel for schedule(static)
+        for (int b = 0; b < B; b++) { /* rows in parallel: torch's OpenMP pool, idle between the GEMMs */
+            const float *mrow = d->mask ? d->mask + (size_t)b * d->cap : NULL;
+            for (int hq = 0; hq < H; hq++) {
+                const int g = hq / grp;
+                attend_one(qkv + (size_t)b * nq + (size_t)hq * D, kc + ((size_t)b * Hkv + g) * d->cap * D,
+                           vc + ((size_t)b * Hkv + g) * d->cap * D, n, D, d->scale, mrow, sc + (size_t)b * d->cap,
+                           att + (size_t)b * HD + (size_t)hq * D);
+            }
+        }
+        if (d->bo[l])
+            for (int b = 0; b < B; b++)
+                for (int j = 0; j < Hd; j++) h[(size_t)b * Hd + j] += d->bo[l][j];
+        gemm_nt(d, B, Hd, HD, att, HD, d->wo[l], HD, 1.0f, h, Hd);
+        rms(h, x, d->ln2[l], B, Hd, d->eps2[l]);
+        gemm_nt(d, B, 2 * F, Hd, x, Hd, d->wgu[l], Hd, 0.0f, gu, 2 * F);
+        for (int b = 0; b < B; b++) {
+            float *gr = gu + (size_t)b * 2 * F;
+#pragma omp simd
+            for (int j = 0; j < F; j++) {
+                float g = gr[j];
+                gr[j] = g / (1.0f + fexp(-g)) * gr[F + j];
+            }
+        }
+        gemm_nt(d, B, Hd, F, gu, 2 * F, d->wd[l], F, 1.0f, h, Hd);
+    }
+    rms(h, x, d->norm, B, Hd, d->norm_eps);
+    gemm_nt(d, B, d->V, Hd, x, Hd, d->lm, Hd, 0.0f, logits, d->V);
+    return 0;
+}
+
+/* ---- bf16 projections: torch's bf16 matmuls (oneDNN) between these calls; the values of FastDecoder's
+   compute_dtype=bf16 path (autocast's numerics): residual stream, norms, KV cache and attention in float32,
+   the projections' inputs and outputs rounded to bf16, RoPE rotated in float32 and rounded once. */
+
+static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch's float -> bfloat16; branch-free */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u; /* NaN stays NaN */
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
+}
+
+static inline float from_bf16(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* xb[b] = bf16(rms(h[b]) * w) for b < B, rows B..m-1 zero (they only pad the matmuls' row count) */
+static void rms_to_bf16(const Dec *d, int B, int m, const float *w, float eps) {
+    const int n = d->Hd;
+    for (int b = 0; b < B; b++) {
+        const float *xi = d->h + (size_t)b * n;
+        uint16_t *yo = d->xb + (size_t)b * n;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int j = 0; j < n; j++) s += xi[j] * xi[j];
+        const float r = 1.0f / sqrtf(s / (float)n + eps);
+#pragma omp simd
+        for (int j = 0; j < n; j++) yo[j] = to_bf16((xi[j] * r) * w[j]);
+    }
+    memset(d->xb + (size_t)B * n, 0, sizeof(uint16_t) * (size_t)(m - B) * n);
+}
+
+int rlvr_bf16_embed_rms(const Dec *d, int B, int m, const int64_t *ids) {
+    for (int b = 0; b < B; b++)
+        memcpy(d->h + (size_t)b * d->Hd, d->embed + (size_t)ids[b] * d->Hd, sizeof(float) * d->Hd);
+    rms_to_bf16(d, B, m, d->ln1[0], d->eps1[0]);
+    return 0;
+}
+
+/* h += yb (B rows); then xb = bf16(rms(h) * w) (w, eps: the next norm) */
+int rlvr_bf16_add_rms(const Dec *d, int B, int m, const float *w, float eps) {
+    const int n = d->Hd;
+    for (int b = 0; b < B; b++) {
+        float *hi = d->h + (size_t)b * n;
+        const uint16_t *yi = d->yb + (size_t)b * n;
+#pragma omp simd
+        for (int j = 0; j < n; j++) hi[j] += from_bf16(yi[j]);
+    }
+    rms_to_bf16(d, B, m, w, eps);
+    return 0;
+}
+
+/* layer l, after qkvb = xb W_qkv: RoPE on q and k (float32, rounded to bf16), this token's K, V into the float32
+   cache at t, one query's attention per head (float32) -> attb (bf16, rows B..m-1 zero) */
+int rlvr_bf16_attend(const Dec *d, int l, int B, int m, int t, const int64_t *pos) {
+    const int H = d->H, Hkv = d->Hkv, D = d->D, nq = d->nqkv, HD = d->H * d->D;
+    const int grp = H / Hkv, half = D / 2, n = t + 1;
+    float *kc = d->kv + (size_t)l * 2 * d->Bcap * Hkv * d->cap * D;
+    float *vc = kc + (size_t)d->Bcap * Hkv * d->cap * D;
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; b++) { /* rows in parallel: torch's OpenMP pool, idle between the GEMMs */
+        float *q = d->qkv + (size_t)b * nq, *o = d->att + (size_t)b * HD, *sc = d->sc + (size_t)b * d->cap;
+        uint16_t *row = d->qkvb + (size_t)b * nq;
+        const float *cs = d->cis + (size_t)pos[b] * half * 2;
+        for (int hh = 0; hh < H + Hkv; hh++) {
+            uint16_t *p = row + (size_t)hh * D;
+            for (int j = 0; j < half; j++) {
+                const float a = from_bf16(p[2 * j]), c = from_bf16(p[2 * j + 1]), co = cs[2 * j], si = cs[2 * j + 1];
+                p[2 * j] = to_bf16(a * co - c * si);
+                p[2 * j + 1] = to_bf16(a * si + c * co);
+            }
+        }
+        for (int g = 0; g < Hkv; g++) {
+            const size_t at = (((size_t)b * Hkv + g) * d->cap + t) * D;
+            const uint16_t *kn = row + HD + (size_t)g * D, *vn = row + HD + (size_t)(Hkv + g) * D;
+#pragma omp simd
+            for (int j = 0; j < D; j++) {
+                kc[at + j] = from_bf16(kn[j]);
+                vc[at + j] = from_bf16(vn[j]);
+            }
+        }
+        const float *mrow = d->mask ? d->mask + (size_t)b * d->cap : NULL;
+        for (int hq = 0; hq < H; hq++) {
+            const int g = hq / grp;
+            const float *K = kc + ((size_t)b * Hkv + g) * d->cap * D;
+            const float *V = vc + ((size_t)b * Hkv + g) * d->cap * D;
+#pragma omp simd
+            for (int j = 0; j < D; j++) q[j] = from_bf16(row[(size_t)hq * D + j]);
+            attend_one(q, K, V, n, D, d->scale, mrow, sc, o);
+            uint16_t *ob = d->attb + (size_t)b * HD + (size_t)hq * D;
+#pragma omp simd
+            for (int j = 0; j < D; j++) ob[j] = to_bf16(o[j]);
+        }
+    }
+    memset(d->attb + (size_t)B * HD, 0, sizeof(uint16_t) * (size_t)(m - B) * HD);
+    return 0;
+}
+
+/* gub[:, :F] = bf16(bf16(silu(g)) * u) for the m rows (padding rows are 0 and stay 0) */
+int rlvr_bf16_swiglu(const Dec *d, int m) {
+    const int F = d->F;
+    for (int b = 0; b < m; b++) {
+        uint16_t *gr = d->gub + (size_t)b * 2 * F;
+#pragma omp simd
+        for (int j = 0; j < F; j++) {
+            const float g = from_bf16(gr[j]);
+            const float a = from_bf16(to_bf16(g / (1.0f + fexp(-g))));
+            gr[j] = to_bf16(a * from_bf16(gr[F + j]));
+        }
+    }
+    return 0;
+}
