@@ -18,6 +18,7 @@ are the plain expression's bit for bit, alone and inside the whole packed forwar
 from __future__ import annotations
 
 import contextlib
+import ctypes
 
 import torch
 import torch.nn.functional as F
@@ -107,6 +108,59 @@ def fused_weight(Ws: tuple[torch.Tensor, ...], perm: torch.Tensor | None, dtype)
     return m
 
 
+# ------------------------------------------------------------------ the C kernels (rlvr/native/norm_swiglu.c)
+
+_lib = None
+
+
+def _native_lib():
+    """``norm_swiglu.c`` loaded (argument types set), or None: native kernels off or not buildable here."""
+    global _lib
+    from rlvr.native import build
+
+    if not build.enabled():
+        return None
+    if _lib is None:
+        lib = build.load("norm_swiglu")
+        if lib is not None:
+            P, I, Fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+            for fn, args in (("rlvr_rms_fwd", [P, I, I, P, Fl, P, P, I]), ("rlvr_rms_bwd", [P, P, P, P, I, I, P, P]),
+                             ("rlvr_swiglu_fwd", [P, I, I, I, P]), ("rlvr_swiglu_bwd", [P, P, I, I, I, P])):
+                getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, I
+        _lib = lib or False
+    return _lib or None
+
+
+def _native_norm(h: torch.Tensor, w: torch.Tensor, cast) -> bool:
+    """Whether :class:`NormLinear` runs its norm in C: float32 CPU ``h`` and ``w``, contiguous, projection in
+    float32 or bf16."""
+    return (h.device.type == "cpu" and h.dtype == w.dtype == torch.float32 and h.dim() == 2 and h.is_contiguous()
+            and w.is_contiguous() and cast in (None, torch.float32, torch.bfloat16) and _native_lib() is not None)
+
+
+def _native_swiglu(gu: torch.Tensor) -> bool:
+    """Whether :class:`SwiGLULinear` runs SwiGLU in C: a contiguous 2-D float32 or bf16 CPU ``gu``."""
+    return (gu.device.type == "cpu" and gu.dtype in (torch.float32, torch.bfloat16) and gu.dim() == 2
+            and gu.is_contiguous() and gu.shape[1] % 2 == 0 and _native_lib() is not None)
+
+
+def _rms_c(h: torch.Tensor, w: torch.Tensor, eps: float, cast):
+    """``(r [N, 1], x = w · h r)`` by ``rlvr_rms_fwd``, x in ``cast`` (None: float32)."""
+    N, n = h.shape
+    r = torch.empty(N, 1, dtype=torch.float32)
+    x = torch.empty(N, n, dtype=cast or torch.float32)
+    _native_lib().rlvr_rms_fwd(h.data_ptr(), N, n, w.data_ptr(), eps, r.data_ptr(), x.data_ptr(),
+                               int(x.dtype == torch.bfloat16))
+    return r, x
+
+
+def _swiglu_c(gu: torch.Tensor) -> torch.Tensor:
+    N, F2 = gu.shape
+    a = torch.empty(N, F2 // 2, dtype=gu.dtype)
+    _native_lib().rlvr_swiglu_fwd(gu.data_ptr(), N, F2 // 2, int(gu.dtype == torch.bfloat16), a.data_ptr())
+    return a
+
+
 def _split_grad(ctx, dmat: torch.Tensor | None):
     """The gradient of each weight from the gradient of the matrix :func:`fused_weight` built from them (as
     autograd's ``IndexSelectBackward`` and ``CatBackward`` would give it)."""
@@ -132,6 +186,16 @@ class NormLinear(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, h, h_again, w, b, eps: float, mat, perm, *Ws):
+        cast = _autocast_dtype(h)
+        ctx.native = _native_norm(h, w, cast)
+        if ctx.native:  # rlvr/native/norm_swiglu.c: the same function in one pass, float32 arithmetic
+            r, x = _rms_c(h, w, eps, cast)
+            ctx.cast, ctx.has_b, ctx.eps = cast, b is not None, eps
+            need = ctx.needs_input_grad
+            ctx.needs = (need[0] or need[1] or need[2], any(need[7:]), need[3])
+            ctx.perm, ctx.sizes, ctx.w_dtype = perm, [W.shape[0] for W in Ws], Ws[0].dtype
+            ctx.save_for_backward(h, r, w, mat, b if b is not None else mat.new_empty(0))
+            return _project(x, mat, b, cast)
         hf = h.float()
         r = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
         x = w * (hf * r).to(h.dtype)
@@ -146,6 +210,8 @@ class NormLinear(torch.autograd.Function):
     def backward(ctx, dout):
         h, r, w, mat, b = ctx.saved_tensors
         b = b if ctx.has_b else None
+        if ctx.native:
+            return NormLinear._native_backward(ctx, dout, h, r, w, mat, b)
         hf = h.float()
         y = (hf * r).to(h.dtype)
         dx, dmat, db = _project_backward(ctx, dout, w * y, mat, b, ctx.w_dtype)
@@ -163,6 +229,25 @@ class NormLinear(torch.autograd.Function):
             dh_mul, dh_pow = dh_mul.to(h.dtype), dh_pow.to(h.dtype)
         return (dh_mul, dh_pow, dw, db, None, None, None, *_split_grad(ctx, dmat))
 
+    @staticmethod
+    def _native_backward(ctx, dout, h, r, w, mat, b):
+        """The C norm's backward: the projection's ``mm`` formulas on the recomputed (same) projection input, then
+        ``rlvr_rms_bwd`` for h's whole gradient (one tensor: the two contributions summed in C) and w's."""
+        _, xc = _rms_c(h, w, ctx.eps, ctx.cast)
+        need_x, need_W, need_b = ctx.needs
+        with torch.autocast(h.device.type, enabled=False):
+            dx = dout.mm(mat).float() if need_x else None                      # MmBackward: self
+            dmat = dout.t().mm(xc).to(ctx.w_dtype) if need_W else None         # MmBackward: mat2
+            db = dout.sum(0).to(b.dtype) if b is not None and need_b else None
+        dh = dw = None
+        if dx is not None:
+            N, n = h.shape
+            dh = torch.empty_like(h)
+            dw = torch.empty_like(w) if ctx.needs_input_grad[2] else None
+            _native_lib().rlvr_rms_bwd(h.data_ptr(), r.data_ptr(), w.data_ptr(), dx.contiguous().data_ptr(), N, n,
+                                       dh.data_ptr(), None if dw is None else dw.data_ptr())
+        return (dh, None, dw, db, None, None, None, *_split_grad(ctx, dmat))
+
 
 class SwiGLULinear(torch.autograd.Function):
     """``linear(silu(g) * u, W, b)`` for a 2-D ``gu = [g | u]``, ``mat`` = W in the compute dtype
@@ -175,12 +260,22 @@ class SwiGLULinear(torch.autograd.Function):
         ctx.cast, ctx.has_b, ctx.w_dtype = _autocast_dtype(gu), b is not None, W.dtype
         ctx.needs = ctx.needs_input_grad[:3]
         ctx.save_for_backward(gu, mat, b if b is not None else mat.new_empty(0))
-        return _project(silu_mul(gu), mat, b, ctx.cast)
+        ctx.native = _native_swiglu(gu)
+        return _project(_swiglu_c(gu) if ctx.native else silu_mul(gu), mat, b, ctx.cast)
 
     @staticmethod
     def backward(ctx, dout):
         gu, mat, b = ctx.saved_tensors
         b = b if ctx.has_b else None
+        if ctx.native:  # rlvr/native/norm_swiglu.c: the product recomputed, then SwiGLU's backward in one pass
+            ds, dW, db = _project_backward(ctx, dout, _swiglu_c(gu), mat, b, ctx.w_dtype)
+            if ds is None:
+                return None, dW, db, None
+            ds = ds.contiguous()
+            dgu = torch.empty_like(gu)
+            _native_lib().rlvr_swiglu_bwd(gu.data_ptr(), ds.data_ptr(), gu.shape[0], gu.shape[1] // 2,
+                                          int(gu.dtype == torch.bfloat16), dgu.data_ptr())
+            return dgu, dW, db, None
         g, u = gu.chunk(2, dim=-1)
         sg = F.silu(g)
         ds, dW, db = _project_backward(ctx, dout, sg * u, mat, b, ctx.w_dtype)

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-std=gnu99")
-OPENMP = {"packed_attention": True, "decode_step": True}
+OPENMP = {"packed_attention": True, "decode_step": True, "norm_swiglu": True}
 """Kernels that use OpenMP threads (``-fopenmp``: linked against ``libgomp.so.1``, which resolves to the runtime
 torch has already loaded, so they share its thread pool); the others only ``-fopenmp-simd``."""
 _loaded: dict[str, ctypes.CDLL | None] = {}

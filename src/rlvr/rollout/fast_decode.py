@@ -236,7 +236,7 @@ class FastDecoder:
     def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """One token per row: ``_forward`` with T = 1, into preallocated buffers."""
         if self.native is not None:
-            return self.native.step(ids, pos)
+            return self.native.step(self, ids, pos)
         B, t = ids.shape[0], self.t
         if t + 1 > self.capacity:
             raise ValueError(f"FastDecoder: {t + 1} positions exceed the cache capacity {self.capacity}")

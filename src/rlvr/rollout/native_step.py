@@ -93,11 +93,14 @@ def _ptrs(ts) -> ctypes.Array:
 
 
 class NativeStep:
-    """Binds FastDecoder ``dec``'s buffers once; ``step(ids, pos)`` is ``dec.step``'s function in one C call."""
+    """Binds FastDecoder ``dec``'s buffers once; ``step(dec, ids, pos)`` is ``dec.step``'s function in one C call.
+    It keeps no reference to ``dec`` (``dec`` owns it: a cycle would keep each decoder's KV cache alive until the
+    garbage collector's next full pass, ~40 MB a ``generate()`` at 5m), only raw pointers into its buffers, which
+    live as long as ``dec``."""
 
     def __init__(self, dec):
         lib, sgemm = _library()
-        self.lib, self.dec = lib, dec
+        self.lib = lib
         L0 = dec.layers[0]
         B, Hd = dec.kv.shape[2], dec.embed.shape[1]
         F = L0.wgu_t.shape[1] // 2
@@ -132,26 +135,25 @@ class NativeStep:
                 setattr(self.s, k, v.data_ptr())
         self._ref = ctypes.byref(self.s)
 
-    def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        dec = self.dec
+    def step(self, dec, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         B, t = ids.shape[0], dec.t
         if t + 1 > dec.capacity:
             raise ValueError(f"FastDecoder: {t + 1} positions exceed the cache capacity {dec.capacity}")
         ids = ids.reshape(-1).to(torch.long).contiguous()
         pos = pos.reshape(-1).to(torch.long).contiguous()
         if self.bf16:
-            return self._step_bf16(B, t, ids, pos)
+            return self._step_bf16(dec, B, t, ids, pos)
         out = torch.empty(B, self.V, dtype=torch.float32)
         self.lib.rlvr_decode_step(self._ref, B, t, ids.data_ptr(), pos.data_ptr(), out.data_ptr())
         dec.t = t + 1
         return out
 
-    def _step_bf16(self, B: int, t: int, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def _step_bf16(self, dec, B: int, t: int, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """bf16 projections: torch's bf16 matmuls (oneDNN, at row counts rounded up to a bucket: fast_decode's
         ROW_BUCKET) with the code between them in C, on the values FastDecoder's bf16 step computes."""
         from rlvr.rollout.fast_decode import _bucket
 
-        dec, lib, ref, bb = self.dec, self.lib, self._ref, self._bb
+        lib, ref, bb = self.lib, self._ref, self._bb
         m = _bucket(B)
         xb, qkvb, attb, yb, gub = (bb[k][:m] for k in ("xb", "qkvb", "attb", "yb", "gub"))
         F = gub.shape[1] // 2

@@ -17,6 +17,14 @@ from rlvr.models.packed_fused import norm_linear, rms, swiglu_linear
 from rlvr.models.tiny import build_tiny
 
 
+@pytest.fixture(autouse=True)
+def pytorch_path(monkeypatch):
+    """These tests pin the PyTorch path's bit-for-bit equalities: native kernels off unless a test turns them on
+    (its C kernels sum in other orders; they are checked against these paths in test_norm_swiglu_native.py,
+    test_packed_attention_native.py and below)."""
+    monkeypatch.setenv("RLVR_NATIVE", "0")
+
+
 def saved_bytes(fn):
     """Bytes of the non-leaf tensors autograd saves while ``fn()`` runs, and fn's result."""
     total = [0]
@@ -143,8 +151,7 @@ def test_packed_attention_equals_scatter_then_attention(shared, bf16):
 def test_the_grpo_update_gradient_is_the_unfused_graphs_bit_for_bit(monkeypatch, bf16):
     """Prefix-shared rows, KL, entropy bonus: every parameter's gradient is the same with the fusions
     (``packed_forward.FUSED``) as without, and the fusions keep fewer tensors. The PyTorch path (native kernels
-    off): the C attention sums in another order (next test)."""
-    monkeypatch.setenv("RLVR_NATIVE", "0")
+    off): the C kernels sum in other orders (next test)."""
     grads, nbytes = grpo_update_grads(monkeypatch, bf16)
     for a, b in zip(grads[True], grads[False]):
         assert torch.equal(a, b), f"max |diff| {float((a - b).abs().max()):.3g}"
@@ -152,9 +159,9 @@ def test_the_grpo_update_gradient_is_the_unfused_graphs_bit_for_bit(monkeypatch,
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
-def test_the_grpo_update_gradient_with_native_attention_is_the_unfused_graphs(monkeypatch, bf16):
-    """The same update with the C attention kernel (``rlvr/native/packed_attention.c``): every gradient equals the
-    unfused graph's up to float32 summation order (bf16: up to the bf16 roundings the two orders give)."""
+def test_the_grpo_update_gradient_with_native_kernels_is_the_unfused_graphs(monkeypatch, bf16):
+    """The same update with the C kernels (``rlvr/native/``: the attention, RMSNorm and SwiGLU): every gradient
+    equals the unfused graph's up to float32 summation order (bf16: up to the bf16 roundings the orders give)."""
     from rlvr.models import packed_attention as pa
 
     monkeypatch.setenv("RLVR_NATIVE", "1")
