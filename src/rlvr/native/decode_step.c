@@ -26,7 +26,7 @@ typedef struct {
     const float *cis;     /* [cap, D/2, 2]: cos, sin */
     const float *norm;    /* [Hd] */
     const float *lm;      /* [V, Hd] */
-    float *kv;            /* [L, 2, Bcap, Hkv, cap, D] */
+    void *kv;             /* [L, 2, Bcap, Hkv, cap, D]: float32 (rlvr_decode_step), bf16 (rlvr_bf16_*) */
     const float *mask;    /* [Bcap, cap] additive, or NULL */
     const float *const *ln1, *const *ln2, *const *wqkv, *const *bqkv, *const *wo, *const *bo, *const *wgu,
         *const *wd;       /* per layer; bqkv[l] / bo[l] may be NULL */
@@ -81,27 +81,38 @@ static inline float fexp(float x) {
 
 /* one query's attention over a cache prefix: o = softmax(scale * K q + mask) V (K, V: [n, D] rows, mask: n
    additive values or NULL; sc: n floats of scratch). Four keys' dot products at a time and the output summed
-   in registers, 32 dims at a time: one accumulator per product would wait on each step's latency. */
-static void attend_one(const float *q, const float *K, const float *V, int n, int D, float scale,
+   in registers, 32 dims at a time: one accumulator per product would wait on each step's latency.
+   The cache is float32 (attend_one) or bf16 (attend_one_bf16, read exactly as float32). */
+static inline float ld_f32(float v) { return v; }
+static inline float ld_bf16(uint16_t v) {
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+#define NAME attend_one
+#define CT float
+#define LD ld_f32
+static void NAME(const float *q, const CT *K, const CT *V, int n, int D, float scale,
                        const float *mask, float *sc, float *o) {
     int p = 0;
     for (; p + 3 < n; p += 4) {
-        const float *k0 = K + (size_t)p * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+        const CT *k0 = K + (size_t)p * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
         float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma omp simd reduction(+ : a0, a1, a2, a3)
         for (int j = 0; j < D; j++) {
-            a0 += q[j] * k0[j];
-            a1 += q[j] * k1[j];
-            a2 += q[j] * k2[j];
-            a3 += q[j] * k3[j];
+            a0 += q[j] * LD(k0[j]);
+            a1 += q[j] * LD(k1[j]);
+            a2 += q[j] * LD(k2[j]);
+            a3 += q[j] * LD(k3[j]);
         }
         sc[p] = a0, sc[p + 1] = a1, sc[p + 2] = a2, sc[p + 3] = a3;
     }
     for (; p < n; p++) {
-        const float *kp = K + (size_t)p * D;
+        const CT *kp = K + (size_t)p * D;
         float a = 0.0f;
 #pragma omp simd reduction(+ : a)
-        for (int j = 0; j < D; j++) a += q[j] * kp[j];
+        for (int j = 0; j < D; j++) a += q[j] * LD(kp[j]);
         sc[p] = a;
     }
     float mx = -INFINITY;
@@ -121,17 +132,19 @@ static void attend_one(const float *q, const float *K, const float *V, int n, in
     for (; d0 + 32 <= D; d0 += 32) { /* 32 dims in registers, even and odd positions apart */
         float b0[32] = {0}, b1[32] = {0};
         for (p = 0; p + 1 < n; p += 2) {
-            const float w0 = sc[p], w1 = sc[p + 1], *v0 = V + (size_t)p * D + d0, *v1 = v0 + D;
+            const float w0 = sc[p], w1 = sc[p + 1];
+            const CT *v0 = V + (size_t)p * D + d0, *v1 = v0 + D;
 #pragma omp simd
             for (int u = 0; u < 32; u++) {
-                b0[u] += w0 * v0[u];
-                b1[u] += w1 * v1[u];
+                b0[u] += w0 * LD(v0[u]);
+                b1[u] += w1 * LD(v1[u]);
             }
         }
         if (p < n) {
-            const float w0 = sc[p], *v0 = V + (size_t)p * D + d0;
+            const float w0 = sc[p];
+            const CT *v0 = V + (size_t)p * D + d0;
 #pragma omp simd
-            for (int u = 0; u < 32; u++) b0[u] += w0 * v0[u];
+            for (int u = 0; u < 32; u++) b0[u] += w0 * LD(v0[u]);
         }
 #pragma omp simd
         for (int u = 0; u < 32; u++) o[d0 + u] = (b0[u] + b1[u]) * inv;
@@ -139,12 +152,90 @@ static void attend_one(const float *q, const float *K, const float *V, int n, in
     if (d0 < D) { /* the last D % 32 dims */
         for (int u = d0; u < D; u++) o[u] = 0.0f;
         for (p = 0; p < n; p++) {
-            const float w0 = sc[p], *v0 = V + (size_t)p * D;
-            for (int u = d0; u < D; u++) o[u] += w0 * v0[u];
+            const float w0 = sc[p];
+            const CT *v0 = V + (size_t)p * D;
+            for (int u = d0; u < D; u++) o[u] += w0 * LD(v0[u]);
         }
         for (int u = d0; u < D; u++) o[u] *= inv;
     }
 }
+
+#undef NAME
+#undef CT
+#undef LD
+#define NAME attend_one_bf16
+#define CT uint16_t
+#define LD ld_bf16
+static void NAME(const float *q, const CT *K, const CT *V, int n, int D, float scale,
+                       const float *mask, float *sc, float *o) {
+    int p = 0;
+    for (; p + 3 < n; p += 4) {
+        const CT *k0 = K + (size_t)p * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
+        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+        for (int j = 0; j < D; j++) {
+            a0 += q[j] * LD(k0[j]);
+            a1 += q[j] * LD(k1[j]);
+            a2 += q[j] * LD(k2[j]);
+            a3 += q[j] * LD(k3[j]);
+        }
+        sc[p] = a0, sc[p + 1] = a1, sc[p + 2] = a2, sc[p + 3] = a3;
+    }
+    for (; p < n; p++) {
+        const CT *kp = K + (size_t)p * D;
+        float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+        for (int j = 0; j < D; j++) a += q[j] * LD(kp[j]);
+        sc[p] = a;
+    }
+    float mx = -INFINITY;
+    for (p = 0; p < n; p++) {
+        sc[p] = sc[p] * scale + (mask ? mask[p] : 0.0f);
+        mx = sc[p] > mx ? sc[p] : mx;
+    }
+    float z = 0.0f;
+#pragma omp simd reduction(+ : z)
+    for (p = 0; p < n; p++) {
+        const float e = fexp(sc[p] - mx);
+        sc[p] = e;
+        z += e;
+    }
+    const float inv = 1.0f / z;
+    int d0 = 0;
+    for (; d0 + 32 <= D; d0 += 32) { /* 32 dims in registers, even and odd positions apart */
+        float b0[32] = {0}, b1[32] = {0};
+        for (p = 0; p + 1 < n; p += 2) {
+            const float w0 = sc[p], w1 = sc[p + 1];
+            const CT *v0 = V + (size_t)p * D + d0, *v1 = v0 + D;
+#pragma omp simd
+            for (int u = 0; u < 32; u++) {
+                b0[u] += w0 * LD(v0[u]);
+                b1[u] += w1 * LD(v1[u]);
+            }
+        }
+        if (p < n) {
+            const float w0 = sc[p];
+            const CT *v0 = V + (size_t)p * D + d0;
+#pragma omp simd
+            for (int u = 0; u < 32; u++) b0[u] += w0 * LD(v0[u]);
+        }
+#pragma omp simd
+        for (int u = 0; u < 32; u++) o[d0 + u] = (b0[u] + b1[u]) * inv;
+    }
+    if (d0 < D) { /* the last D % 32 dims */
+        for (int u = d0; u < D; u++) o[u] = 0.0f;
+        for (p = 0; p < n; p++) {
+            const float w0 = sc[p];
+            const CT *v0 = V + (size_t)p * D;
+            for (int u = d0; u < D; u++) o[u] += w0 * LD(v0[u]);
+        }
+        for (int u = d0; u < D; u++) o[u] *= inv;
+    }
+}
+
+#undef NAME
+#undef CT
+#undef LD
 
 int rlvr_decode_step(const Dec *d, int B, int t, const int64_t *ids, const int64_t *pos, float *logits) {
     const int Hd = d->Hd, H = d->H, Hkv = d->Hkv, D = d->D, F = d->F, nq = d->nqkv, HD = d->H * d->D;
@@ -159,7 +250,7 @@ int rlvr_decode_step(const Dec *d, int B, int t, const int64_t *ids, const int64
             beta = 1.0f;
         }
         gemm_nt(d, B, nq, Hd, x, Hd, d->wqkv[l], Hd, beta, qkv, nq);
-        float *kc = d->kv + (size_t)l * 2 * d->Bcap * Hkv * d->cap * D;
+        float *kc = (float *)d->kv + (size_t)l * 2 * d->Bcap * Hkv * d->cap * D;
         float *vc = kc + (size_t)d->Bcap * Hkv * d->cap * D;
         for (int b = 0; b < B; b++) {
             float *row = qkv + (size_t)b * nq;
@@ -268,8 +359,8 @@ int rlvr_bf16_add_rms(const Dec *d, int B, int m, const float *w, float eps) {
 int rlvr_bf16_attend(const Dec *d, int l, int B, int m, int t, const int64_t *pos) {
     const int H = d->H, Hkv = d->Hkv, D = d->D, nq = d->nqkv, HD = d->H * d->D;
     const int grp = H / Hkv, half = D / 2, n = t + 1;
-    float *kc = d->kv + (size_t)l * 2 * d->Bcap * Hkv * d->cap * D;
-    float *vc = kc + (size_t)d->Bcap * Hkv * d->cap * D;
+    uint16_t *kc = (uint16_t *)d->kv + (size_t)l * 2 * d->Bcap * Hkv * d->cap * D;
+    uint16_t *vc = kc + (size_t)d->Bcap * Hkv * d->cap * D;
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; b++) { /* rows in parallel: torch's OpenMP pool, idle between the GEMMs */
         float *q = d->qkv + (size_t)b * nq, *o = d->att + (size_t)b * HD, *sc = d->sc + (size_t)b * d->cap;
@@ -285,21 +376,17 @@ int rlvr_bf16_attend(const Dec *d, int l, int B, int m, int t, const int64_t *po
         }
         for (int g = 0; g < Hkv; g++) {
             const size_t at = (((size_t)b * Hkv + g) * d->cap + t) * D;
-            const uint16_t *kn = row + HD + (size_t)g * D, *vn = row + HD + (size_t)(Hkv + g) * D;
-#pragma omp simd
-            for (int j = 0; j < D; j++) {
-                kc[at + j] = from_bf16(kn[j]);
-                vc[at + j] = from_bf16(vn[j]);
-            }
+            memcpy(kc + at, row + HD + (size_t)g * D, sizeof(uint16_t) * D);
+            memcpy(vc + at, row + HD + (size_t)(Hkv + g) * D, sizeof(uint16_t) * D);
         }
         const float *mrow = d->mask ? d->mask + (size_t)b * d->cap : NULL;
         for (int hq = 0; hq < H; hq++) {
             const int g = hq / grp;
-            const float *K = kc + ((size_t)b * Hkv + g) * d->cap * D;
-            const float *V = vc + ((size_t)b * Hkv + g) * d->cap * D;
+            const uint16_t *K = kc + ((size_t)b * Hkv + g) * d->cap * D;
+            const uint16_t *V = vc + ((size_t)b * Hkv + g) * d->cap * D;
 #pragma omp simd
             for (int j = 0; j < D; j++) q[j] = from_bf16(row[(size_t)hq * D + j]);
-            attend_one(q, K, V, n, D, d->scale, mrow, sc, o);
+            attend_one_bf16(q, K, V, n, D, d->scale, mrow, sc, o);
             uint16_t *ob = d->attb + (size_t)b * HD + (size_t)hq * D;
 #pragma omp simd
             for (int j = 0; j < D; j++) ob[j] = to_bf16(o[j]);

@@ -157,9 +157,11 @@ class FastDecoder:
     (residual stream, norms, the KV cache and attention; q, k, v rounded to the compute dtype after RoPE, as
     the training forward keeps them): on a CPU with bf16 units the 5m tiny model's decode ran ~1.4x faster.
 
-    ``native`` (float32 compute): each ``step`` is one call into ``rlvr/native/decode_step.c`` on these same
-    buffers (:mod:`rlvr.rollout.native_step`; ``native_reason`` says why not where it does not apply): the 1m
-    tiny model's 64-row decode ran ~1.35x faster, the same samples.
+    ``native``: each ``step`` is one call into ``rlvr/native/decode_step.c`` on these same buffers (float32), or
+    C calls between torch's bf16 matmuls (``compute_dtype`` bf16; the KV cache is then kept in bf16: its values
+    are bf16-rounded either way): :mod:`rlvr.rollout.native_step`; ``native_reason`` says why not where it does
+    not apply. The 1m tiny model's 64-row float32 decode ran ~1.35x faster with the same samples, the 5m model's
+    bf16 decode ~1.6x.
     """
 
     @torch.no_grad()
@@ -188,7 +190,15 @@ class FastDecoder:
         B, P = prompt_mask.shape
         self.rows, self.t, self.capacity = B, 0, capacity
         kw = {"dtype": self.dtype, "device": dev}
-        self.kv = torch.empty(len(self.layers), 2, B, self.Hkv, capacity, self.D, **kw)
+        self.native, self.native_reason = None, "native=False"
+        if native:  # the per-token step as one C call where it applies (rollout/native_step.py)
+            from rlvr.rollout.native_step import native_reason
+
+            self.native_reason = native_reason(self)
+        # K and V in the compute dtype when the C step runs bf16 projections: they are bf16 values either way
+        # (rounded by the projection), so the cache holds the same numbers in half the bytes the step reads
+        kv_dtype = cd if cd is not None and self.native_reason is None else self.dtype
+        self.kv = torch.empty(len(self.layers), 2, B, self.Hkv, capacity, self.D, dtype=kv_dtype, device=dev)
         ckw, rows = (kw, B) if cd is None else ({"dtype": cd, "device": dev}, _bucket(B))
         self._qkv = torch.empty(rows, (self.H + 2 * self.Hkv) * self.D, **ckw)
         self._gu = torch.empty(rows, 2 * mlp0.gate_proj.out_features if fuse_mlp else 0, **ckw)
@@ -199,12 +209,10 @@ class FastDecoder:
         if self.padded:  # additive: `min` on left padding, 0 on prompt and generated positions
             self.mask = torch.zeros(B, capacity, dtype=self.dtype, device=dev)
             self.mask[:, :P].masked_fill_(prompt_mask == 0, self.min)
-        self.native, self.native_reason = None, "native=False"
-        if native:  # the per-token step as one C call where it applies (rollout/native_step.py)
-            from rlvr.rollout.native_step import NativeStep, native_reason
+        if self.native_reason is None:
+            from rlvr.rollout.native_step import NativeStep
 
-            self.native_reason = native_reason(self)
-            self.native = NativeStep(self) if self.native_reason is None else None
+            self.native = NativeStep(self)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """The prompt's forward on the first call, one token's afterwards."""
@@ -319,7 +327,7 @@ class FastDecoder:
             _rope_(torch.view_as_complex(pairs) if cis.is_complex() and cd is None else pairs, cis)
             self.kv[i, :, :B, :, t0:t1] = qkv[:, H * D:].view(B, T, 2, Hkv, D).permute(2, 0, 3, 1, 4)
             q = qkv[:, :H * D].view(B, T, H, D).transpose(1, 2).to(self.dtype)
-            k, v = self.kv[i, 0, :B, :, :t1], self.kv[i, 1, :B, :, :t1]
+            k, v = self.kv[i, 0, :B, :, :t1].to(self.dtype), self.kv[i, 1, :B, :, :t1].to(self.dtype)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and T > 1,
                                                scale=self.scale, enable_gqa=gqa)
             o = o.transpose(1, 2).reshape(B * T, H * D)

@@ -86,12 +86,14 @@ def test_where_the_native_step_does_not_apply_it_says_why(monkeypatch):
     biased = FastDecoder(sharpen(llama_untied_biased_scaled_rope()), att, 8)
     assert biased.native is None and "MLP biases" in biased.native_reason
     tied = sharpen(llama_tied())
-    assert FastDecoder(tied, att, 8, torch.bfloat16).native is not None  # bf16 projections on float32 weights
+    bf16 = FastDecoder(tied, att, 8, torch.bfloat16)
+    assert bf16.native is not None and bf16.kv.dtype == torch.bfloat16  # bf16 projections, K and V kept in bf16
     half = FastDecoder(sharpen(llama_tied()).to(torch.bfloat16), att, 8)
     assert half.native is None and half.native_reason == "not float32 weights with float32 or bf16 compute"
     monkeypatch.setenv("RLVR_NATIVE", "0")
     off = FastDecoder(tied, att, 8)
     assert off.native is None and off.native_reason == "RLVR_NATIVE=0"
+    assert FastDecoder(tied, att, 8, torch.bfloat16).kv.dtype == torch.float32  # the PyTorch step's float32 cache
 
 
 def test_native_step_refuses_to_write_past_the_cache(monkeypatch):
