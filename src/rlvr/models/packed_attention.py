@@ -117,26 +117,13 @@ def _packed_view(heads: torch.Tensor, view_tok: torch.Tensor, B: int, L: int) ->
     return torch.empty(g.shape, dtype=_wide_dtype(heads), device=heads.device).copy_(g).view(3, H3 // 3 * B, L, D)
 
 
-_lib = None
-
-
 def _native_lib():
-    """``rlvr/native/packed_attention.c`` loaded (argument types set), or None (``rlvr.native.build``)."""
-    global _lib
+    """``rlvr/native/packed_attention.c`` loaded, or None (``rlvr.native.build``: off, or not buildable here)."""
     from rlvr.native import build
 
-    if not build.enabled():
-        return None
-    if _lib is None:
-        lib = build.load("packed_attention")
-        if lib is not None:
-            P, I = ctypes.c_void_p, ctypes.c_int
-            head = [P, I, I, I, I, I, I, P, P, ctypes.c_float]
-            lib.rlvr_pattn_fwd.argtypes = head + [P, I]
-            lib.rlvr_pattn_bwd.argtypes = head + [P, P, I]
-            lib.rlvr_pattn_fwd.restype = lib.rlvr_pattn_bwd.restype = I
-        _lib = lib or False
-    return _lib or None
+    P, I = ctypes.c_void_p, ctypes.c_int
+    head = [P, I, I, I, I, I, I, P, P, ctypes.c_float]
+    return build.load("packed_attention", {"rlvr_pattn_fwd": head + [P, I], "rlvr_pattn_bwd": head + [P, P, I]})
 
 
 def native_attention(heads: torch.Tensor) -> bool:

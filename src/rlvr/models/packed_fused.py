@@ -110,25 +110,13 @@ def fused_weight(Ws: tuple[torch.Tensor, ...], perm: torch.Tensor | None, dtype)
 
 # ------------------------------------------------------------------ the C kernels (rlvr/native/norm_swiglu.c)
 
-_lib = None
-
-
 def _native_lib():
-    """``norm_swiglu.c`` loaded (argument types set), or None: native kernels off or not buildable here."""
-    global _lib
+    """``norm_swiglu.c`` loaded, or None (``rlvr.native.build``: off, or not buildable here)."""
     from rlvr.native import build
 
-    if not build.enabled():
-        return None
-    if _lib is None:
-        lib = build.load("norm_swiglu")
-        if lib is not None:
-            P, I, Fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-            for fn, args in (("rlvr_rms_fwd", [P, I, I, P, Fl, P, P, I]), ("rlvr_rms_bwd", [P, P, P, P, I, I, P, P]),
-                             ("rlvr_swiglu_fwd", [P, I, I, I, P]), ("rlvr_swiglu_bwd", [P, P, I, I, I, P])):
-                getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, I
-        _lib = lib or False
-    return _lib or None
+    P, I, Fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+    return build.load("norm_swiglu", {"rlvr_rms_fwd": [P, I, I, P, Fl, P, P, I], "rlvr_rms_bwd": [P, P, P, P, I, I, P, P],
+                                      "rlvr_swiglu_fwd": [P, I, I, I, P], "rlvr_swiglu_bwd": [P, P, I, I, I, P]})
 
 
 def _native_norm(h: torch.Tensor, w: torch.Tensor, cast) -> bool:

@@ -1,8 +1,8 @@
 """Compile and load rlvr's small C kernels (``rlvr/native/*.c``) with the machine's C compiler, once per
 source and machine, and cache the shared library.
 
-No torch headers, no Python C API: each ``.c`` file is plain C99 loaded with :mod:`ctypes`, so compiling takes
-~1 s and needs only ``cc`` (gcc or clang). ``-march=native`` tunes the loops for this CPU, so the cache key
+No torch headers, no Python C API: each ``.c`` file (with the directory's ``.h`` / ``.inc`` files) is plain C loaded
+with :mod:`ctypes`, so compiling takes ~1 s and needs only ``cc`` (gcc or clang). ``-march=native`` tunes the loops for this CPU, so the cache key
 is the source's hash, the flags, the compiler's version and the CPU's model and flags (a home directory shared
 by different machines gets one library per CPU). The library is written to a temporary name and renamed
 (atomic: concurrent processes never load a half-written file).
@@ -85,7 +85,7 @@ def _build(name: str) -> Path:
     cc = _compiler()
     if cc is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
-    src = src_path.read_bytes()
+    src = src_path.read_bytes() + b"".join(p.read_bytes() for p in sorted(HERE.glob("*.h")) + sorted(HERE.glob("*.inc")))
     out_dir = cache_dir()
     fl = flags(name)
     lib = out_dir / f"{name}-{_key(src, cc, fl)}.so"
@@ -106,15 +106,19 @@ def _build(name: str) -> Path:
     return lib
 
 
-def load(name: str) -> ctypes.CDLL | None:
+def load(name: str, signatures: dict[str, list] | None = None) -> ctypes.CDLL | None:
     """``rlvr/native/<name>.c`` compiled and loaded (cached per process), or None when native kernels are off
-    or cannot be built here (the reason is logged once)."""
+    or cannot be built here (the reason is logged once). ``signatures``: each function's ctypes argument types
+    (all return an int status), set when the library is first loaded."""
     if not enabled():
         return None
     if name not in _loaded:
         try:
-            _loaded[name] = ctypes.CDLL(str(_build(name)))
-        except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+            lib = ctypes.CDLL(str(_build(name)))
+            for fn, args in (signatures or {}).items():
+                getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, ctypes.c_int
+            _loaded[name] = lib
+        except (OSError, RuntimeError, AttributeError, subprocess.SubprocessError) as e:
             log.warning("rlvr native kernel %s unavailable, using the PyTorch path: %s", name, e)
             _loaded[name] = None
     return _loaded[name]

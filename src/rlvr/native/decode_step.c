@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "common.h"
+
 typedef void (*sgemm_fn)(const char *, const char *, const int *, const int *, const int *, const float *,
                          const float *, const int *, const float *, const int *, const float *, float *,
                          const int *);
@@ -57,182 +59,21 @@ static void rms(const float *in, float *out, const float *w, int rows, int n, fl
     }
 }
 
-/* exp(x) for x <= 0 (softmax) or any x (SiLU), ~1 ulp (Cephes' expf polynomial); exactly 0 below -87.3. */
-static inline float fexp(float x) {
-    float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-    /* n = round(xc / ln 2) by the 1.5 * 2^23 trick (no floorf call: libm's is not inlined without
-       -ffast-math, and this loop must vectorise) */
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
-    float s;
-    memcpy(&s, &e, sizeof s);
-    return x < -87.3f ? 0.0f : y * s;
-}
-
-
 /* one query's attention over a cache prefix: o = softmax(scale * K q + mask) V (K, V: [n, D] rows, mask: n
    additive values or NULL; sc: n floats of scratch). Four keys' dot products at a time and the output summed
    in registers, 32 dims at a time: one accumulator per product would wait on each step's latency.
    The cache is float32 (attend_one) or bf16 (attend_one_bf16, read exactly as float32). */
-static inline float ld_f32(float v) { return v; }
-static inline float ld_bf16(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 #define NAME attend_one
 #define CT float
 #define LD ld_f32
-static void NAME(const float *q, const CT *K, const CT *V, int n, int D, float scale,
-                       const float *mask, float *sc, float *o) {
-    int p = 0;
-    for (; p + 3 < n; p += 4) {
-        const CT *k0 = K + (size_t)p * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
-        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-        for (int j = 0; j < D; j++) {
-            a0 += q[j] * LD(k0[j]);
-            a1 += q[j] * LD(k1[j]);
-            a2 += q[j] * LD(k2[j]);
-            a3 += q[j] * LD(k3[j]);
-        }
-        sc[p] = a0, sc[p + 1] = a1, sc[p + 2] = a2, sc[p + 3] = a3;
-    }
-    for (; p < n; p++) {
-        const CT *kp = K + (size_t)p * D;
-        float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-        for (int j = 0; j < D; j++) a += q[j] * LD(kp[j]);
-        sc[p] = a;
-    }
-    float mx = -INFINITY;
-    for (p = 0; p < n; p++) {
-        sc[p] = sc[p] * scale + (mask ? mask[p] : 0.0f);
-        mx = sc[p] > mx ? sc[p] : mx;
-    }
-    float z = 0.0f;
-#pragma omp simd reduction(+ : z)
-    for (p = 0; p < n; p++) {
-        const float e = fexp(sc[p] - mx);
-        sc[p] = e;
-        z += e;
-    }
-    const float inv = 1.0f / z;
-    int d0 = 0;
-    for (; d0 + 32 <= D; d0 += 32) { /* 32 dims in registers, even and odd positions apart */
-        float b0[32] = {0}, b1[32] = {0};
-        for (p = 0; p + 1 < n; p += 2) {
-            const float w0 = sc[p], w1 = sc[p + 1];
-            const CT *v0 = V + (size_t)p * D + d0, *v1 = v0 + D;
-#pragma omp simd
-            for (int u = 0; u < 32; u++) {
-                b0[u] += w0 * LD(v0[u]);
-                b1[u] += w1 * LD(v1[u]);
-            }
-        }
-        if (p < n) {
-            const float w0 = sc[p];
-            const CT *v0 = V + (size_t)p * D + d0;
-#pragma omp simd
-            for (int u = 0; u < 32; u++) b0[u] += w0 * LD(v0[u]);
-        }
-#pragma omp simd
-        for (int u = 0; u < 32; u++) o[d0 + u] = (b0[u] + b1[u]) * inv;
-    }
-    if (d0 < D) { /* the last D % 32 dims */
-        for (int u = d0; u < D; u++) o[u] = 0.0f;
-        for (p = 0; p < n; p++) {
-            const float w0 = sc[p];
-            const CT *v0 = V + (size_t)p * D;
-            for (int u = d0; u < D; u++) o[u] += w0 * LD(v0[u]);
-        }
-        for (int u = d0; u < D; u++) o[u] *= inv;
-    }
-}
-
+#include "attend_one.inc"
 #undef NAME
 #undef CT
 #undef LD
 #define NAME attend_one_bf16
 #define CT uint16_t
-#define LD ld_bf16
-static void NAME(const float *q, const CT *K, const CT *V, int n, int D, float scale,
-                       const float *mask, float *sc, float *o) {
-    int p = 0;
-    for (; p + 3 < n; p += 4) {
-        const CT *k0 = K + (size_t)p * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
-        float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-        for (int j = 0; j < D; j++) {
-            a0 += q[j] * LD(k0[j]);
-            a1 += q[j] * LD(k1[j]);
-            a2 += q[j] * LD(k2[j]);
-            a3 += q[j] * LD(k3[j]);
-        }
-        sc[p] = a0, sc[p + 1] = a1, sc[p + 2] = a2, sc[p + 3] = a3;
-    }
-    for (; p < n; p++) {
-        const CT *kp = K + (size_t)p * D;
-        float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-        for (int j = 0; j < D; j++) a += q[j] * LD(kp[j]);
-        sc[p] = a;
-    }
-    float mx = -INFINITY;
-    for (p = 0; p < n; p++) {
-        sc[p] = sc[p] * scale + (mask ? mask[p] : 0.0f);
-        mx = sc[p] > mx ? sc[p] : mx;
-    }
-    float z = 0.0f;
-#pragma omp simd reduction(+ : z)
-    for (p = 0; p < n; p++) {
-        const float e = fexp(sc[p] - mx);
-        sc[p] = e;
-        z += e;
-    }
-    const float inv = 1.0f / z;
-    int d0 = 0;
-    for (; d0 + 32 <= D; d0 += 32) { /* 32 dims in registers, even and odd positions apart */
-        float b0[32] = {0}, b1[32] = {0};
-        for (p = 0; p + 1 < n; p += 2) {
-            const float w0 = sc[p], w1 = sc[p + 1];
-            const CT *v0 = V + (size_t)p * D + d0, *v1 = v0 + D;
-#pragma omp simd
-            for (int u = 0; u < 32; u++) {
-                b0[u] += w0 * LD(v0[u]);
-                b1[u] += w1 * LD(v1[u]);
-            }
-        }
-        if (p < n) {
-            const float w0 = sc[p];
-            const CT *v0 = V + (size_t)p * D + d0;
-#pragma omp simd
-            for (int u = 0; u < 32; u++) b0[u] += w0 * LD(v0[u]);
-        }
-#pragma omp simd
-        for (int u = 0; u < 32; u++) o[d0 + u] = (b0[u] + b1[u]) * inv;
-    }
-    if (d0 < D) { /* the last D % 32 dims */
-        for (int u = d0; u < D; u++) o[u] = 0.0f;
-        for (p = 0; p < n; p++) {
-            const float w0 = sc[p];
-            const CT *v0 = V + (size_t)p * D;
-            for (int u = d0; u < D; u++) o[u] += w0 * LD(v0[u]);
-        }
-        for (int u = d0; u < D; u++) o[u] *= inv;
-    }
-}
-
+#define LD from_bf16
+#include "attend_one.inc"
 #undef NAME
 #undef CT
 #undef LD
@@ -304,19 +145,7 @@ int rlvr_decode_step(const Dec *d, int B, int t, const int64_t *ids, const int64
    compute_dtype=bf16 path (autocast's numerics): residual stream, norms, KV cache and attention in float32,
    the projections' inputs and outputs rounded to bf16, RoPE rotated in float32 and rounded once. */
 
-static inline uint16_t to_bf16(float f) { /* round to nearest even, as torch's float -> bfloat16; branch-free */
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u; /* NaN stays NaN */
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
-}
 
-static inline float from_bf16(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 /* xb[b] = bf16(rms(h[b]) * w) for b < B, rows B..m-1 zero (they only pad the matmuls' row count) */
 static void rms_to_bf16(const Dec *d, int B, int m, const float *w, float eps) {

@@ -15,39 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-static inline float bf(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
+#include "common.h"
 
-static inline uint16_t to_bf(float f) { /* round to nearest even; NaN stays NaN */
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : r);
-}
 
-static inline float rnd(float f, int bf16) { return bf16 ? bf(to_bf(f)) : f; }
 
-static inline float fexp(float x) { /* ~1 ulp, 0 below -87.3, clamped above 88.7 (see decode_step.c) */
-    float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
-    float s;
-    memcpy(&s, &e, sizeof s);
-    return x < -87.3f ? 0.0f : y * s;
-}
+static inline float rnd(float f, int bf16) { return bf16 ? from_bf16(to_bf16(f)) : f; }
+
 
 /* r[N] and x[N, n] (bf16 if x_bf16, else float32) of RMSNorm over float32 h[N, n] */
 int rlvr_rms_fwd(const float *h, int N, int n, const float *w, float eps, float *r, void *x, int x_bf16) {
@@ -62,7 +35,7 @@ int rlvr_rms_fwd(const float *h, int N, int n, const float *w, float eps, float 
         if (x_bf16) {
             uint16_t *xo = (uint16_t *)x + (size_t)i * n;
 #pragma omp simd
-            for (int j = 0; j < n; j++) xo[j] = to_bf(w[j] * (hi[j] * ri));
+            for (int j = 0; j < n; j++) xo[j] = to_bf16(w[j] * (hi[j] * ri));
         } else {
             float *xo = (float *)x + (size_t)i * n;
 #pragma omp simd
@@ -117,8 +90,8 @@ int rlvr_swiglu_fwd(const void *gu, int N, int F, int bf16, void *a) {
             uint16_t *o = (uint16_t *)a + (size_t)i * F;
 #pragma omp simd
             for (int j = 0; j < F; j++) {
-                const float g = bf(gi[j]);
-                o[j] = to_bf(rnd(g / (1.0f + fexp(-g)), 1) * bf(gi[F + j]));
+                const float g = from_bf16(gi[j]);
+                o[j] = to_bf16(rnd(g / (1.0f + fexp(-g)), 1) * from_bf16(gi[F + j]));
             }
         } else {
             const float *gi = (const float *)gu + (size_t)i * 2 * F;
@@ -142,11 +115,11 @@ int rlvr_swiglu_bwd(const void *gu, const void *ds, int N, int F, int bf16, void
             uint16_t *o = (uint16_t *)dgu + (size_t)i * 2 * F;
 #pragma omp simd
             for (int j = 0; j < F; j++) {
-                const float g = bf(gi[j]), u = bf(gi[F + j]), d = bf(di[j]);
+                const float g = from_bf16(gi[j]), u = from_bf16(gi[F + j]), d = from_bf16(di[j]);
                 const float e1 = 1.0f + fexp(-g), sig = 1.0f / e1;
                 const float gd = rnd(d * u, 1);                        /* MulBackward: ds * u, rounded */
-                o[j] = to_bf(gd * sig * (1.0f + g * (1.0f - sig)));    /* silu_backward */
-                o[F + j] = to_bf(d * rnd(g / e1, 1));                  /* ds * silu(g) (silu as the forward) */
+                o[j] = to_bf16(gd * sig * (1.0f + g * (1.0f - sig)));    /* silu_backward */
+                o[F + j] = to_bf16(d * rnd(g / e1, 1));                  /* ds * silu(g) (silu as the forward) */
             }
         } else {
             const float *gi = (const float *)gu + (size_t)i * 2 * F, *di = (const float *)ds + (size_t)i * F;

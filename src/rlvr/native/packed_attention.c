@@ -22,6 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common.h"
+
 typedef struct {
     const void *heads;
     int bf16, N, H, D, B, L, h0, h1, backward;
@@ -34,30 +36,7 @@ typedef struct {
     int status;
 } Job;
 
-static inline float bf16_to_f32(uint16_t v) {
-    uint32_t u = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
-static inline float fexp(float x) { /* ~1 ulp, 0 below -87.3 (see decode_step.c) */
-    float xc = x < -87.3f ? -87.3f : (x > 88.7f ? 88.7f : x);
-    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    float r = xc - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
-    int32_t e = ((int32_t)n + 127) << 23;
-    float s;
-    memcpy(&s, &e, sizeof s);
-    return x < -87.3f ? 0.0f : y * s;
-}
 
 /* the row's head `which` (0 q, 1 k, 2 v) of head h as float32 [len, D] */
 static void gather(const Job *j, int b, int h, int which, int len, float *dst) {
@@ -68,7 +47,7 @@ static void gather(const Job *j, int b, int h, int which, int len, float *dst) {
         if (j->bf16) {
             const uint16_t *src = (const uint16_t *)j->heads + at;
 #pragma omp simd
-            for (int d = 0; d < D; d++) o[d] = bf16_to_f32(src[d]);
+            for (int d = 0; d < D; d++) o[d] = from_bf16(src[d]);
         } else {
             memcpy(o, (const float *)j->heads + at, sizeof(float) * D);
         }

@@ -38,28 +38,15 @@ class _Dec(ctypes.Structure):
     ]
 
 
-_lib = None
-_sgemm = None
-
-
 def _library():
     """The compiled step and torch's sgemm address, or (None, None) (native kernels off, or not buildable here)."""
-    global _lib, _sgemm
-    if not build.enabled():
-        return None, None
-    if _lib is None:
-        lib = build.load("decode_step")
-        sg = build.torch_sgemm() if lib is not None else None
-        if lib is not None and sg is not None:
-            dec, i = ctypes.POINTER(_Dec), ctypes.c_int
-            for fn, args in (("rlvr_decode_step", [dec, i, i, _P, _P, _P]), ("rlvr_bf16_embed_rms", [dec, i, i, _P]),
-                             ("rlvr_bf16_add_rms", [dec, i, i, _P, ctypes.c_float]),
-                             ("rlvr_bf16_attend", [dec, i, i, i, i, _P]), ("rlvr_bf16_swiglu", [dec, i])):
-                getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, i
-            _lib, _sgemm = lib, sg
-        else:
-            _lib = False
-    return (_lib, _sgemm) if _lib else (None, None)
+    dec, i = ctypes.POINTER(_Dec), ctypes.c_int
+    lib = build.load("decode_step", {
+        "rlvr_decode_step": [dec, i, i, _P, _P, _P], "rlvr_bf16_embed_rms": [dec, i, i, _P],
+        "rlvr_bf16_add_rms": [dec, i, i, _P, ctypes.c_float], "rlvr_bf16_attend": [dec, i, i, i, i, _P],
+        "rlvr_bf16_swiglu": [dec, i]})
+    sgemm = build.torch_sgemm() if lib is not None else None
+    return (lib, sgemm) if sgemm is not None else (None, None)
 
 
 def native_reason(dec) -> str | None:
