@@ -117,13 +117,16 @@ def _packed_view(heads: torch.Tensor, view_tok: torch.Tensor, B: int, L: int) ->
     return torch.empty(g.shape, dtype=_wide_dtype(heads), device=heads.device).copy_(g).view(3, H3 // 3 * B, L, D)
 
 
+_HEAD = [ctypes.c_void_p, *[ctypes.c_int] * 6, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float]
+_SIGNATURES = {"rlvr_pattn_fwd": [*_HEAD, ctypes.c_void_p, ctypes.c_int],
+               "rlvr_pattn_bwd": [*_HEAD, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]}
+
+
 def _native_lib():
     """``rlvr/native/packed_attention.c`` loaded, or None (``rlvr.native.build``: off, or not buildable here)."""
     from rlvr.native import build
 
-    P, I = ctypes.c_void_p, ctypes.c_int
-    head = [P, I, I, I, I, I, I, P, P, ctypes.c_float]
-    return build.load("packed_attention", {"rlvr_pattn_fwd": head + [P, I], "rlvr_pattn_bwd": head + [P, P, I]})
+    return build.load("packed_attention", _SIGNATURES)
 
 
 def native_attention(heads: torch.Tensor) -> bool:

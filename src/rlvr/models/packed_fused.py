@@ -110,13 +110,16 @@ def fused_weight(Ws: tuple[torch.Tensor, ...], perm: torch.Tensor | None, dtype)
 
 # ------------------------------------------------------------------ the C kernels (rlvr/native/norm_swiglu.c)
 
+_P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+_SIGNATURES = {"rlvr_rms_fwd": [_P, _I, _I, _P, _F, _P, _P, _I], "rlvr_rms_bwd": [_P, _P, _P, _P, _I, _I, _P, _P],
+               "rlvr_swiglu_fwd": [_P, _I, _I, _I, _P], "rlvr_swiglu_bwd": [_P, _P, _I, _I, _I, _P]}
+
+
 def _native_lib():
     """``norm_swiglu.c`` loaded, or None (``rlvr.native.build``: off, or not buildable here)."""
     from rlvr.native import build
 
-    P, I, Fl = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-    return build.load("norm_swiglu", {"rlvr_rms_fwd": [P, I, I, P, Fl, P, P, I], "rlvr_rms_bwd": [P, P, P, P, I, I, P, P],
-                                      "rlvr_swiglu_fwd": [P, I, I, I, P], "rlvr_swiglu_bwd": [P, P, I, I, I, P]})
+    return build.load("norm_swiglu", _SIGNATURES)
 
 
 def _native_norm(h: torch.Tensor, w: torch.Tensor, cast) -> bool:

@@ -1,10 +1,12 @@
 """Compile and load rlvr's small C kernels (``rlvr/native/*.c``) with the machine's C compiler, once per
 source and machine, and cache the shared library.
 
-No torch headers, no Python C API: each ``.c`` file (with the directory's ``.h`` / ``.inc`` files) is plain C loaded
-with :mod:`ctypes`, so compiling takes ~1 s and needs only ``cc`` (gcc or clang). ``-march=native`` tunes the loops for this CPU, so the cache key
-is the source's hash, the flags, the compiler's version and the CPU's model and flags (a home directory shared
-by different machines gets one library per CPU). The library is written to a temporary name and renamed
+No torch headers, no Python C API: each ``.c`` file (with the directory's ``.h`` / ``.inc`` files) is plain C
+loaded with :mod:`ctypes`, so compiling takes ~1 s and needs only ``cc`` (gcc or clang). ``-march=native`` tunes
+the loops for this CPU, so the cache key is the sources' hash, the flags, the compiler's version and the CPU's
+model and flags (a home directory shared by different machines gets one library per CPU). ``-fopenmp`` links
+``libgomp.so.1`` by name, which resolves to the runtime torch has already loaded: the kernels' threads are torch's
+pool. The library is written to a temporary name and renamed
 (atomic: concurrent processes never load a half-written file).
 
 Where: ``$RLVR_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/rlvr/native``, else ``~/.cache/rlvr/native``.
@@ -15,6 +17,7 @@ a failed build, logged once with the reason. :func:`load` returns None in those 
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -27,10 +30,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-std=gnu99")
-OPENMP = {"packed_attention": True, "decode_step": True, "norm_swiglu": True}
-"""Kernels that use OpenMP threads (``-fopenmp``: linked against ``libgomp.so.1``, which resolves to the runtime
-torch has already loaded, so they share its thread pool); the others only ``-fopenmp-simd``."""
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fPIC", "-shared", "-std=gnu99", "-fopenmp")
 _loaded: dict[str, ctypes.CDLL | None] = {}
 
 
@@ -54,6 +54,7 @@ def _compiler() -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
 def _cpu_id() -> str:
     """The CPU's model name and feature flags (what ``-march=native`` compiles for)."""
     try:
@@ -64,17 +65,17 @@ def _cpu_id() -> str:
         return platform.processor() or platform.machine()
 
 
-def flags(name: str) -> tuple[str, ...]:
-    return (*FLAGS, "-fopenmp" if OPENMP.get(name) else "-fopenmp-simd")
-
-
-def _key(src: bytes, cc: str, flags: tuple[str, ...]) -> str:
+@functools.lru_cache(maxsize=None)
+def _cc_version(cc: str) -> str:
     try:
-        version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
     except (OSError, subprocess.SubprocessError):
-        version = ""
+        return ""
+
+
+def _key(src: bytes, cc: str) -> str:
     h = hashlib.sha256(src)
-    for part in (" ".join(flags), version, _cpu_id(), platform.machine()):
+    for part in (" ".join(FLAGS), _cc_version(cc), _cpu_id(), platform.machine()):
         h.update(b"\0" + part.encode())
     return h.hexdigest()[:16]
 
@@ -87,15 +88,14 @@ def _build(name: str) -> Path:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
     src = src_path.read_bytes() + b"".join(p.read_bytes() for p in sorted(HERE.glob("*.h")) + sorted(HERE.glob("*.inc")))
     out_dir = cache_dir()
-    fl = flags(name)
-    lib = out_dir / f"{name}-{_key(src, cc, fl)}.so"
+    lib = out_dir / f"{name}-{_key(src, cc)}.so"
     if lib.exists():
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{name}-", suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        res = subprocess.run([cc, *fl, "-o", tmp, str(src_path), "-lm"], capture_output=True, text=True, check=False,
+        res = subprocess.run([cc, *FLAGS, "-o", tmp, str(src_path), "-lm"], capture_output=True, text=True, check=False,
                              timeout=300)
         if res.returncode != 0:
             raise RuntimeError(f"{cc} failed on {src_path}: {res.stderr.strip()[-2000:]}")
@@ -124,6 +124,7 @@ def load(name: str, signatures: dict[str, list] | None = None) -> ctypes.CDLL | 
     return _loaded[name]
 
 
+@functools.lru_cache(maxsize=1)
 def torch_sgemm() -> int | None:
     """The address of the Fortran ``sgemm_`` that torch's CPU build carries (MKL's, in libtorch_cpu), or None
     when this torch build exports none."""

@@ -38,13 +38,15 @@ class _Dec(ctypes.Structure):
     ]
 
 
+_D, _I = ctypes.POINTER(_Dec), ctypes.c_int
+_SIGNATURES = {"rlvr_decode_step": [_D, _I, _I, _P, _P, _P], "rlvr_bf16_embed_rms": [_D, _I, _I, _P],
+               "rlvr_bf16_add_rms": [_D, _I, _I, _P, ctypes.c_float], "rlvr_bf16_attend": [_D, _I, _I, _I, _I, _P],
+               "rlvr_bf16_swiglu": [_D, _I]}
+
+
 def _library():
     """The compiled step and torch's sgemm address, or (None, None) (native kernels off, or not buildable here)."""
-    dec, i = ctypes.POINTER(_Dec), ctypes.c_int
-    lib = build.load("decode_step", {
-        "rlvr_decode_step": [dec, i, i, _P, _P, _P], "rlvr_bf16_embed_rms": [dec, i, i, _P],
-        "rlvr_bf16_add_rms": [dec, i, i, _P, ctypes.c_float], "rlvr_bf16_attend": [dec, i, i, i, i, _P],
-        "rlvr_bf16_swiglu": [dec, i]})
+    lib = build.load("decode_step", _SIGNATURES)
     sgemm = build.torch_sgemm() if lib is not None else None
     return (lib, sgemm) if sgemm is not None else (None, None)
 
