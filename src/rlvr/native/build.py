@@ -65,7 +65,7 @@ def _cpu_id() -> str:
         return platform.processor() or platform.machine()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cc_version(cc: str) -> str:
     try:
         return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
