@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from rlvr.models.arch import llama_family_reason
 from rlvr.models.packed_attention import causal_attention, packed_causal_attention, scatter_to_view, swiglu
 from rlvr.models.packed_fused import norm_linear, rms as _rms, swiglu_linear
+from rlvr.models.packed_rope import rope_heads
 
 
 def unsupported_reason(model) -> str | None:
@@ -65,11 +66,6 @@ def supports(model) -> bool:
     """``unsupported_reason(model) is None`` (checked at every call, ~50 µs for a tiny model: a hook or an
     adapter added later is seen)."""
     return unsupported_reason(model) is None
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
 class Packing:
@@ -191,12 +187,9 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
             qk = torch.view_as_complex(heads[:, :Hq + Hkv].unflatten(-1, (D // 2, 2)))
             qk.mul_(cis)
         else:
-            qkv = _norm_proj(h, ln, w, b)
-            qk = qkv[:, :(Hq + Hkv) * D].view(N, Hq + Hkv, D)
-            qk = qk * cos + _rotate_half(qk) * sin
-            heads = torch.cat([qk, qkv[:, (Hq + Hkv) * D:].view(N, Hkv, D)], 1)
-        if torch.is_autocast_enabled(heads.device.type):  # the view in autocast's dtype (as its matmuls cast it)
-            heads = heads.to(torch.get_autocast_dtype(heads.device.type))
+            # the view in autocast's dtype (as its matmuls cast it)
+            cast = torch.get_autocast_dtype(h.device.type) if torch.is_autocast_enabled(h.device.type) else None
+            heads = rope_heads(_norm_proj(h, ln, w, b), cos, sin, Hq + 2 * Hkv, Hq + Hkv, D, cast)
         if FUSED and ATTENTION == "recompute" and Hq == Hkv and not pk.identity:  # saves the packed heads, not the view
             o = packed_causal_attention(heads, pk.view_tok, pk.owner_view, pk.B, pk.L, att.scaling)  # [N, Hq * D]
         else:

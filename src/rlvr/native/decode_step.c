@@ -147,39 +147,46 @@ int rlvr_decode_step(const Dec *d, int B, int t, const int64_t *ids, const int64
 
 
 
-/* xb[b] = bf16(rms(h[b]) * w) for b < B, rows B..m-1 zero (they only pad the matmuls' row count) */
-static void rms_to_bf16(const Dec *d, int B, int m, const float *w, float eps) {
+/* xb[b] = bf16(rms(h[b]) * w) for row b */
+static inline void rms_row_bf16(const Dec *d, int b, const float *w, float eps) {
     const int n = d->Hd;
-    for (int b = 0; b < B; b++) {
-        const float *xi = d->h + (size_t)b * n;
-        uint16_t *yo = d->xb + (size_t)b * n;
-        float s = 0.0f;
+    const float *xi = d->h + (size_t)b * n;
+    uint16_t *yo = d->xb + (size_t)b * n;
+    float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-        for (int j = 0; j < n; j++) s += xi[j] * xi[j];
-        const float r = 1.0f / sqrtf(s / (float)n + eps);
+    for (int j = 0; j < n; j++) s += xi[j] * xi[j];
+    const float r = 1.0f / sqrtf(s / (float)n + eps);
 #pragma omp simd
-        for (int j = 0; j < n; j++) yo[j] = to_bf16((xi[j] * r) * w[j]);
-    }
-    memset(d->xb + (size_t)B * n, 0, sizeof(uint16_t) * (size_t)(m - B) * n);
+    for (int j = 0; j < n; j++) yo[j] = to_bf16((xi[j] * r) * w[j]);
+}
+
+/* rows B..m-1 of xb zero (they only pad the matmuls' row count) */
+static void zero_pad_rows(const Dec *d, int B, int m) {
+    memset(d->xb + (size_t)B * d->Hd, 0, sizeof(uint16_t) * (size_t)(m - B) * d->Hd);
 }
 
 int rlvr_bf16_embed_rms(const Dec *d, int B, int m, const int64_t *ids) {
-    for (int b = 0; b < B; b++)
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; b++) {
         memcpy(d->h + (size_t)b * d->Hd, d->embed + (size_t)ids[b] * d->Hd, sizeof(float) * d->Hd);
-    rms_to_bf16(d, B, m, d->ln1[0], d->eps1[0]);
+        rms_row_bf16(d, b, d->ln1[0], d->eps1[0]);
+    }
+    zero_pad_rows(d, B, m);
     return 0;
 }
 
-/* h += yb (B rows); then xb = bf16(rms(h) * w) (w, eps: the next norm) */
+/* h += yb (B rows); then xb = bf16(rms(h) * w) (w, eps: the next norm); rows in parallel (torch's OpenMP pool) */
 int rlvr_bf16_add_rms(const Dec *d, int B, int m, const float *w, float eps) {
     const int n = d->Hd;
+#pragma omp parallel for schedule(static)
     for (int b = 0; b < B; b++) {
         float *hi = d->h + (size_t)b * n;
         const uint16_t *yi = d->yb + (size_t)b * n;
 #pragma omp simd
         for (int j = 0; j < n; j++) hi[j] += from_bf16(yi[j]);
+        rms_row_bf16(d, b, w, eps);
     }
-    rms_to_bf16(d, B, m, w, eps);
+    zero_pad_rows(d, B, m);
     return 0;
 }
 
@@ -228,6 +235,7 @@ int rlvr_bf16_attend(const Dec *d, int l, int B, int m, int t, const int64_t *po
 /* gub[:, :F] = bf16(bf16(silu(g)) * u) for the m rows (padding rows are 0 and stay 0) */
 int rlvr_bf16_swiglu(const Dec *d, int m) {
     const int F = d->F;
+#pragma omp parallel for schedule(static)
     for (int b = 0; b < m; b++) {
         uint16_t *gr = d->gub + (size_t)b * 2 * F;
 #pragma omp simd
