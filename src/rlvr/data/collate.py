@@ -47,13 +47,17 @@ def split_overhead(model, packed: bool = False) -> int:
     return base * PACKED_OVERHEAD_FACTOR if packed else base
 
 
-MICRO_ACTIVATION_BUDGET = {"cpu": 1024 * 256 * 6}
-"""Most padded tokens × hidden size × layers in one micro-batch, by device type (others: no budget): 1024
-tokens of the 5m tiny model, 3072 of the 1m. Activation memory grows with a micro-batch's tokens and the
-model's width and depth, while a cut costs a call's fixed cost and the prompt a group no longer shares, so
-the budget in tokens shrinks as the model grows. Doubled from 512 × 256 × 6 in session 12, once a training
-process no longer imported transformers' model code and dynamo (~85 MB): GRPO 1m step 0.61 → 0.50× TRL's and
-DPO 5m 0.47 → 0.40×, every peak RSS ≤ 0.61× TRL's. See docs/packed_forward.md for the measured trade-off."""
+MICRO_ACTIVATION_BUDGET = {"cpu": 2048 * 256 * 6}
+"""Most tokens × hidden size × layers in one micro-batch, by device type (others: no budget): 2048 tokens of
+the 5m tiny model, 6144 of the 1m; padded tokens, or, where the packed forward runs an RL update, the tokens
+it computes (a group's prompt once: ``plan_micro_batches(shared=...)``). Activation memory grows with a
+micro-batch's tokens and the model's width and depth, while a cut costs a call's fixed cost and the prompt a
+group no longer shares, so the budget in tokens shrinks as the model grows. Doubled from 512 × 256 × 6 in
+session 12, once a training process no longer imported transformers' model code and dynamo (~85 MB): GRPO 1m
+step 0.61 → 0.50× TRL's and DPO 5m 0.47 → 0.40×, every peak RSS ≤ 0.61× TRL's. Doubled again in session 20
+(fused RoPE; the RL budget in computed tokens), when one micro-batch instead of three cut the GRPO 5m bench's
+reference pass 0.079 → 0.067 s and its update 0.243 → 0.209 s (in-process A/B) for ~+15 MB of peak RSS. See
+docs/packed_forward.md and docs/benchmarks.md for the measured trade-off."""
 
 
 def micro_token_budget(model) -> int | None:
@@ -72,7 +76,7 @@ def micro_token_budget(model) -> int | None:
 
 
 def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int | None = None,
-                       groups: list | None = None) -> list[list[int]]:
+                       groups: list | None = None, shared: list[int] | None = None) -> list[list[int]]:
     """Cut rows into micro-batches of at most ``cap`` rows (and, given ``budget``, at most ``budget`` padded
     tokens, a longer row alone excepted) that minimise padded compute.
 
@@ -85,6 +89,11 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int 
     ``groups`` (a hashable key per row, e.g. its prompt): rows of one group are kept next to each other,
     groups ordered by their longest row, so that a cut forced by ``budget`` splits as few groups as it can
     (the packed forward computes a prefix the rows of one micro-batch share once).
+
+    ``shared`` (with ``groups``; per row, the length of the prefix it shares with the rest of its group, e.g.
+    its prompt): the budget counts the tokens the packed forward computes instead of padded ones, a group's
+    shared prefix once per micro-batch (``sum(lengths) - (rows of the group - 1) * shared``): what its
+    activations take. The cost the cutting minimises is unchanged.
     """
     n = len(lengths)
     if n == 0:
@@ -99,6 +108,8 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int 
             longest[g] = max(longest.get(g, 0), lengths[i])
         order = sorted(range(n), key=lambda i: (longest[groups[i]], first[groups[i]], lengths[i]))
     srt = np.array([lengths[i] for i in order], dtype=np.int64)
+    packed = _packed_tokens(srt, [groups[i] for i in order], [shared[i] for i in order]) \
+        if groups is not None and shared is not None else None
     best = np.zeros(n + 1, dtype=np.int64)
     cut = np.zeros(n + 1, dtype=np.int64)
     for j in range(1, n + 1):
@@ -107,7 +118,8 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int 
         size = j - np.arange(lo, j)
         cost = best[lo:j] + size * width + overhead
         if budget is not None:  # over budget: not allowed, unless the micro-batch is one row
-            cost = np.where((size * width > budget) & (size > 1), np.iinfo(np.int64).max, cost)
+            tokens = size * width if packed is None else packed(np.arange(lo, j), j)
+            cost = np.where((tokens > budget) & (size > 1), np.iinfo(np.int64).max, cost)
         k = int(cost.argmin())
         best[j], cut[j] = cost[k], lo + k
     micros, j = [], n
@@ -115,6 +127,20 @@ def plan_micro_batches(lengths: list[int], cap: int, overhead: int, budget: int 
         micros.append(order[cut[j]:j])
         j = int(cut[j])
     return micros[::-1]
+
+
+def _packed_tokens(lengths: np.ndarray, groups: list, shared: list[int]):
+    """``f(i, j)``: the tokens the packed forward computes for the rows ``[i, j)`` (``i`` an array) of rows whose
+    groups are contiguous: their lengths summed, each group's ``shared`` prefix counted once."""
+    s = np.array(shared, dtype=np.int64)
+    starts = np.array([k == 0 or groups[k] != groups[k - 1] for k in range(len(groups))])
+    cum_len, cum_s = np.concatenate([[0], np.cumsum(lengths)]), np.concatenate([[0], np.cumsum(s)])
+    cum_first = np.concatenate([[0], np.cumsum(np.where(starts, s, 0))])  # a group's prefix, at its first row
+
+    def f(i: np.ndarray, j: int) -> np.ndarray:
+        # every row's prefix off, then one back per group met: row i's own, and each group starting after i
+        return cum_len[j] - cum_len[i] - (cum_s[j] - cum_s[i]) + s[i] + cum_first[j] - cum_first[i + 1]
+    return f
 
 
 @dataclass

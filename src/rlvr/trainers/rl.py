@@ -187,9 +187,10 @@ def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) 
     fwd = [i for i in rows if i < len(batch)]
     prompts = [tuple(batch.input_ids[i][:batch.loss_mask[i].index(1)]) if 1 in batch.loss_mask[i] else i
                for i in fwd]  # keep a group's rows together: the packed forward shares their prompt
-    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro,
-                              split_overhead(model, packed_forward.supports(model)), micro_token_budget(model),
-                              prompts)
+    packed = packed_forward.supports(model)
+    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro, split_overhead(model, packed),
+                              micro_token_budget(model), prompts,
+                              [len(p) if isinstance(p, tuple) else 0 for p in prompts] if packed else None)
     return [[fwd[k] for k in m] for m in plan]
 
 

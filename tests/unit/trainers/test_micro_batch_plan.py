@@ -169,3 +169,50 @@ def test_model_micro_tokens_sets_the_budget(setting, expected):
         assert n == 1
     elif expected == 96:
         assert n == 4  # two 40-token rows a micro-batch
+
+
+def test_packed_budget_counts_a_groups_shared_prompt_once():
+    """Group A (prompt 4; rows of 10 and 12 tokens) and B (prompt 3; 7, 8, 9): the packed forward computes
+    (10 + 12 - 4) + (7 + 8 + 9 - 3 * 2) = 36 tokens, the padded batch 5 x 12 = 60. Under a budget of 40 the
+    packed count keeps one micro-batch where the padded one must cut."""
+    lengths, groups, shared = [10, 7, 12, 8, 9], ["A", "B", "A", "B", "B"], [4, 3, 4, 3, 3]
+    assert len(plan_micro_batches(lengths, 8, 10**6, 40, groups)) > 1
+    assert plan_micro_batches(lengths, 8, 10**6, 40, groups, shared) == [[1, 3, 4, 0, 2]]
+    assert len(plan_micro_batches(lengths, 8, 10**6, 35, groups, shared)) > 1  # 36 > 35: cut
+
+
+def test_packed_token_count_matches_a_direct_count():
+    rng = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        n = int(torch.randint(1, 12, (1,), generator=rng))
+        sizes = torch.randint(1, 4, (n,), generator=rng).tolist()
+        groups = [g for g, k in enumerate(sizes) for _ in range(k)]
+        prompt = torch.randint(0, 5, (len(sizes),), generator=rng).tolist()
+        shared = [prompt[g] for g in groups]
+        lengths = [s + int(torch.randint(1, 9, (1,), generator=rng)) for s in shared]
+        f = collate._packed_tokens(torch.tensor(lengths).numpy(), groups, shared)
+        for j in range(1, len(groups) + 1):
+            for i in range(j):
+                rows = range(i, j)
+                direct = sum(lengths[k] for k in rows) - sum(
+                    (sum(1 for k in rows if groups[k] == g) - 1) * prompt[g] for g in {groups[k] for k in rows})
+                assert int(f(torch.tensor([i]).numpy(), j)[0]) == direct, (i, j)
+
+
+def test_rl_update_budget_counts_the_packed_forwards_tokens(tiny_dir, monkeypatch):
+    """Two groups of 4 rows (prompt 10, completions 5): 120 padded tokens, 60 packed. Under an 80-token budget
+    the packed forward takes them in one micro-batch; the padded HF forward needs a cut."""
+    from rlvr.models import packed_forward
+    from rlvr.trainers.rl import update_micro_batches
+
+    model, _ = load_pretrained(tiny_dir)
+    c = model.config
+    monkeypatch.setitem(collate.MICRO_ACTIVATION_BUDGET, "cpu", 80 * c.hidden_size * c.num_hidden_layers)
+    monkeypatch.setitem(collate.SPLIT_OVERHEAD_TOKENS, "cpu", 10**6)
+    seqs = [[4 + g] * 10 + [20 + g * 4 + k] * 5 for g in range(2) for k in range(4)]
+    masks = [[0] * 10 + [1] * 5 for _ in seqs]
+    batch = TrainBatch(seqs, masks, [[0.0] * 15 for _ in seqs], None, [1.0] * 8)
+    assert packed_forward.supports(model)
+    assert len(update_micro_batches(model, batch, list(range(8)), 8)) == 1
+    monkeypatch.setattr(packed_forward, "supports", lambda m: False)
+    assert len(update_micro_batches(model, batch, list(range(8)), 8)) > 1
