@@ -70,6 +70,9 @@ def rope_heads(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, H: int, 
     """The attention's input heads ``[N, H, D]`` from the packed projection ``qkv [N, H * D]``: heads ``0 .. Hr-1``
     rotated by RoPE with ``cos``, ``sin`` (``[N, D]``), the rest as they are; in ``dtype`` (None: the dtype
     PyTorch's ops give, ``qkv``'s promoted with ``cos``'s)."""
+    if qkv.dim() != 2 or qkv.shape[1] != H * D or not 0 <= Hr <= H or D % 2:  # the C kernel trusts these
+        raise ValueError(f"rope_heads: qkv {tuple(qkv.shape)} is not [N, H * D] with H={H}, D={D} (even), "
+                         f"0 <= Hr={Hr} <= H")
     N = qkv.shape[0]
     cos, sin = cos.reshape(N, D), sin.reshape(N, D)
     out = dtype or torch.promote_types(qkv.dtype, cos.dtype)

@@ -123,3 +123,14 @@ def test_packed_forward_under_bf16_autocast_same_with_and_without_the_kernel(mon
     for k, g in grads.items():
         r = ref_grads[k]
         assert float((g - r).abs().max()) <= 2 ** -4 * float(r.abs().max()) + 1e-8, k
+
+
+@pytest.mark.parametrize("shape, H, Hr, D", [((5, 3 * 8), 4, 2, 8),   # columns are not H * D
+                                              ((5, 4 * 8), 4, 5, 8),   # more rotated heads than heads
+                                              ((5, 4 * 7), 4, 2, 7),   # odd head size
+                                              ((5, 4, 8), 4, 2, 8)])   # not a 2-D projection
+def test_a_shape_the_kernel_cannot_take_is_an_error_not_a_bad_read(shape, H, Hr, D):
+    qkv = torch.randn(*shape)
+    cos, sin = torch.randn(5, D), torch.randn(5, D)
+    with pytest.raises(ValueError, match=r"rope_heads: qkv .* is not \[N, H \* D\]"):
+        rope_heads(qkv, cos, sin, H, Hr, D)
