@@ -1,9 +1,34 @@
 #!/usr/bin/env bash
-# Set up everything the test suite needs on a fresh machine (Python >= 3.10 with pip), then run it.
+# Set up a fresh virtual environment with everything the test suite needs, then run the suite in it.
+#
+# Needs only Python >= 3.10 with pip and venv. The environment is new every run (no system site
+# packages), so a dependency that pyproject.toml does not declare fails here instead of hiding behind
+# what the machine happens to have; `pip check` must be clean. Arguments go to pytest
+# (e.g. `bash scripts/test.sh -m slow`, `bash scripts/test.sh tests/unit/losses`).
+#
+# RLVR_TEST_VENV=DIR keeps and reuses the environment in DIR (faster reruns while developing; CI never
+# sets it). PYTHON=python3.11 picks the interpreter the environment is made from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q torch==2.13.0            # the CPU build; keep it pinned (a bare `torch` pulls CUDA)
+
+PY="${PYTHON:-python3}"
+if [ -n "${RLVR_TEST_VENV:-}" ]; then
+  VENV="$RLVR_TEST_VENV"
+else
+  VENV="$(mktemp -d "${TMPDIR:-/tmp}/rlvr-test-venv.XXXXXX")"
+  trap 'rm -rf "$VENV"' EXIT
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "test.sh: creating a fresh virtual environment in $VENV"
+  "$PY" -m venv "$VENV"
+fi
+# shellcheck disable=SC1091
+source "$VENV/bin/activate"
+python -m pip install -q torch==2.13.0            # pinned; docs/install.md has the CPU and CUDA index commands
 python -m pip install -q -e ".[dev]"
+python -m pip check
+
 # bubblewrap gives the code sandbox its namespaces; without it rlvr falls back (and says so).
 if ! command -v bwrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || echo "note: could not install bubblewrap"

@@ -33,7 +33,9 @@ def test_quickstart_runs_every_stage(tmp_path):
     summary = json.loads((tmp_path / "qs" / "summary.json").read_text())
     assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "dpo", "grpo"]
     assert set(summary["stages"][1]["by_family"]) == {"add2", "mul31"}
-    assert summary["omp_wait"] == f"spin (GOMP_SPINCOUNT={omp_wait.SPIN_COUNT})"  # one process, cores to itself
+    # rlvr chose and recorded the policy: spin on an idle machine, passive where other work holds a core at the
+    # start (which one this machine gets depends on its load: omp_wait.choose's own tests pin both cases)
+    assert summary["omp_wait"] in (f"spin (GOMP_SPINCOUNT={omp_wait.SPIN_COUNT})", "passive")
     html = (tmp_path / "qs" / "report.html").read_text()
     assert "<table>" in html and "grpo" in html
     assert "held-out evaluation by stage" in p.stdout

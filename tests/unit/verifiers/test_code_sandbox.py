@@ -35,7 +35,7 @@ import json, os, resource
 names = ["RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE", "RLIMIT_CORE", "RLIMIT_NPROC"]
 status = dict(line.split(":", 1) for line in open("/proc/self/status") if ":" in line)
 print(json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(), "groups": os.getgroups(),
-                  "env": dict(os.environ), "cwd": os.getcwd(), "files": os.listdir("."),
+                  "env": dict(os.environ), "cwd": os.getcwd(), "files": sorted(os.listdir(".")),
                   "limits": {n: resource.getrlimit(getattr(resource, n)) for n in names},
                   "nnp": status["NoNewPrivs"].strip()}))
 """
@@ -195,7 +195,9 @@ def test_candidate_runs_unprivileged_with_hard_limits_and_scrubbed_env(isolation
         "OMP_NUM_THREADS",
         "MKL_NUM_THREADS",
     }
-    assert rep["files"] == []  # a fresh, empty working directory
+    # a fresh working directory: empty but for the interpreter's own read-only directories, bound back
+    # where the interpreter (e.g. a virtual environment) itself lives under /tmp
+    assert rep["files"] == iso_mod.interpreter_names_under_tmp()
 
 
 @BWRAP_ONLY

@@ -13,6 +13,7 @@ import pytest
 from rlvr.data.types import Task
 from rlvr.verifiers.code import CodeVerifier
 from rlvr.verifiers.sandbox import SandboxLimits, detect_isolation, run_function, warm
+from rlvr.verifiers.sandbox.isolation import interpreter_names_under_tmp as under_tmp
 
 pytestmark = pytest.mark.skipif(
     detect_isolation("auto").level != "bwrap+uid", reason="the warm sandbox needs bubblewrap and root"
@@ -64,13 +65,14 @@ def f(x):
 
 DETECTOR = r'''
 import builtins, ctypes, math, os, random, resource, socket, sys, threading, typing
+INTERPRETER_UNDER_TMP = %r
 
 def f(x):
     leaks = []
     for path in ("/tmp/leak.txt", "/tmp/fill.bin", "/dev/shm/fill.bin", "leak_cwd.txt"):
         if os.path.exists(path):
             leaks.append("file " + path)
-    if os.listdir("/tmp") or os.listdir("/dev/shm") or os.getcwd() != "/tmp":
+    if sorted(os.listdir("/tmp")) != INTERPRETER_UNDER_TMP or os.listdir("/dev/shm") or os.getcwd() != "/tmp":
         leaks.append("tmp not fresh")
     if abs(-1) != 1 or hasattr(builtins, "LEAKED"):
         leaks.append("builtins")
@@ -107,7 +109,7 @@ def f(x):
     except MemoryError:
         leaks.append("memory")
     return leaks
-'''
+''' % (under_tmp(),)
 
 
 def _run(source, checks=CHECK_EMPTY, limits=LIMITS, prelude=None):

@@ -92,6 +92,14 @@ def hidden_dirs(python: str) -> list[str]:
     return [d for d in python_dirs(python) if any(d.startswith(p + "/") for p in _PRIVATE_DIRS)]
 
 
+def interpreter_names_under_tmp(python: str | None = None) -> list[str]:
+    """What a candidate sees in its private ``/tmp``: nothing, except where the interpreter or its
+    environment lives under ``/tmp`` itself (e.g. a virtual environment made there), whose top directory is
+    bound back read-only so the interpreter can run. Sorted names, as ``os.listdir("/tmp")`` would give."""
+    python = python or sys.executable
+    return sorted({d[len("/tmp/"):].split("/")[0] for d in hidden_dirs(python) if d.startswith("/tmp/")})
+
+
 def bwrap_args(bwrap: str, python: str, tmpfs_mb: int, as_root: bool) -> list[str]:
     """bubblewrap command prefix: fresh namespaces, read-only system dirs, private /tmp as cwd."""
     args = [
