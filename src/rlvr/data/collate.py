@@ -159,6 +159,9 @@ class TrainBatch:
     ref_logprobs: list[list[float]] | None
     advantages: list[float] | list[list[float]]   # per row, or (multi-turn credit) per token
     skipped_masks: list[list[int]] = field(default_factory=list)
+    sampler_logprobs: list[list[float]] | None = None
+    """The engine's logprobs, kept here when the trainer recomputes ``old_logprobs`` (an off-policy update);
+    None: ``old_logprobs`` are still the engine's. The mismatch correction compares the two."""
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -173,7 +176,8 @@ class TrainBatch:
         (the loss mask keeps it off the prompt)."""
         adv = [a if isinstance(a, list) else [float(a)] * len(ids) for a, ids in zip(self.advantages, self.input_ids)]
         return TokenBatch.from_rows(self.input_ids, self.loss_mask, pad_id, device=device,
-                                    old_logprobs=self.old_logprobs, ref_logprobs=self.ref_logprobs, advantages=adv)
+                                    old_logprobs=self.old_logprobs, ref_logprobs=self.ref_logprobs, advantages=adv,
+                                    sampler_logprobs=self.sampler_logprobs)
 
     def subset(self, rows: list[int]) -> TrainBatch:
         n = len(self.input_ids)
@@ -181,7 +185,7 @@ class TrainBatch:
         pick = lambda xs: None if xs is None else [xs[i] for i in fwd]  # noqa: E731
         return TrainBatch(pick(self.input_ids), pick(self.loss_mask), pick(self.old_logprobs),
                           pick(self.ref_logprobs), pick(self.advantages),
-                          [self.skipped_masks[i - n] for i in rows if i >= n])
+                          [self.skipped_masks[i - n] for i in rows if i >= n], pick(self.sampler_logprobs))
 
 
 @dataclass
@@ -189,7 +193,8 @@ class TokenBatch:
     """The token batch every policy update forwards (RL, PPO, preference), right-padded to ``[B, T]``.
 
     ``input_ids [B, T]`` long, ``attention_mask [B, T]`` long, ``loss_mask [B, T]`` float (1 on trained
-    tokens); per-token ``old_logprobs``, ``ref_logprobs``, ``advantages``, ``values``, ``returns``
+    tokens); per-token ``old_logprobs``, ``ref_logprobs``, ``advantages``, ``values``, ``returns``,
+    ``sampler_logprobs`` (the engine's, where ``old_logprobs`` were recomputed by the trainer)
     ``[B, T]`` float (0 on prompt and padding), or None where the update does not use them;
     ``rewards [B]`` (PPO's sequence reward), or None.
     """
@@ -203,8 +208,9 @@ class TokenBatch:
     values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
+    sampler_logprobs: torch.Tensor | None = None
 
-    PER_TOKEN = ("old_logprobs", "ref_logprobs", "advantages", "values", "returns")
+    PER_TOKEN = ("old_logprobs", "ref_logprobs", "advantages", "values", "returns", "sampler_logprobs")
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -231,6 +237,6 @@ class TokenBatch:
         T = int(self.attention_mask[idx].sum(dim=1).max())
         cut = lambda t: None if t is None else t[idx, :T]  # noqa: E731
         return TokenBatch(cut(self.input_ids), cut(self.attention_mask), cut(self.loss_mask),
-                          *(cut(getattr(self, k)) for k in self.PER_TOKEN),
+                          **{k: cut(getattr(self, k)) for k in self.PER_TOKEN},
                           rewards=None if self.rewards is None else self.rewards[idx])
 

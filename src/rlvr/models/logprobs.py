@@ -15,6 +15,7 @@ import torch
 from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
 from rlvr.models import packed_forward
 from rlvr.models.packed_fused import reuse_weights
+from rlvr.models.truncation import NONE, Truncation, truncated_logprobs
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -29,14 +30,14 @@ def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
 
 
 def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk: int = 4096,
-                    temperature: float = 1.0) -> torch.Tensor:
-    """log softmax(logits / T)[target] in float32, without materialising the full [N, V] log-softmax."""
+                    temperature: float = 1.0, truncation: Truncation = NONE) -> torch.Tensor:
+    """log softmax(logits / T)[target] in float32 (``truncation``: of the top-k / top-p distribution the sampler
+    drew from, ``rlvr.models.truncation``), without materialising the full [N, V] log-softmax."""
     flat = logits.reshape(-1, logits.shape[-1])
     tgt = targets.reshape(-1)
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
     for s in range(0, flat.shape[0], chunk):
-        lg = _scaled(flat[s:s + chunk], temperature)
-        out[s:s + chunk] = lg.gather(-1, tgt[s:s + chunk, None]).squeeze(-1) - torch.logsumexp(lg, -1)
+        out[s:s + chunk] = truncated_logprobs(_scaled(flat[s:s + chunk], temperature), tgt[s:s + chunk], truncation)
     return out.view(targets.shape)
 
 
@@ -58,8 +59,12 @@ def autocast_ctx(enabled: bool, device_type: str = "cpu"):
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
                    with_entropy: bool = False, bf16: bool = False, entropy_grad: bool = False,
-                   wanted: torch.Tensor | None = None, packed: bool | None = None):
+                   wanted: torch.Tensor | None = None, packed: bool | None = None, truncation: Truncation = NONE):
     """``(logprobs [B, T], entropy [B, T] or None)`` of each token given its prefix.
+
+    ``truncation`` (top-k / top-p of the sampling): the logprobs are those of the renormalised truncated
+    distribution the sampler drew from (``rlvr.models.truncation``); the entropy stays the full tempered
+    distribution's.
 
     ``entropy[:, t]`` is the entropy of the distribution token ``t`` was drawn from (0 at ``t = 0``). It is
     detached unless ``entropy_grad`` (an entropy bonus in the loss): then it is computed in checkpointed
@@ -76,12 +81,12 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
         packed = packed_forward.supports(model)
     if packed:
         return _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16,
-                                      entropy_grad, wanted)
+                                      entropy_grad, wanted, truncation)
     with autocast_ctx(bf16, input_ids.device.type):
         out = model(input_ids=input_ids, attention_mask=attention_mask,
                     position_ids=position_ids_from_mask(attention_mask), use_cache=False)
     logits = out.logits[:, :-1]
-    lp = gather_logprobs(logits, input_ids[:, 1:], temperature=temperature)
+    lp = gather_logprobs(logits, input_ids[:, 1:], temperature=temperature, truncation=truncation)
     zeros = torch.zeros_like(lp[:, :1])
     logprobs = torch.cat([zeros, lp], dim=1)
     entropy = None
@@ -95,13 +100,13 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 
 def _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16, entropy_grad,
-                           wanted):
+                           wanted, truncation: Truncation = NONE):
     """:func:`token_logprobs` on the packed forward: logits only for the positions asked for, the
     log-softmax-gather and entropy on those ``[M, V]`` rows, scattered into ``[B, T]``."""
     with autocast_ctx(bf16, input_ids.device.type):
         logits, targets, where = packed_forward.packed_logits(model, input_ids, attention_mask, wanted)
     z = _scaled(logits, temperature)
-    lp = z.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(z, -1)
+    lp = truncated_logprobs(z, targets, truncation)
     shape, n = input_ids.shape, input_ids.numel()
     logprobs = torch.zeros(n, dtype=torch.float32, device=lp.device).index_put((where,), lp).view(shape)
     entropy = None

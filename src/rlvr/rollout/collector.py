@@ -136,6 +136,7 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
     prompts = [(prompt_fn or (lambda t: encode_prompt(tokenizer, t)))(t) for t in tasks]
     per_row = getattr(sampling, "row_seeds", False)
     params = SamplingParams(n=G, temperature=sampling.temperature, top_p=sampling.top_p,
+                            top_k=getattr(sampling, "top_k", 0),
                             max_new_tokens=sampling.max_new_tokens, stop_token_ids=stop_token_ids(tokenizer),
                             stop_strings=list(sampling.stop), seed=seed,
                             row_seeds=row_seeds(seed, len(prompts) * G) if per_row else None,

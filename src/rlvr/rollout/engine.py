@@ -1,7 +1,8 @@
 """The rollout engine protocol. Any engine (HF in-process, vLLM, a remote server) implements it.
 
 ``generate(prompts, params)`` takes token-id prompts and returns, per sample, the completion ids, the
-per-token logprobs of the sampling policy (``old_logprobs``, under logits / temperature) and why it
+per-token logprobs of the sampling policy (``old_logprobs``: under logits / temperature, restricted to the
+top-k / top-p tokens and renormalised when those are set — the distribution actually drawn from) and why it
 stopped (``eos``: a stop token; ``stop``: a stop string, the completion ends with the token that
 completed it; ``length``: the budget ran out). ``sync_weights(model)`` pushes trained weights into the engine (a
 no-op for the in-process HF engine, which samples from the training model itself). Engines that hold
@@ -21,6 +22,9 @@ class SamplingParams:
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
+    top_k: int = 0
+    """Sample from the ``top_k`` most probable tokens only (0: all), before ``top_p``; the recorded logprobs are
+    those of the truncated, renormalised distribution (``rlvr.models.truncation``)."""
     max_new_tokens: int = 64
     greedy: bool = False
     stop_token_ids: list[int] = field(default_factory=list)

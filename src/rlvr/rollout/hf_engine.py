@@ -4,9 +4,10 @@ Prompts are left-padded; every row advances one token per step; rows that hit a 
 string are frozen and the loop ends when all rows are done. Each row is returned cut right after the
 token that ended it (the stop token, or the token that completed a stop string: both are kept and
 trained on), with finish reason ``eos``, ``stop`` or ``length``; the filler a frozen row receives while
-others run is never returned. Sampled-token logprobs come from
-``log_softmax(logits / temperature)`` — the same quantity the trainer recomputes — so the importance
-ratio is exactly 1 on the first policy iteration.
+others run is never returned. Sampled-token logprobs are those of the
+distribution drawn from: ``log_softmax(logits / temperature)``, restricted to the top-k / top-p kept tokens
+and renormalised when those are set (``rlvr.models.truncation``) — the same quantity the trainer recomputes —
+so the importance ratio is exactly 1 on the first policy iteration.
 
 Hot-path choices (measured in bench/grpo_vs_trl.py, docs/benchmarks.md):
 - the KV cache is preallocated for ``prompt + max_new_tokens`` positions and written in place
@@ -38,6 +39,7 @@ import torch
 
 from rlvr import omp_wait
 from rlvr.models.logprobs import autocast_ctx
+from rlvr.models.truncation import Truncation, kept_tokens
 from rlvr.rollout.engine import Generation, SamplingParams
 from rlvr.rollout.fast_decode import FastDecoder, unsupported_reason
 from rlvr.rollout.seeds import RowStream, draw_uniforms
@@ -316,20 +318,20 @@ def swap_remove(dead: torch.Tensor, n_dead: int) -> torch.Tensor:
 
 
 def _sample(logits: torch.Tensor, params: SamplingParams, u: torch.Tensor | None):
-    """Greedy (``u`` None) or temperature/top-p sampling with uniforms ``u [rows, 1]``; returns tokens and
-    log π(token) under logits/T."""
+    """Greedy (``u`` None) or temperature / top-k / top-p sampling with uniforms ``u [rows, 1]``; returns tokens
+    and their log-probability under the distribution drawn from: ``log_softmax(logits / T)`` restricted to the
+    kept tokens and renormalised (``rlvr.models.truncation``; greedy: under logits / 1, unrestricted)."""
     if u is None:
         logp = torch.log_softmax(logits, -1)
         nxt = logits.argmax(-1)
         return nxt, logp.gather(-1, nxt[:, None]).squeeze(-1)
-    logp = torch.log_softmax(logits / params.temperature if params.temperature != 1.0 else logits, -1)
-    probs = logp.exp()
-    if params.top_p < 1.0:
-        sp, si = probs.sort(-1, descending=True)
-        keep = (sp.cumsum(-1) - sp) < params.top_p
-        sp = sp * keep
-        probs = torch.zeros_like(probs).scatter(-1, si, sp)
-    nxt = _draw(probs, u)
+    z = logits / params.temperature if params.temperature != 1.0 else logits
+    logp = torch.log_softmax(z, -1)
+    trunc = Truncation.of(params)
+    if trunc.active:
+        logp = logp.masked_fill(~kept_tokens(z, trunc), float("-inf"))
+        logp = logp - torch.logsumexp(logp, -1, keepdim=True)  # renormalised over the kept tokens
+    nxt = _draw(logp.exp(), u)
     return nxt, logp.gather(-1, nxt[:, None]).squeeze(-1)
 
 

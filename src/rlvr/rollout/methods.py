@@ -25,6 +25,8 @@ from rlvr.data.collate import pad_batch
 from rlvr.data.types import Task
 from rlvr.errors import ConfigError
 from rlvr.models.logprobs import token_logprobs
+from rlvr.models.truncation import NONE as NO_TRUNCATION
+from rlvr.models.truncation import Truncation
 from rlvr.rollout.collector import RewardContext, Rollouts, collect, compose_rewards
 from rlvr.rollout.engine import SamplingParams
 from rlvr.verifiers.base import INFRA_OUTCOMES
@@ -75,8 +77,9 @@ def set_extra(ro: Rollouts, key: str, values: list) -> Rollouts:
 
 @torch.no_grad()
 def completion_logprobs(model, prompts: list[list[int]], completions: list[list[int]], pad_id: int,
-                        temperature: float, micro: int = 64) -> list[list[float]]:
-    """Per row, the logprobs of its completion tokens given ``prompt`` under ``model`` (no grad)."""
+                        temperature: float, micro: int = 64, truncation: Truncation = NO_TRUNCATION) -> list[list[float]]:
+    """Per row, the logprobs of its completion tokens given ``prompt`` under ``model`` (no grad), under the
+    sampling's ``truncation`` (top-k / top-p: what the engine records and the update recomputes)."""
     out: list[list[float]] = []
     was = model.training
     model.eval()
@@ -86,7 +89,7 @@ def completion_logprobs(model, prompts: list[list[int]], completions: list[list[
             if not rows:
                 continue
             ids, att, _ = pad_batch(rows, pad_id, left=False, device=model.device)
-            lp, _ = token_logprobs(model, ids, att, temperature)
+            lp, _ = token_logprobs(model, ids, att, temperature, truncation=truncation)
             for k, (p, c) in enumerate(zip(prompts[s:s + micro], completions[s:s + micro])):
                 out.append(lp[k, len(p): len(p) + len(c)].tolist())
     finally:
@@ -146,7 +149,7 @@ def eden_part(cfg, model, engine, tok, tasks, judge, sampling, rewards, k: int, 
                        prompt_fn=lambda t: encode_prompt(tok, t) + [marker])
     part.prompt_ids = [p[:-1] for p in part.prompt_ids]
     part.old_logprobs = completion_logprobs(model, part.prompt_ids, part.completion_ids, tok.pad_token_id,
-                                            sampling.temperature)
+                                            sampling.temperature, truncation=Truncation.of(sampling))
     return set_extra(part, "adv_weight", [cfg.advantage_weight] * len(part.prompt_ids))
 
 
@@ -170,7 +173,8 @@ def demo_part(cfg, model, tok, tasks, judge, sampling, rewards, step: int) -> Ro
     comps = [c[: sampling.max_new_tokens] for c in full]  # the tokens trained on are the tokens judged
     reasons = ["length" if len(f) > len(c) else "eos" for f, c in zip(full, comps)]
     texts = tok.batch_decode(comps, skip_special_tokens=True)
-    lps = completion_logprobs(model, prompts, comps, tok.pad_token_id, sampling.temperature)
+    lps = completion_logprobs(model, prompts, comps, tok.pad_token_id, sampling.temperature,
+                              truncation=Truncation.of(sampling))
     rep = [t for t in tasks for _ in range(k)]
     verdicts = judge(rep, texts)
     ro = _scored(tasks, k, prompts, comps, lps, reasons, texts, verdicts, rewards, sampling)
@@ -212,7 +216,8 @@ def off_context(cfg, model, engine, tok, ro: Rollouts, judge, sampling, rewards,
     part = collect(engine, tok, sub, judge, sampling.model_copy(update={"group_size": k}), rewards, seed,
                    prompt_fn=lambda t: privileged_prompt(tok, t, cfg.hint))
     plain_prompts = [encode_prompt(tok, sub[i // k]) for i in range(len(sub) * k)]
-    plain = completion_logprobs(model, plain_prompts, part.completion_ids, tok.pad_token_id, sampling.temperature)
+    plain = completion_logprobs(model, plain_prompts, part.completion_ids, tok.pad_token_id, sampling.temperature,
+                                truncation=Truncation.of(sampling))
     is_w = [[min(math.exp(min(a - b, 20.0)), cfg.is_cap) for a, b in zip(lp, lq)]
             for lp, lq in zip(plain, part.old_logprobs)]
     part.prompt_ids, part.old_logprobs = plain_prompts, plain
@@ -233,7 +238,8 @@ def double_rollout(cfg, engine, tok, ro: Rollouts, judge, sampling, rewards, see
     cut = [int(len(comp) * cfg.prefix_fraction) for comp in ro.completion_ids]
     prompts = [p + comp[:k] for p, comp, k in zip(ro.prompt_ids, ro.completion_ids, cut)]
     budget = max(1, sampling.max_new_tokens - min(cut, default=0))
-    params = SamplingParams(n=c, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=budget,
+    params = SamplingParams(n=c, temperature=sampling.temperature, top_p=sampling.top_p,
+                            top_k=getattr(sampling, "top_k", 0), max_new_tokens=budget,
                             stop_token_ids=_stops(tok), stop_strings=list(sampling.stop), seed=seed,
                             threads=getattr(sampling, "decode_threads", None))
     gen = engine.generate(prompts, params)

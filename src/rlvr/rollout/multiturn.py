@@ -298,7 +298,7 @@ class MultiTurnCollector:
 
     # ----- the loop -----
     def collect(self, tasks: list[Task], group_size: int = 1, temperature: float = 1.0, top_p: float = 1.0,
-                seed: int = 0, greedy: bool = False) -> list[Trajectory]:
+                seed: int = 0, greedy: bool = False, top_k: int = 0) -> list[Trajectory]:
         """``len(tasks) × group_size`` trajectories, group-major (row ``g * G + j``), judged."""
         t0 = time.monotonic()
         secs = self.seconds = {"generate": 0.0, "env": 0.0, "verify": 0.0}
@@ -311,7 +311,7 @@ class MultiTurnCollector:
             if not live:
                 break
             t1 = time.monotonic()
-            self._generate(live, turn, temperature, top_p, seed, greedy)
+            self._generate(live, turn, temperature, top_p, seed, greedy, top_k)
             t2 = time.monotonic()
             self._step(live)
             for tr in live:
@@ -327,9 +327,10 @@ class MultiTurnCollector:
         secs["verify"] = time.monotonic() - t3
         return trajs
 
-    def _generate(self, live: list[Trajectory], turn: int, temperature, top_p, seed: int, greedy: bool) -> None:
+    def _generate(self, live: list[Trajectory], turn: int, temperature, top_p, seed: int, greedy: bool,
+                  top_k: int = 0) -> None:
         allow = [min(self.loop.max_new_tokens, self.loop.max_total_tokens - len(t.ids)) for t in live]
-        params = SamplingParams(n=1, temperature=temperature, top_p=top_p, max_new_tokens=max(allow),
+        params = SamplingParams(n=1, temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max(allow),
                                 greedy=greedy, stop_token_ids=self.template.stop_ids,
                                 seed=(seed * 1_000_003 + turn * 7919) % (2**63))
         gen = self.engine.generate([t.ids for t in live], params)

@@ -13,10 +13,10 @@ Two placements (``distributed.vllm.mode``):
 
 What the trainer gets is token-in, token-out: the prompt ids go in as ``TokensPrompt``, the completion
 ids come back with their logprobs and are decoded with the trainer's tokenizer. Logprobs are taken
-after temperature (``logprobs_mode="processed_logprobs"``), the quantity the trainer recomputes; they
-still differ from the trainer's (kernels, bf16), which is what ``rlvr.losses.mismatch`` corrects. With
-``top_p < 1`` vLLM's processed logprobs are those of the truncated distribution (the true behaviour
-policy), while the trainer's ratio uses the full one: keep ``top_p = 1`` for RL.
+after temperature, top-k and top-p (``logprobs_mode="processed_logprobs"``): those of the renormalised
+distribution each token was drawn from, the quantity the trainer recomputes under the same truncation
+(``rlvr.models.truncation``); they still differ from the trainer's (kernels, bf16), which is what
+``rlvr.losses.mismatch`` corrects.
 
 Per-row seeds (``SamplingParams.row_seeds``) become one request per row with ``n=1, seed=row_seed``:
 vLLM's per-request generator makes a row's sample independent of the batch (vLLM's own RNG stream, so
@@ -40,6 +40,20 @@ def vllm_requests(prompts: list[list[int]], params: SamplingParams) -> list[tupl
         return [(i, {"prompt_token_ids": list(p)}, params.row_seeds[i * params.n + j], 1)
                 for i, p in enumerate(prompts) for j in range(params.n)]
     return [(i, {"prompt_token_ids": list(p)}, params.seed, params.n) for i, p in enumerate(prompts)]
+
+
+LOGPROBS_MODE = "processed_logprobs"
+"""vLLM's ``logprobs_mode``: the sampled token's logprob after temperature, top-k and top-p (the renormalised
+distribution it was drawn from), the quantity the trainer recomputes (``rlvr.models.truncation``)."""
+
+
+def vllm_sampling_kwargs(params: SamplingParams, seed: int | None, n: int) -> dict:
+    """vLLM ``SamplingParams`` keywords for one request: the protocol's temperature, top-k (0 -> vLLM's -1, off)
+    and top-p, the sampled token's logprob (``logprobs=0``), stops kept in the output."""
+    return {"n": n, "temperature": 0.0 if params.greedy else params.temperature, "top_p": params.top_p,
+            "top_k": params.top_k if params.top_k > 0 else -1, "max_tokens": params.max_new_tokens, "seed": seed,
+            "logprobs": 0, "stop_token_ids": list(params.stop_token_ids), "stop": list(params.stop_strings) or None,
+            "include_stop_str_in_output": True, "skip_special_tokens": False}
 
 
 def to_generation(requests, outputs, tokenizer, version: int) -> Generation:
@@ -89,7 +103,7 @@ class VLLMEngine:
         _save_plain(model, tokenizer, self._dir.name)
         kw = dict(model=self._dir.name, dtype=self.s.dtype, gpu_memory_utilization=self.s.gpu_memory_utilization,
                   tensor_parallel_size=self.s.tensor_parallel_size, enforce_eager=self.s.enforce_eager,
-                  logprobs_mode="processed_logprobs", enable_prefix_caching=False)
+                  logprobs_mode=LOGPROBS_MODE, enable_prefix_caching=False)
         if self.s.mode == "colocate":
             kw["enable_sleep_mode"] = self.s.sleep_level > 0
         else:
@@ -107,11 +121,7 @@ class VLLMEngine:
         from vllm import SamplingParams as VSP
 
         reqs = vllm_requests(prompts, params)
-        sps = [VSP(n=n, temperature=0.0 if params.greedy else params.temperature, top_p=params.top_p,
-                   max_tokens=params.max_new_tokens, seed=seed, logprobs=0,
-                   stop_token_ids=list(params.stop_token_ids), stop=list(params.stop_strings) or None,
-                   include_stop_str_in_output=True, skip_special_tokens=False)
-               for _, _, seed, n in reqs]
+        sps = [VSP(**vllm_sampling_kwargs(params, seed, n)) for _, _, seed, n in reqs]
         self._wake()
         try:
             outs = self.llm.generate([r[1] for r in reqs], sps, use_tqdm=False)

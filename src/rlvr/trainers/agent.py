@@ -177,7 +177,8 @@ class AgentRollout:
         stage = stage or self.stage
         tasks = stream.take(stage.tasks_per_step)
         trajs = self.collector.collect(tasks, stage.sampling.group_size, stage.sampling.temperature,
-                                       stage.sampling.top_p, seed=seed * 100003 + step * 97)
+                                       stage.sampling.top_p, seed=seed * 100003 + step * 97,
+                                       top_k=stage.sampling.top_k)
         secs = self.collector.seconds
         guards = stage.rollout.guards
         assign_turn_rewards(trajs, guards.budget_penalty, guards.tool_error_penalty)

@@ -57,6 +57,8 @@ from rlvr.models.heads import (
 )
 from rlvr.models.load import load_model_and_tokenizer
 from rlvr.models.logprobs import token_logprobs
+from rlvr.models.truncation import NONE as NO_TRUNCATION
+from rlvr.models.truncation import Truncation
 from rlvr.rollout.collector import collect
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.common import (
@@ -160,16 +162,18 @@ def _micro_slices(rows: list[int], micro: int):
 
 
 @torch.no_grad()
-def evaluate_batch(b: TokenBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool) -> None:
-    """Fill old logprobs (the training forward under no grad, in the training precision: the ratio starts
-    at exactly 1), reference logprobs (LoRA: adapters off) and values."""
+def evaluate_batch(b: TokenBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool,
+                   truncation: Truncation = NO_TRUNCATION) -> None:
+    """Fill old logprobs (the training forward under no grad, in the training precision and the sampling's
+    top-k / top-p truncation: the ratio starts at exactly 1), reference logprobs (LoRA: adapters off) and
+    values."""
     old, refl, vals = (torch.zeros(b.input_ids.shape, device=b.input_ids.device) for _ in range(3))
     for rows in _micro_slices(list(range(len(b))), micro):
         mb = b.rows(rows)
         ids, att, T = mb.input_ids, mb.attention_mask, mb.input_ids.shape[1]
-        old[rows, :T] = token_logprobs(policy, ids, att, temperature, bf16=bf16)[0].float()
+        old[rows, :T] = token_logprobs(policy, ids, att, temperature, bf16=bf16, truncation=truncation)[0].float()
         with reference_model(policy, ref) as model:
-            refl[rows, :T] = token_logprobs(model, ids, att, temperature, bf16=bf16)[0].float()
+            refl[rows, :T] = token_logprobs(model, ids, att, temperature, bf16=bf16, truncation=truncation)[0].float()
         vals[rows, :T] = token_values(critic, ids, att, bf16)
     b.old_logprobs, b.ref_logprobs, b.values = old, refl, vals * b.loss_mask
 
@@ -206,7 +210,8 @@ def micro_loss(b: TokenBatch, rows, policy, critic, cfg, denom: float, bf16: boo
     mb = b.rows(rows)
     ids, att, lm, old, adv, v_old, ret = (mb.input_ids, mb.attention_mask, mb.loss_mask, mb.old_logprobs,
                                           mb.advantages, mb.values, mb.returns)
-    logprobs, entropy = token_logprobs(policy, ids, att, cfg.sampling.temperature, with_entropy=True, bf16=bf16)
+    logprobs, entropy = token_logprobs(policy, ids, att, cfg.sampling.temperature, with_entropy=True, bf16=bf16,
+                                       truncation=Truncation.of(cfg.sampling))
     pg, pmet = clipped_surrogate(logprobs, old, adv, lm, cfg.eps, cfg.eps)
     values = token_values(critic, ids, att, bf16)
     vf, vmet = clipped_value_loss(values, v_old, ret, lm, cfg.value_clip)
@@ -313,7 +318,8 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                "kl/coef": kl_coef, "train/sequences": len(batch)}
         pause_on_infra(run, rec, len(tasks))
         if len(batch):
-            evaluate_batch(batch, policy, ref, critic, stage.sampling.temperature, stage.micro_batch_size, bf16)
+            evaluate_batch(batch, policy, ref, critic, stage.sampling.temperature, stage.micro_batch_size, bf16,
+                           Truncation.of(stage.sampling))
             rec.update(sampler_mismatch(batch, ro, keep))
             rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
             rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step, bf16))

@@ -23,6 +23,7 @@ the sampler-vs-trainer gap.
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from pathlib import Path
@@ -40,11 +41,13 @@ from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
-from rlvr.losses.mismatch import mismatch_weights
+from rlvr.losses.mismatch import mismatch_metrics, mismatch_sums
 from rlvr.models import packed_forward
 from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.packed_fused import reuse_weights
+from rlvr.models.truncation import NONE as NO_TRUNCATION
+from rlvr.models.truncation import Truncation
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
 from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
@@ -71,6 +74,8 @@ from rlvr.trainers.common import (
 from rlvr.trainers.parallel import LOCAL, reduce_metrics
 from rlvr.trainers.variants import PolicyInputs, policy_loss, rl_variant
 from rlvr.verifiers.judge import reward_judge
+
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------- rollout
 
@@ -209,9 +214,9 @@ def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int)
 
 @torch.no_grad()
 def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool,
-                     micros: list[list[int]] | None = None):
-    """Per forwarded row, its logprobs under ``model`` (no grad), with the update's temperature and
-    precision, over ``micros`` (row ids; default: the length-sorted plan of all rows)."""
+                     micros: list[list[int]] | None = None, truncation: Truncation = NO_TRUNCATION):
+    """Per forwarded row, its logprobs under ``model`` (no grad), with the update's temperature, truncation
+    (top-k / top-p) and precision, over ``micros`` (row ids; default: the length-sorted plan of all rows)."""
     out: list = [None] * len(batch)
     if micros is None:
         micros = update_micro_batches(model, batch, list(range(len(batch))), micro)
@@ -219,32 +224,37 @@ def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, 
         for rows in micros:
             ids, att, lm = pad_batch([batch.input_ids[i] for i in rows], pad_id, [batch.loss_mask[i] for i in rows],
                                      left=False, device=model.device)
-            lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16, wanted=lm)
+            lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16, wanted=lm, truncation=truncation)
             for k, i in enumerate(rows):
                 out[i] = lp[k, : len(batch.input_ids[i])].tolist()
     return out
 
 
 def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int,
-                       bf16: bool = False, micros: list[list[int]] | None = None):
-    """Frozen-reference logprobs, computed once per rollout batch in the policy's precision (LoRA: the
-    policy with adapters disabled) and, given ``micros``, on the first updates' micro-batches, so that
-    KL is exactly 0 while the policy is still the reference."""
+                       bf16: bool = False, micros: list[list[int]] | None = None,
+                       truncation: Truncation = NO_TRUNCATION):
+    """Frozen-reference logprobs, computed once per rollout batch in the policy's precision and truncation
+    (LoRA: the policy with adapters disabled) and, given ``micros``, on the first updates' micro-batches, so
+    that KL is exactly 0 while the policy is still the reference."""
     with reference_model(policy, ref_model) as model:
-        return forward_logprobs(model, batch, pad_id, temperature, micro, bf16, micros)
+        return forward_logprobs(model, batch, pad_id, temperature, micro, bf16, micros, truncation)
 
 
 def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool,
                            micros: list[list[int]] | None = None) -> dict:
     """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
     not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
-    sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range).
+    sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range). The
+    engine's logprobs move to ``batch.sampler_logprobs``, where the mismatch correction reads them.
     An asynchronous trainer, whose samples come from older weights, must keep the sampler's logprobs:
     they are the behaviour policy's. The rows are forwarded in the micro-batches the first epoch's updates
     will use (``micros``, see :func:`first_update_micros`), so even shape-dependent GPU kernels give their
     values bit for bit. Returns the sampler-vs-trainer mismatch metrics."""
-    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16, micros)
+    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16, micros,
+                           Truncation.of(cfg.sampling))
     met = logprob_mismatch(lps, batch.old_logprobs, batch.loss_mask)
+    if batch.sampler_logprobs is None:  # the engine's stay beside π_old: the mismatch correction compares them
+        batch.sampler_logprobs = batch.old_logprobs
     batch.old_logprobs = [[lp if m else 0.0 for lp, m in zip(row, mask)] for row, mask in zip(lps, batch.loss_mask)]
     return met
 
@@ -256,9 +266,11 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     """Loss of one micro-batch, already divided by the mini-batch's global denominator."""
     b = mb.tokens(pad_id, device=model.device)
     ids, att, lm, old = b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs
-    sampler = old  # the engine's logprobs of the sampled tokens (or, off-policy, the recomputed ones)
+    # the engine's logprobs of the sampled tokens: kept apart when old_logprobs were recomputed (off-policy)
+    sampler = b.sampler_logprobs if b.sampler_logprobs is not None else b.old_logprobs
     logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
-                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef), wanted=lm)
+                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef), wanted=lm,
+                                       truncation=Truncation.of(cfg.sampling))
     gap_metrics = {}
     if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
         gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))
@@ -269,7 +281,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
     metrics.update(gap_metrics)
     if cfg.correction.enabled:  # sampler/trainer mismatch: truncated IS + geometric-mean sequence mask
         c = cfg.correction
-        weights, mm = mismatch_weights(old, sampler, lm, c.tis_cap, c.seq_low, c.seq_high)
+        weights, mm = mismatch_sums(old, sampler, lm, c.tis_cap, c.seq_low, c.seq_high)
         per_tok = per_tok * weights
         metrics.update(mm)
     if b.ref_logprobs is not None:  # β > 0, or KL measured for the health monitor (no gradient at β = 0)
@@ -305,6 +317,20 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
     return reduce_metrics(met, dist)
 
 
+MASKED_WARN_FRAC = 0.05
+"""A step whose mismatch correction masks more than this share of its sequences logs a warning: masked rows
+train on nothing (they stay in the loss normaliser), so the step's effective learning rate shrinks by it."""
+
+
+def warn_masked(frac: float, correction) -> None:
+    """Warn when the sequence band masks more than :data:`MASKED_WARN_FRAC` of a step's sequences."""
+    if frac > MASKED_WARN_FRAC:
+        log.warning("mismatch correction masked %.1f%% of this step's sequences (geometric-mean ratio outside "
+                    "[%g, %g]): they train on nothing. A sampler/trainer gap this large is more than float "
+                    "rounding: check that both run at the precision and top-p / top-k you expect (docs/scaling.md)",
+                    100 * frac, correction.seq_low, correction.seq_high)
+
+
 def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool, seed: int = 0,
                   step: int = 0, dist=LOCAL, stale: bool = False) -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
@@ -330,6 +356,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
         micros = first_update_micros(model, batch, minis[0], stage.micro_batch_size)
         mismatch = recompute_old_logprobs(model, batch, stage, pad_id, bf16, micros)
     out: dict = {}
+    corr: dict = {}
     n_updates = 0
     for epoch_minis in minis:
         for rows in epoch_minis:
@@ -340,7 +367,10 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm, met.get("train/loss"))
             n_updates += 1
             for k, v in met.items():
-                out[k] = out.get(k, 0.0) + v
+                if k.startswith("mismatch/"):  # sums and counts over every update (a max: its max)
+                    corr[k] = max(corr.get(k, v), v) if k.endswith("max") else corr.get(k, 0.0) + v
+                else:
+                    out[k] = out.get(k, 0.0) + v
     sched.step()
     ent_sum, toks = out.pop("policy/entropy_sum", 0.0), out.pop("policy/tokens_sum", 0.0)
     gap_sum = out.pop("rollout/logprob_mismatch_sum", None)  # on-policy: measured by the one update
@@ -350,6 +380,9 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
         mismatch = {"rollout/logprob_mismatch_mean": gap_sum / max(toks, 1.0),
                     "rollout/logprob_mismatch_max": res.pop("rollout/logprob_mismatch_max")}
     res.update(mismatch)
+    if corr:
+        res.update(mismatch_metrics(corr))
+        warn_masked(res["mismatch/seq_masked_frac"], stage.correction)
     res["train/sequences"] = len(batch)
     res["train/rows_counted"] = batch.num_rows
     res["train/updates"] = n_updates
@@ -414,7 +447,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
                 ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
-                model_cfg.train_bf16, first_update_micros(model, batch, first, stage.micro_batch_size))
+                model_cfg.train_bf16, first_update_micros(model, batch, first, stage.micro_batch_size),
+                Truncation.of(stage.sampling))
         t0 = time.perf_counter()
         met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.train_bf16, seed,
                             run.step, dist, stale > 0)

@@ -42,3 +42,15 @@ def test_outputs_become_generation_rows():
     broken = [NS(outputs=[NS(token_ids=[3], logprobs=None, finish_reason="stop")])]
     with pytest.raises(RuntimeError, match="no logprobs"):
         to_generation(vllm_requests([[1]], SamplingParams(n=1)), broken, tok, 0)
+
+
+def test_requests_carry_top_k_top_p_and_ask_for_the_processed_logprobs():
+    """vLLM draws from the top-k / top-p truncated distribution and, in ``processed_logprobs`` mode, reports the
+    sampled token's logprob under it (renormalised): the quantity the trainer recomputes under the same
+    truncation. Checked with vLLM on a GPU by tests/gpu/test_vllm_truncation.py."""
+    from rlvr.rollout.vllm_engine import LOGPROBS_MODE, vllm_sampling_kwargs
+
+    assert LOGPROBS_MODE == "processed_logprobs"
+    kw = vllm_sampling_kwargs(SamplingParams(n=2, temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=5), 3, 2)
+    assert (kw["top_p"], kw["top_k"], kw["temperature"], kw["logprobs"], kw["seed"], kw["n"]) == (0.9, 20, 0.7, 0, 3, 2)
+    assert vllm_sampling_kwargs(SamplingParams(), None, 1)["top_k"] == -1  # off
