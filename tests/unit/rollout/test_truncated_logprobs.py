@@ -44,6 +44,15 @@ def test_a_taken_token_outside_the_trainers_kept_set_keeps_a_finite_logprob():
     assert float(lp) == pytest.approx(math.log(0.05 / 0.85), abs=1e-6)
 
 
+def test_kept_sets_are_the_same_whatever_the_rows_sorted_together():
+    """The training forward's logits are sorted in slices of rows (memory): each row's kept set is its own."""
+    z = torch.randn(600, 37, generator=torch.Generator().manual_seed(0)) * 3
+    trunc = Truncation(top_p=0.7, top_k=9)
+    whole = kept_tokens(z, trunc)
+    assert torch.equal(whole, torch.cat([kept_tokens(z[i:i + 1], trunc) for i in range(600)]))
+    assert bool((whole.sum(-1) <= 9).all()) and bool((whole.sum(-1) >= 1).all())
+
+
 def reference_logprob(logits: torch.Tensor, token: int, T: float, top_p: float, top_k: int) -> float:
     """log π_K(token) worked out independently: sort, keep the top k, renormalise, keep while mass before < p
     (a token outside the kept set counted in, as the trainer does)."""
