@@ -21,7 +21,9 @@ treat the completion as hostile input inside it.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import inspect
 import signal
 import sys
 import threading
@@ -95,20 +97,28 @@ def time_limit(seconds: float):
 
 
 def _call(spec: str, timeout_s: float, fn: Callable[[], Any]) -> tuple[Any, Failure | None]:
-    """``(fn(), None)``, or ``(None, failure)`` when it raised or ran past ``timeout_s``."""
+    """``(fn(), None)`` (an awaitable result is run to its end: TRL's async rewards), or ``(None, failure)``
+    when it raised (SystemExit included) or ran past ``timeout_s``."""
     try:
         with time_limit(timeout_s):
-            return fn(), None
+            out = fn()
+            if inspect.isawaitable(out):
+                out = asyncio.run(_wait(out))
+            return out, None
     except RewardTimeout as e:
         return None, {"function": spec, "error": f"timeout: {e}", "where": "", "traceback": ""}
     except ConfigError as e:
         return None, {"function": spec, "error": str(e), "where": "", "traceback": ""}
-    except Exception as e:  # noqa: BLE001 - a failing reward is infra, never a reward
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a failing reward is infra, never a reward
         return None, {"function": spec, **describe_exception(e)}
 
 
+async def _wait(awaitable: Any) -> Any:
+    return await awaitable
+
+
 def _bad_value(spec: str, why: str) -> Failure:
-    return {"function": spec, "error": f"returned {why}", "where": "", "traceback": ""}
+    return {"function": spec, "error": why, "where": "", "traceback": ""}
 
 
 class PythonReward:
@@ -146,7 +156,7 @@ class PythonReward:
                               f"{out.details.get('error', '')}", "where": "", "traceback": ""}
             return out.reward, None
         value, why = reward_value(out)
-        return (value, None) if why is None else (None, _bad_value(self.function, why))
+        return (value, None) if why is None else (None, _bad_value(self.function, f"returned {why}"))
 
     def score_batch(self, tasks: Sequence[Task], completions: Sequence[str]) -> list[tuple[float | None, Failure | None]]:
         """TRL's form over a batch: per completion ``(reward or None, failure or None)``."""

@@ -120,6 +120,8 @@ def reward_value(out: Any, batch: bool = False) -> tuple[float | None, str | Non
     (does not apply) and booleans (TRL reads them as 0/1) are rewards too."""
     if out is None and batch:
         return None, None
+    if getattr(out, "ndim", None) == 0 and hasattr(out, "item"):  # a numpy or torch scalar
+        out = out.item()
     if (isinstance(out, bool) and not batch) or not isinstance(out, numbers.Real):
         return None, f"{_show(out)}: expected a finite number" + (" or None" if batch else "")
     if not math.isfinite(float(out)):

@@ -17,10 +17,11 @@ from typing import Any
 
 from rlvr.data.types import Completion, Task
 from rlvr.errors import ConfigError, RlvrError
-from rlvr.verifiers.python_reward import Failure, PythonReward, load_reward
+from rlvr.verifiers.python_reward import Failure, PythonReward, RewardTimeout, load_reward, time_limit
 from rlvr.verifiers.reward_call import TRL_ARGS, TRL_CALLBACKS, missing_batch_args, task_columns
 
 PLAIN = "I think the answer is 42."
+IMPORT_TIMEOUT_S = 60.0  # importing a reward's module (it may import heavy libraries) at most this long
 
 
 def check_python_rewards(i: int, st: Any) -> list[tuple[str, str]]:
@@ -31,9 +32,14 @@ def check_python_rewards(i: int, st: Any) -> list[tuple[str, str]]:
     for j, t in terms:
         key = f"stages.{i}.rewards.{j}.function"
         try:
-            fn, form = load_reward(t.function)
+            with time_limit(max(t.timeout_s, IMPORT_TIMEOUT_S)):
+                fn, form = load_reward(t.function)
         except ConfigError as e:
             out.append((key, f"stage {st.name}, reward {t.key!r}: {e}"))
+            continue
+        except RewardTimeout:
+            out.append((key, f"stage {st.name}, reward {t.key!r}: importing {t.function!r} timed out after "
+                             f"{max(t.timeout_s, IMPORT_TIMEOUT_S):g}s (does the module run a loop when imported?)"))
             continue
         usable.append((key, t, fn, form))
     rows = sample_rows(st) if usable else None
@@ -78,21 +84,21 @@ def _call_check(term: Any, fn: Any, form: str, tasks: list[Task], completions: l
         fail = next(((i, f) for i, (_, f) in enumerate(results) if f is not None), None)
         if fail is None:
             return None
-        return _failure_text(fail[1], tasks[fail[0]], completions[fail[0]], batch=True)
+        return _failure_text(fail[1], tasks, completions, batch=True)
     for task, completion in zip(tasks, completions):
         _, fail = reward.score(task, completion)
         if fail is not None:
-            return _failure_text(fail, task, completion, batch=False)
+            return _failure_text(fail, [task], [completion], batch=False)
     return None
 
 
-def _failure_text(f: Failure, task: Task, completion: str, batch: bool) -> str:
-    call = ("called with TRL's keyword lists on sample tasks" if batch else
-            f"called on task {task.id!r} with completion {str(completion)[:60]!r}")
+def _failure_text(f: Failure, tasks: list[Task], completions: list[str], batch: bool) -> str:
+    rows = ", ".join(f"task {t.id!r} with completion {str(c)[:60]!r}" for t, c in zip(tasks, completions))
+    call = f"called {'once with TRL keyword lists for ' if batch else 'on '}{rows}"
     err = f["error"]
     if err.startswith("timeout: "):
         return f"{call}, it timed out: {err[len('timeout: '):]} (a reward that hangs is stopped by timeout_s)"
     at = f" at {f['where']}" if f["where"] else ""
-    tb = f["traceback"].rstrip()
-    tail = "\n      " + tb.replace("\n", "\n      ") if tb else ""
+    frames = f["traceback"].rsplit("\n" + err.split(":", 1)[0] + ":", 1)[0].rstrip()  # the error is said once
+    tail = "\n      " + frames.replace("\n", "\n      ") if frames else ""
     return f"{call}, it failed{at}: {err}{tail}"

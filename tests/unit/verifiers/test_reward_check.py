@@ -164,3 +164,56 @@ def test_a_hanging_reward_is_stopped_by_its_timeout_and_named_as_a_timeout(setup
     msg = one(setup(fn, timeout_s=0.3))
     assert time.monotonic() - t0 < 5.0  # stopped at its limit (twice 0.3 s at most), not after 60 s
     assert "it timed out: ran past its timeout_s of 0.3s" in msg
+
+
+EXTRA = '''
+import asyncio, sys
+
+async def trl_async(completions, **kwargs):
+    await asyncio.sleep(0)
+    return [1.0 for _ in completions]
+
+def exits(task, completion):
+    sys.exit(3)
+
+class Scorer:
+    def __call__(self, task, completion):
+        return 1.0
+
+scorer = Scorer()
+'''
+
+
+@pytest.mark.parametrize("fn, problem", [("trl_async", None), ("scorer", None), ("exits", "SystemExit: 3")])
+def test_async_trl_rewards_and_callable_objects_work_and_sys_exit_is_a_failure(tmp_path, monkeypatch, fn, problem):
+    (tmp_path / "extra_rewards.py").write_text(EXTRA)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "extra_rewards", raising=False)
+    data = tmp_path / "t.jsonl"
+    data.write_text(json.dumps({"id": "t1", "prompt": "1+2?", "answer": "3"}) + "\n")
+    stage = types.SimpleNamespace(name="grpo", rewards=[RewardTerm(name="python", function=f"extra_rewards:{fn}")],
+                                  data=JsonlTasks(path=str(data)))
+    got = check_python_rewards(0, stage)
+    if problem is None:
+        assert got == []
+    else:
+        assert problem in one_at(got, 0)
+
+
+def one_at(problems, j):
+    ((key, msg),) = problems
+    assert key == f"stages.0.rewards.{j}.function"
+    return msg
+
+
+def test_a_module_that_hangs_when_imported_is_named_as_an_import_timeout(tmp_path, monkeypatch):
+    import rlvr.verifiers.reward_check as rc
+
+    (tmp_path / "hanging_import.py").write_text("while True:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(rc, "IMPORT_TIMEOUT_S", 0.3)
+    stage = types.SimpleNamespace(name="grpo", rewards=[RewardTerm(name="python", function="hanging_import:f",
+                                                                   timeout_s=0.2)], data=None)
+    t0 = time.monotonic()
+    assert "importing 'hanging_import:f' timed out after 0.3s" in one_at(rc.check_python_rewards(0, stage), 0)
+    assert time.monotonic() - t0 < 5.0
