@@ -168,8 +168,9 @@ def verify_command(
     summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details,
                          options=parse_verifier_options(option), rewards=reward)
     if summary["n"] and summary["counts"].get("infra", 0) == summary["n"]:
-        typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier itself failed on every "
-                    "completion, so nothing was judged; run with --details to see why", fg="red", err=True)
+        typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier{' or a reward' if reward else ''} "
+                    "itself failed on every completion, so nothing was judged; run with --details to see why",
+                    fg="red", err=True)
         raise SystemExit(3)
 
 
