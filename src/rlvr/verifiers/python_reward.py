@@ -35,8 +35,7 @@ from typing import Any, Callable, Sequence
 from rlvr.data.types import Task
 from rlvr.errors import ConfigError
 from rlvr.verifiers.base import Verdict
-from rlvr.verifiers.reward_call import (batch_values, describe_exception, reward_form, reward_value,
-                                        trl_kwargs)
+from rlvr.verifiers.reward_call import batch_values, describe_exception, reward_form, reward_value, trl_kwargs
 
 Failure = dict[str, str]  # {"function", "error", "where", "traceback"}: one failed call, in the user's terms
 

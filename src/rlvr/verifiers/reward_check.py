@@ -38,8 +38,9 @@ def check_python_rewards(i: int, st: Any) -> list[tuple[str, str]]:
             out.append((key, f"stage {st.name}, reward {t.key!r}: {e}"))
             continue
         except RewardTimeout:
-            out.append((key, f"stage {st.name}, reward {t.key!r}: importing {t.function!r} timed out after "
-                             f"{max(t.timeout_s, IMPORT_TIMEOUT_S):g}s (does the module run a loop when imported?)"))
+            why = (f"importing {t.function!r} timed out after {max(t.timeout_s, IMPORT_TIMEOUT_S):g}s (does the "
+                   "module run a loop when imported?)")
+            out.append((key, f"stage {st.name}, reward {t.key!r}: {why}"))
             continue
         usable.append((key, t, fn, form))
     rows = sample_rows(st) if usable else None

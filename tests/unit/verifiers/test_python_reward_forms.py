@@ -4,6 +4,8 @@ call is an ``infra`` verdict carrying the function's own error and location."""
 
 import itertools
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -62,7 +64,7 @@ TASKS = [Task("a", prompt="1+2?", gold={"answer": "3"}, meta={"source": "s1"}),
                                        ("(completions, *, answer)", "batch")])
 def test_the_form_is_read_from_the_parameters(sig, form):
     ns: dict = {}
-    exec(f"def f{sig}: pass", ns)
+    exec(compile(f"def f{sig}: pass", "<signature>", "exec"), ns)  # noqa: S102 - a signature under test
     assert reward_form(ns["f"], "m:f") == form
 
 
@@ -140,9 +142,8 @@ def test_verify_reward_exits_3_when_every_verdict_is_infra_and_prints_the_cause(
     (tmp_path / "c.jsonl").write_text(json.dumps({"task_id": "a", "completion": "3"}) + "\n")
     r = subprocess.run([sys.executable, "-m", "rlvr.cli", "verify", "--tasks", "t.jsonl", "--completions", "c.jsonl",
                         "--reward", f"{mod}:broken", "--workers", "0", "--out", "v.jsonl"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                       env={**__import__("os").environ, "COLUMNS": "300",
-                            "PYTHONPATH": str(__import__("pathlib").Path(rlvr.__file__).parents[1])})
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120, check=False,
+                       env={**os.environ, "COLUMNS": "300", "PYTHONPATH": str(Path(rlvr.__file__).parents[1])})
     assert r.returncode == 3, r.stderr
     assert "KeyError: 'answr'" in r.stdout and f"{mod}.py:19 in broken" in " ".join(r.stdout.split())
     with pytest.raises(ConfigError, match=r"--reward 'nope': expected 'module:function'"):
