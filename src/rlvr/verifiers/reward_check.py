@@ -2,9 +2,9 @@
 
 Each function is imported (an import error names the module's own file:line), its form is read from its
 parameters (:mod:`rlvr.verifiers.reward_call`; a signature of neither form is refused), and it is **called**
-under its ``timeout_s`` on two sample rows of the stage's own tasks: the first task with its demonstration
-(``solution``/``completion``; a plain sentence when it has none) and the next task with a plain sentence,
-as the trainer would call it (one row at a time, or TRL's form once with both rows). A call that raises,
+under its ``timeout_s`` on two sample rows of the stage's own tasks: its first two tasks (the first one twice
+when there is one), each with its demonstration (``solution``/``completion``; a plain sentence when it has
+none), as the trainer would call it (one row at a time, or TRL's form once with both rows). A call that raises,
 hangs past ``timeout_s``, returns something that is not a reward (a string, None, NaN, a list of the wrong
 length, ...) or, in TRL's form, needs a keyword rlvr never passes is a problem naming the stage, the reward
 key, the sample task and the function's own traceback. At validate the sample's ``completion_ids`` are a
@@ -67,8 +67,8 @@ def sample_rows(st: Any) -> tuple[list[Task], list[str]] | None:
         return None
     if not tasks:
         return None
-    texts = [tasks[0].solution or PLAIN, PLAIN]
-    tasks = [tasks[0], tasks[-1]]
+    tasks = [tasks[0], tasks[-1]]  # two rows even from one task: TRL's form must return one value per row
+    texts = [t.solution or PLAIN for t in tasks]
     return tasks, [Completion(c, list(c.encode("utf-8"))) for c in texts]
 
 
