@@ -81,13 +81,15 @@ def generate(model: str, tasks: str, out: str, *, n: int = 1, temperature: float
 
 
 def verify(tasks: str, completions: str, out: str, *, workers: int = 2, timeout_s: float = 60.0,
-           details: bool = False) -> dict:
+           details: bool = False, rewards: list[str] | None = None) -> dict:
     """Judge a completions file like ``rlvr verify``; writes one verdict line per completion to ``out``
-    and returns the summary (``n``, ``counts`` per outcome, ``pass_rate``, ``seconds``)."""
+    and returns the summary (``n``, ``counts`` per outcome, ``pass_rate``, ``seconds``). ``rewards``:
+    ``module:function`` python rewards (and ``correct``), like ``--reward``."""
     _env()
     from rlvr.commands.verify import run_verify
 
-    return run_verify(tasks, completions, out, workers=workers, timeout_s=timeout_s, details=details)
+    return run_verify(tasks, completions, out, workers=workers, timeout_s=timeout_s, details=details,
+                      rewards=rewards)
 
 
 import rlvr.envs  # noqa: E402,F401  (registers the built-in environments' task generators with rlvr.data)

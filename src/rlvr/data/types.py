@@ -40,6 +40,13 @@ class Task:
     solution: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 
+    def __getattr__(self, name: str) -> Any:
+        """Only reached for a name that is not an attribute: say what a Task has (a reward reading
+        ``task.answer`` learns the answer is ``task.gold["answer"]``)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(missing_attribute_message(self.__dict__, name))
+
     def policy_messages(self) -> list[dict[str, str]]:
         """The chat the policy sees (never contains ``gold``)."""
         if self.messages is not None:
@@ -52,3 +59,36 @@ class Task:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Task":
         return cls(**d)
+
+
+TASK_ATTRIBUTES = ("id", "prompt", "kind", "gold", "messages", "family", "difficulty", "split", "answer_format",
+                   "solution", "meta")
+
+
+def missing_attribute_message(fields: dict[str, Any], name: str) -> str:
+    """``'Task' object has no attribute 'answer'``, plus what a Task has and where ``name`` does live."""
+    gold, meta = fields.get("gold") or {}, fields.get("meta") or {}
+    hint = (f"; did you mean task.gold[{name!r}]?" if name in gold
+            else f"; did you mean task.meta[{name!r}]?" if name in meta else "")
+    return (f"'Task' object has no attribute {name!r}{hint} (a Task has: {', '.join(TASK_ATTRIBUTES)}; "
+            f"this task's gold keys: {sorted(gold)}, meta keys: {sorted(meta)})")
+
+
+class Completion(str):
+    """A completion's text that also carries the token ids the policy sampled (``ids``; None where only the
+    text is known, e.g. a completions file). It is a ``str`` everywhere else, so verifiers see the text."""
+
+    ids: list[int] | None
+
+    def __new__(cls, text: str, ids: list[int] | None = None) -> "Completion":
+        obj = super().__new__(cls, text)
+        obj.ids = None if ids is None else [int(i) for i in ids]
+        return obj
+
+    def __reduce__(self):
+        return (Completion, (str(self), self.ids))
+
+
+def with_ids(texts: list[str], ids: list[list[int]]) -> list[str]:
+    """The completions ``texts`` carrying their sampled ``ids`` (for rewards that read the token ids)."""
+    return [Completion(t, i) for t, i in zip(texts, ids)]

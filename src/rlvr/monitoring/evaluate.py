@@ -10,7 +10,7 @@ import numpy as np
 
 from rlvr.data.chat import encode_prompt, stop_token_ids
 from rlvr.data.sources import load_task_source
-from rlvr.data.types import Task
+from rlvr.data.types import Task, with_ids
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.verifiers.judge import Judge, default_judge, reward_judge
@@ -54,7 +54,7 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
     stops = stop_token_ids(tokenizer)
     greedy = engine.generate(prompts, SamplingParams(greedy=True, max_new_tokens=max_new_tokens,
                                                      stop_token_ids=stops))
-    verdicts = judge(tasks, greedy.texts)
+    verdicts = judge(tasks, with_ids(greedy.texts, greedy.completion_ids))
     passed = np.array([v.passed for v in verdicts], dtype=float)
     fams = defaultdict(list)
     for t, p in zip(tasks, passed):
@@ -80,7 +80,7 @@ def _sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_t
     gen = engine.generate(prompts, SamplingParams(n=k, temperature=temperature, max_new_tokens=max_new_tokens,
                                                   stop_token_ids=stops, seed=seed))
     rep = [tasks[i] for i in gen.prompt_index]
-    verdicts = judge(rep, gen.texts)
+    verdicts = judge(rep, with_ids(gen.texts, gen.completion_ids))
     correct = np.zeros(len(tasks), dtype=int)
     for i, v in zip(gen.prompt_index, verdicts):
         correct[i] += int(v.passed)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rlvr.data.chat import encode_prompt, stop_token_ids
-from rlvr.data.types import Task
+from rlvr.data.types import Task, with_ids
 from rlvr.rollout.engine import RolloutEngine, SamplingParams
 from rlvr.rollout.seeds import row_seeds
 from rlvr.verifiers.base import INFRA_OUTCOMES
@@ -38,6 +38,7 @@ class Rollouts:
     seconds: dict[str, float] = field(default_factory=dict)
     policy_version: list[int] = field(default_factory=list)   # per trajectory; empty: the live model
     row_extras: dict[str, list] = field(default_factory=dict)  # per trajectory (rlvr.rollout.methods)
+    reward_errors: list[dict] = field(default_factory=list)     # the batch's infra verdicts (infra_errors)
 
     @property
     def num_groups(self) -> int:
@@ -54,7 +55,7 @@ class Rollouts:
             self.valid[keep], self.passed[keep], pick(self.outcomes),
             {k: v[keep] for k, v in self.reward_terms.items()}, dict(self.seconds),
             pick(self.policy_version) if self.policy_version else [],
-            {k: pick(v) for k, v in self.row_extras.items()})
+            {k: pick(v) for k, v in self.row_extras.items()}, list(self.reward_errors))
 
     @staticmethod
     def concat(parts: list["Rollouts"]) -> "Rollouts":
@@ -71,7 +72,7 @@ class Rollouts:
             {k: torch.cat([p.reward_terms[k] for p in parts]) for k in first.reward_terms}, secs,
             cat("policy_version") if all(p.policy_version for p in parts) else [],
             {k: [x for p in parts for x in p.row_extras.get(k, [None] * len(p.prompt_ids))]
-             for k in {k for p in parts for k in p.row_extras}})
+             for k in {k for p in parts for k in p.row_extras}}, cat("reward_errors"))
 
 
 def overlong_penalty(lengths: torch.Tensor, max_new_tokens: int, buffer: int, penalty: float) -> torch.Tensor:
@@ -120,6 +121,14 @@ verifier; 0 when infra), judge (the model judge's score in [0, 1], RLAIF: ``roll
 completion it cannot score is ``infra``)."""
 
 
+def infra_errors(tasks: list[Task], texts: list[str], ids: list[list[int]], verdicts) -> list[dict]:
+    """One record per infra verdict: the task id, the completion (text and ids: a line ``rlvr verify`` reads)
+    and the failure as the verifier or the reward function reported it (error, where, traceback)."""
+    return [{"task_id": t.id, "completion": c, "completion_ids": list(i), "error": v.details.get("error", ""),
+             "where": v.details.get("where", ""), "traceback": v.details.get("traceback", "")}
+            for t, c, i, v in zip(tasks, texts, ids, verdicts) if v.outcome in INFRA_OUTCOMES]
+
+
 def compose_rewards(verdicts, completion_lens, terms, max_new_tokens: int,
                     ctx: RewardContext | None = None) -> dict[str, torch.Tensor]:
     """Per-term reward vectors keyed by ``term.key`` (see ``REWARD_TERMS``); the trainer sums them weighted."""
@@ -144,7 +153,7 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
     gen = engine.generate(prompts, params)
     t1 = time.perf_counter()
     rep = [tasks[i] for i in gen.prompt_index]
-    verdicts = judge(rep, gen.texts)
+    verdicts = judge(rep, with_ids(gen.texts, gen.completion_ids))  # text + sampled ids
     t2 = time.perf_counter()
     lens = [len(c) for c in gen.completion_ids]
     terms = compose_rewards(verdicts, lens, reward_terms, sampling.max_new_tokens, RewardContext(rep, gen.texts))
@@ -155,4 +164,5 @@ def collect(engine: RolloutEngine, tokenizer, tasks: list[Task], judge, sampling
         tasks, G, gen.prompt_ids, gen.completion_ids, gen.old_logprobs, gen.finish_reason, gen.texts,
         total.view(shape), valid, torch.tensor([v.passed for v in verdicts]).view(shape),
         [v.outcome for v in verdicts], {k: v.view(shape) for k, v in terms.items()},
-        {"generate": t1 - t0, "verify": t2 - t1}, list(gen.policy_version))
+        {"generate": t1 - t0, "verify": t2 - t1}, list(gen.policy_version),
+        reward_errors=infra_errors(rep, gen.texts, gen.completion_ids, verdicts))

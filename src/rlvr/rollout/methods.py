@@ -22,7 +22,7 @@ import torch
 
 from rlvr.data.chat import encode_completion, encode_prompt
 from rlvr.data.collate import pad_batch
-from rlvr.data.types import Task
+from rlvr.data.types import Task, with_ids
 from rlvr.errors import ConfigError
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.truncation import NONE as NO_TRUNCATION
@@ -176,7 +176,7 @@ def demo_part(cfg, model, tok, tasks, judge, sampling, rewards, step: int) -> Ro
     lps = completion_logprobs(model, prompts, comps, tok.pad_token_id, sampling.temperature,
                               truncation=Truncation.of(sampling))
     rep = [t for t in tasks for _ in range(k)]
-    verdicts = judge(rep, texts)
+    verdicts = judge(rep, with_ids(texts, comps))
     ro = _scored(tasks, k, prompts, comps, lps, reasons, texts, verdicts, rewards, sampling)
     return set_extra(ro, "adv_weight", [guidance_weight(cfg, step)] * len(comps))
 
@@ -247,7 +247,7 @@ def double_rollout(cfg, engine, tok, ro: Rollouts, judge, sampling, rewards, see
             for i in range(n * c)]
     texts = tok.batch_decode(full, skip_special_tokens=True)
     rep = [ro.tasks[gen.prompt_index[i] // ro.group_size] for i in range(n * c)]
-    verdicts = judge(rep, texts)
+    verdicts = judge(rep, with_ids(texts, full))
     terms = compose_rewards(verdicts, [len(f) for f in full], rewards, sampling.max_new_tokens,
                             RewardContext(rep, texts))
     total = sum(t.weight * terms[t.key] for t in rewards).view(n, c).mean(dim=1)

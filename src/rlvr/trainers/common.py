@@ -54,8 +54,10 @@ from rlvr.trainers.guards import (
     SignalLatch,
     VerifierStormError,
     checked_latest,
+    infra_pause_message,
     is_nonfinite,
     nonfinite_message,
+    record_reward_errors,
     skip_update,
 )
 from rlvr.trainers.heap import cap_ideep_cache, release_free_heap, stage_memory_settings
@@ -546,22 +548,18 @@ def _shut(run: StageRun, event: dict) -> None:
         run.latch.restore()
 
 
-def pause_on_infra(run: StageRun, rec: dict, total: int) -> None:
-    """Stop the stage (keeping its last checkpoint) when more than ``max_infra_frac`` of this step's ``total``
-    verifications are infra (``rec["verifier/infra"]``); nothing of this batch is trained on."""
+def pause_on_infra(run: StageRun, rec: dict, total: int, errors: list[dict] | None = None) -> None:
+    """Record this step's infra ``errors`` (``reward_errors.jsonl``), then stop the stage (keeping its last
+    checkpoint) when more than ``max_infra_frac`` of its ``total`` verifications are infra."""
     n = int(rec.get("verifier/infra", 0))
     limit = getattr(run.cfg, "max_infra_frac", 1.0)
+    path = record_reward_errors(run.out, run.step + 1, errors or []) if _is_main(run) else None
     if not total or n / total <= limit:
         return
     kept = checked_latest(run.out / "checkpoints") if _is_main(run) else None
     outcomes = {k.split("/", 1)[1]: v for k, v in rec.items() if k.startswith("verifier/") and isinstance(v, int)}
     _shut(run, {"event": "paused_infra", "infra": n, "total": total, "outcomes": outcomes})
-    raise VerifierStormError(
-        f"stage {run.cfg.name}, step {run.step + 1}: {n} of {total} verifications were infra ({n / total:.0%} > "
-        f"max_infra_frac {limit}; outcomes {outcomes}): the verifier is failing (raising, hanging or crashing), "
-        f"so the run paused instead of training on this batch. "
-        + (f"The last checkpoint is {kept}; " if kept else "No checkpoint was written yet; ")
-        + "fix the verifier (see the stage's samples.jsonl and 'rlvr verify'), then resume with --resume")
+    raise VerifierStormError(infra_pause_message(run.cfg, run.step + 1, n, total, outcomes, kept, errors or [], path))
 
 
 def _guard_nonfinite(run: StageRun, rec: dict, ids) -> None:

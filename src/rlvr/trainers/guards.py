@@ -9,12 +9,18 @@ calls these): non-finite numbers, stop signals, and a checkpoint that is not wha
 * **SIGINT / SIGTERM**: :class:`SignalLatch` turns the first signal into a request; the lifecycle writes a
   checkpoint at the next step boundary and raises :class:`~rlvr.errors.Interrupted` (the CLI prints the
   resume command and exits 0). A second signal stops at once (``KeyboardInterrupt``).
+* **Failing verifier or reward**: every ``infra`` verdict's error (type, message, the user's file:line and
+  traceback, with the task id and the completion) is appended to the stage's ``reward_errors.jsonl`` (the
+  first :data:`MAX_REWARD_ERRORS` of the stage); when a step has more than ``max_infra_frac`` of them the
+  stage pauses with :func:`infra_pause_message`, which names the first failure and the ``rlvr verify``
+  command that reproduces it from that file.
 * **Corrupt checkpoint**: :func:`checked_latest` verifies the latest checkpoint's manifest and, when it does
   not match, refuses naming the file and offering the previous one.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import sys
@@ -72,6 +78,52 @@ def nonfinite_message(name: str, streak: list[dict], kept: Path | None) -> str:
 
 class VerifierStormError(RlvrError):
     """More than ``max_infra_frac`` of a step's verifications were infra: the run paused."""
+
+
+REWARD_ERRORS_FILE = "reward_errors.jsonl"
+MAX_REWARD_ERRORS = 20  # failures kept per stage (append-only, across resumes)
+
+
+def record_reward_errors(out: Path, step: int, errors: list[dict]) -> Path | None:
+    """Append ``errors`` (one dict per infra verdict: task_id, completion, error, where, traceback) to
+    ``out/reward_errors.jsonl`` until the stage holds :data:`MAX_REWARD_ERRORS`; returns the file (None when
+    nothing was ever written)."""
+    path = out / REWARD_ERRORS_FILE
+    have = sum(1 for _ in path.open(encoding="utf-8")) if path.exists() else 0
+    if errors and have < MAX_REWARD_ERRORS:
+        out.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as f:
+            for e in errors[: MAX_REWARD_ERRORS - have]:
+                f.write(json.dumps({"step": step, **e}, default=str) + "\n")
+    return path if path.exists() else None
+
+
+def reproduce_command(cfg, errors_file: Path | None) -> str:
+    """The ``rlvr verify`` command that judges the recorded failures again with the stage's rewards."""
+    data = getattr(getattr(cfg, "data", None), "path", None) or "<the stage's tasks as JSONL>"
+    terms = getattr(cfg, "rewards", None) or []
+    rewards = "".join(f" --reward {t.function}" if t.name == "python" else " --reward correct"
+                      for t in terms if t.name in ("python", "correct"))
+    return (f"rlvr verify --tasks {data} --completions {errors_file or '<completions JSONL>'}{rewards} "
+            "--details --out verdicts.jsonl")
+
+
+def infra_pause_message(cfg, step: int, n: int, total: int, outcomes: dict, kept: Path | None,
+                        errors: list[dict], errors_file: Path | None) -> str:
+    """Why the stage paused: the counts, the first failure in the user's terms, where the failures are and
+    how to reproduce them."""
+    limit = getattr(cfg, "max_infra_frac", 1.0)
+    first = errors[0] if errors else {}
+    why = (f" The first failure (task {first.get('task_id')!r}): {first.get('error', 'no error recorded')}."
+           if errors else "")
+    where = (f" The failures, with tracebacks and completions, are in {errors_file}; reproduce them with "
+             f"'{reproduce_command(cfg, errors_file)}'." if errors_file else "")
+    return (f"stage {cfg.name}, step {step}: {n} of {total} verifications were infra ({n / total:.0%} > "
+            f"max_infra_frac {limit}; outcomes {outcomes}): the verifier or a reward function is failing "
+            f"(raising, hanging, returning a non-number or crashing), so the run paused instead of training on "
+            f"this batch.{why}{where} "
+            + (f"The last checkpoint is {kept}; " if kept else "No checkpoint was written yet; ")
+            + "fix the reward or the verifier, then resume with --resume")
 
 
 class SignalLatch:

@@ -316,7 +316,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                "rollout/length_mean": float(np.mean([len(c) for c in ro.completion_ids])),
                "rollout/truncation_rate": float(np.mean([r == "length" for r in ro.finish_reason])),
                "kl/coef": kl_coef, "train/sequences": len(batch)}
-        pause_on_infra(run, rec, len(tasks))
+        pause_on_infra(run, rec, len(tasks), ro.reward_errors)
         if len(batch):
             evaluate_batch(batch, policy, ref, critic, stage.sampling.temperature, stage.micro_batch_size, bf16,
                            Truncation.of(stage.sampling))

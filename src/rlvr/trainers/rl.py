@@ -442,7 +442,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                       "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale,
                       **(guard.measure(ro, judge) if guard is not None else {})}
         pause_on_infra(run, ro_rec, ro.valid.numel() if ro is not None else
-                       stage.tasks_per_step * stage.sampling.group_size)
+                       stage.tasks_per_step * stage.sampling.group_size, ro.reward_errors if ro is not None else [])
         if track_kl and len(batch):
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(

@@ -27,21 +27,29 @@ def default_judge(workers: int = 0) -> Judge:
 
 
 def reward_judge(rewards, workers: int = 0) -> Judge:
-    """The RL judge for a stage's reward terms: the task's verifier, plus each ``name: python`` term run
-    beside it in the same pool item (see :mod:`rlvr.verifiers.python_reward`)."""
+    """The RL judge for a stage's reward terms: the task's verifier, plus each ``name: python`` term: one of
+    the per-completion form runs beside the verifier in the same pool item, one of TRL's batched form once
+    over the batch in this process (see :mod:`rlvr.verifiers.python_reward`)."""
     from rlvr.verifiers.pool import verify_batch
-    from rlvr.verifiers.python_reward import PythonReward, RewardJudge, resolve_function
-    from rlvr.verifiers.registry import TaskRouter
+    from rlvr.verifiers.python_reward import PythonReward, RewardJudge, add_batch_terms, combine
 
     py = {t.key: PythonReward(t.function, t.timeout_s) for t in rewards if t.name == "python"}
     if not py:
         return default_judge(workers)
-    for t in py.values():
-        resolve_function(t.function)  # a typo is a ConfigError now, not an infra verdict per completion
+    # a typo or a signature of neither form is a ConfigError now, not an infra verdict per completion
+    per_item = {k: t for k, t in py.items() if t.form == "task"}
+    batched = {k: t for k, t in py.items() if t.form == "batch"}
+    from rlvr.verifiers.registry import TaskRouter
+
     primary = TaskRouter() if any(t.name in ("correct", "format") for t in rewards) else None
-    verifier = RewardJudge(primary, py)
-    timeout = 30.0 + sum(t.timeout_s for t in py.values())
+    verifier = RewardJudge(primary, per_item)
+    timeout = 30.0 + sum(t.timeout_s for t in per_item.values())
 
     def judge(tasks, completions):
-        return verify_batch(verifier, list(tasks), list(completions), workers=workers, timeout_s=timeout)
+        tasks, completions = list(tasks), list(completions)
+        if primary is not None or per_item:
+            verdicts = verify_batch(verifier, tasks, completions, workers=workers, timeout_s=timeout)
+        else:
+            verdicts = [combine(None, {}, {}, 0.0) for _ in tasks]
+        return add_batch_terms(verdicts, batched, tasks, completions) if batched and tasks else verdicts
     return judge

@@ -320,6 +320,13 @@ def test_an_infra_storm_pauses_the_run_with_a_clear_message(tiny_dir, tmp_path):
     assert "step 3: 6 of 8 verifications were infra (75% > max_infra_frac 0.5" in msg
     assert f"The last checkpoint is {tmp_path / 'rl' / 'checkpoints' / 'step-000002'}" in msg and "--resume" in msg
     assert events(tmp_path / "rl" / "metrics.jsonl", "paused_infra")[0]["infra"] == 6
+    # the first failure is named, and every failed verification is on file with its completion
+    errors = tmp_path / "rl" / "reward_errors.jsonl"
+    assert "The first failure (task " in msg and "): verifier raised: boom." in msg and f"are in {errors}" in msg
+    assert "samples.jsonl" not in msg
+    rows = [json.loads(x) for x in errors.read_text().splitlines()]
+    assert len(rows) == 6 and {r["step"] for r in rows} == {3} and all(r["error"] == "verifier raised: boom" for r in rows)
+    assert all(isinstance(r["completion"], str) and r["completion_ids"] for r in rows)
 
 
 def test_a_prompt_filling_the_token_budget_ends_its_trajectory_instead_of_crashing(tmp_path):
