@@ -201,7 +201,8 @@ def load_policy(run_dir: str | Path, name: str, model_cfg, init_path: str | None
     ``model.train_dropout``) and the tokenizer."""
     out = stage_dir(run_dir, name)
     seed_everything(seed)
-    model, tok = load_model_and_tokenizer(model_cfg, init_path)
+    with phase("loading the model"):
+        model, tok = load_model_and_tokenizer(model_cfg, init_path)
     cap_ideep_cache(next(model.parameters()).device.type)  # before the stage's first bf16 matmul (heap.py)
     set_train_mode(model, model_cfg)
     return out, model, tok
