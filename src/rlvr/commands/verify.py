@@ -79,9 +79,9 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
                options: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Verify, write ``out``, print a summary; returns the summary (counts, seconds, rate). ``options``:
     per-kind verifier constructor options (``{"math": {"rel_tol": 1e-6}}``)."""
-    from rich.console import Console
+    from rlvr.console import make_console
 
-    console = console or Console()
+    console = console or make_console()
     if workers < 0:
         raise DataError(f"--workers must be >= 0, got {workers}")
     if timeout_s <= 0:
