@@ -12,13 +12,21 @@ import time
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from rlvr.console import make_console, say
+from rlvr.console import make_console, note_output, say
+
+
+class BarProgress(Progress):
+    """rich's Progress whose updates count as output for the heartbeat (the bar moving is a sign of life)."""
+
+    def update(self, *args, **kwargs) -> None:
+        super().update(*args, **kwargs)
+        note_output()
 
 
 def make_progress(transient: bool = False):
     """A rich Progress on a terminal, else a :class:`PlainProgress` with the same calls."""
     if make_console().is_terminal:
-        return Progress(
+        return BarProgress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=transient,
         )
