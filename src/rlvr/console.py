@@ -65,15 +65,16 @@ def keep_detail():
 @contextlib.contextmanager
 def phase(name: str):
     """Name the work inside the block for the heartbeat (phases nest: the innermost is shown after the outer)."""
+    entry = (name, time.monotonic())
     with _lock:
-        _state["phases"].append((name, time.monotonic()))
+        _state["phases"].append(entry)
         saved, _state["detail"] = _state["detail"], ""
     try:
         yield
     finally:
         with _lock:
-            if _state["phases"] and _state["phases"][-1][0] == name:
-                _state["phases"].pop()
+            if entry in _state["phases"]:
+                _state["phases"].remove(entry)
             _state["detail"] = saved
 
 
@@ -110,7 +111,8 @@ def quiet_seconds() -> float:
 
 class Heartbeat:
     """A daemon thread printing :func:`current` whenever nothing was printed for ``quiet_s`` seconds
-    (a context manager; ``enabled=False`` makes it a no-op, e.g. on a torchrun rank other than 0)."""
+    (a context manager; ``enabled=False`` makes it a no-op, e.g. on a torchrun rank other than 0). Nested
+    heartbeats (``rlvr run`` around the pipeline's own) leave the outermost one alone."""
 
     def __init__(self, quiet_s: float | None = None, enabled: bool = True):
         self.quiet_s = quiet_s if quiet_s is not None else quiet_seconds()
@@ -119,16 +121,19 @@ class Heartbeat:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "Heartbeat":
-        if self.enabled:
-            note_output()
-            self._thread = threading.Thread(target=self._loop, name="rlvr-heartbeat", daemon=True)
-            self._thread.start()
+        with _lock:
+            if self.enabled and not _state.get("beating"):
+                _state["beating"] = True
+                note_output()
+                self._thread = threading.Thread(target=self._loop, name="rlvr-heartbeat", daemon=True)
+                self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            _state["beating"] = False
 
     def _loop(self) -> None:
         tick = min(0.25, self.quiet_s / 4)

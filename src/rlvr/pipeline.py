@@ -40,7 +40,7 @@ from pathlib import Path
 from rlvr import omp_wait
 from rlvr.config.load import dump_recipe
 from rlvr.config.recipe import Recipe, with_system_prompt
-from rlvr.console import phase
+from rlvr.console import Heartbeat, detail, phase
 from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
 
 
@@ -126,7 +126,8 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
 
         dist = make_context(recipe.distributed)
     try:
-        return _run_stages(recipe, resume, judge, only, init_path, changes, dist)
+        with Heartbeat(enabled=getattr(dist, "is_main", True)):  # never 10 s without a line (rlvr.console)
+            return _run_stages(recipe, resume, judge, only, init_path, changes, dist)
     finally:
         if own:
             dist.close()
@@ -180,6 +181,7 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
             stage = stage.model_copy(update={"reward_model_path": reward_model})
         t0 = time.time()
         with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name), phase(stage.name):
+            detail("setting up (model, data, optimiser)")  # until the stage's own phases and steps say more
             result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
                                                resume=resume, eval_cfg=recipe.eval, judge=judge,
                                                **({"dist": dist} if stage.type == "rl" else {}))

@@ -90,3 +90,16 @@ def test_the_default_interval_leaves_room_within_ten_seconds(monkeypatch):
     assert rc.Heartbeat().quiet_s == 0.5
     monkeypatch.setenv("RLVR_HEARTBEAT_S", "nonsense")
     assert rc.Heartbeat().quiet_s == rc.QUIET_S
+
+
+def test_nested_heartbeats_print_once(monkeypatch):
+    """``rlvr run`` holds one around the pipeline, which holds its own: one line per silence, not two."""
+    out = Lines()
+    monkeypatch.setattr("sys.stdout", out)
+    with rc.Heartbeat(quiet_s=0.3), rc.Heartbeat(quiet_s=0.3), rc.phase("eval"):
+        time.sleep(1.0)
+    stamps = [t for t, _ in out.times]
+    assert 2 <= len(stamps) <= 4 and min(b - a for a, b in zip(stamps, stamps[1:])) > 0.2
+    with rc.Heartbeat(quiet_s=0.3), rc.phase("after"):  # the flag was released: a later run beats again
+        time.sleep(0.7)
+    assert any("after (" in line for _, line in out.times)

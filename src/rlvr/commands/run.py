@@ -102,19 +102,22 @@ def execute(
         raise ConfigError(f"{source or 'recipe'}: no stage of type {only!r} in this recipe (stages: {names})")
     if init_path is not None and not os.path.exists(init_path):
         raise ModelLoadError(f"--model {init_path!r} does not exist")
-    for w in preflight(r, source, only, init_path, allow_unprobed_judge):
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-    for k, (a, b) in changes.items():
-        console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
-    if not resume:
-        moved = guard_run_dir(r, overwrite)
-        if moved is not None:
-            console.print(f"[yellow]--overwrite:[/yellow] the earlier run was moved to {moved}", highlight=False)
-    setup_threads(r.threads)
     main = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 speaks
-    if main:
-        print_header(console, r, source, only, init_path, resume)
-    with Heartbeat(enabled=main):
+    with Heartbeat(enabled=main):  # from here on, never 10 s without a line
+        with phase("checking the recipe"):
+            warnings = preflight(r, source, only, init_path, allow_unprobed_judge)
+        for w in warnings:
+            console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        for k, (a, b) in changes.items():
+            console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
+        if not resume:
+            moved = guard_run_dir(r, overwrite)
+            if moved is not None:
+                console.print(f"[yellow]--overwrite:[/yellow] the earlier run was moved to {moved}", highlight=False)
+        setup_threads(r.threads)
+        if main:
+            print_header(console, r, source, only, init_path, resume)
+            note_output()
         summary = run_pipeline(r, resume=resume, only=only, init_path=init_path, judge=judge, changes=changes)
         if summary.get("rank", 0) == 0:  # under torchrun the other ranks only train
             print_summary(summary, console)
