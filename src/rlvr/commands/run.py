@@ -92,11 +92,6 @@ def execute(
     console = console or make_console()
     r, source, changes = resolve(recipe, list(overrides), resume, run_dir, allow_config_change)
     omp_wait.apply_for(r)  # before torch loads (the imports below load it)
-    from rlvr.commands.header import print_header
-    from rlvr.commands.preflight import preflight
-    from rlvr.pipeline import run_pipeline
-    from rlvr.trainers.common import setup_threads
-
     if only is not None and not any(s.type == only for s in r.stages):
         names = [f"{s.name} ({s.type})" for s in r.stages]
         raise ConfigError(f"{source or 'recipe'}: no stage of type {only!r} in this recipe (stages: {names})")
@@ -104,6 +99,11 @@ def execute(
         raise ModelLoadError(f"--model {init_path!r} does not exist")
     main = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 speaks
     with Heartbeat(enabled=main):  # from here on, never 10 s without a line
+        with phase("loading torch and transformers"):
+            from rlvr.commands.header import print_header
+            from rlvr.commands.preflight import preflight
+            from rlvr.pipeline import run_pipeline
+            from rlvr.trainers.common import setup_threads
         with phase("checking the recipe"):
             warnings = preflight(r, source, only, init_path, allow_unprobed_judge)
         for w in warnings:
