@@ -7,7 +7,9 @@ Run directory layout::
       config_changes.jsonl   changes accepted with --resume --allow-config-change
       pipeline.json          stage states (done / running), written atomically
       summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "checkpoint"}, ...],
-                              "omp_wait": the OpenMP wait policy the run trained with (rlvr.omp_wait)}
+                              "omp_wait": the OpenMP wait policy the run trained with (rlvr.omp_wait)};
+                             a stage its max_minutes cut has "time_cap": {"steps_done", "steps_planned",
+                             "max_minutes"}
       report.html            plots of each stage's curves and the summary table
       base/eval.json         the starting model's held-out evaluation (when eval_base)
       <stage>/metrics.jsonl  append-only metrics
@@ -38,6 +40,7 @@ from pathlib import Path
 from rlvr import omp_wait
 from rlvr.config.load import dump_recipe
 from rlvr.config.recipe import Recipe, with_system_prompt
+from rlvr.console import Heartbeat, detail, phase
 from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
 
 
@@ -123,7 +126,8 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
 
         dist = make_context(recipe.distributed)
     try:
-        return _run_stages(recipe, resume, judge, only, init_path, changes, dist)
+        with Heartbeat(enabled=getattr(dist, "is_main", True)):  # never 10 s without a line (rlvr.console)
+            return _run_stages(recipe, resume, judge, only, init_path, changes, dist)
     finally:
         if own:
             dist.close()
@@ -150,8 +154,9 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
     if recipe.eval_base:
         base_json = run_dir / "base" / "eval.json"
         t0 = time.time()
-        res = json.loads(base_json.read_text()) if resume and base_json.exists() else \
-            evaluate_checkpoint(recipe, prev, base_json, judge)
+        with phase("held-out evaluation of the starting model"):
+            res = json.loads(base_json.read_text()) if resume and base_json.exists() else \
+                evaluate_checkpoint(recipe, prev, base_json, judge)
         summary["stages"].append(_row("base", res, time.time() - t0, prev or "(initial model)"))
     for stage in recipe.stages:
         if only is not None and stage.type != only:
@@ -160,7 +165,8 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
         final = run_dir / stage.name / "final"
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / stage.name / "eval.json").read_text())
-            summary["stages"].append(_label(_row(stage.name, res, st["wall_s"], str(final)), stage))
+            row = _row(stage.name, res, st["wall_s"], str(final), st.get("time_cap"))
+            summary["stages"].append(_label(row, stage))
             prev = st.get("next_policy", str(final))
             if stage.type == "reward_model":
                 reward_model = str(final)
@@ -174,7 +180,8 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
         if stage.type == "ppo" and stage.reward_model_path is None and reward_model is not None:
             stage = stage.model_copy(update={"reward_model_path": reward_model})
         t0 = time.time()
-        with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name):
+        with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name), phase(stage.name):
+            detail("setting up (model, data, optimiser)")  # until the stage's own phases and steps say more
             result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
                                                resume=resume, eval_cfg=recipe.eval, judge=judge,
                                                **({"dist": dist} if stage.type == "rl" else {}))
@@ -184,12 +191,15 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
             write_json_atomic(run_dir / stage.name / "eval.json", res)
             next_policy = result.extra.get("policy") or prev
         else:
-            res = evaluate_checkpoint(recipe, result.checkpoint, run_dir / stage.name / "eval.json", judge)
+            with phase(f"{stage.name}: held-out evaluation of its final model"):
+                res = evaluate_checkpoint(recipe, result.checkpoint, run_dir / stage.name / "eval.json", judge)
             next_policy = result.checkpoint
+        cut = result.extra.get("time_cap")
         state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
-                                       "checkpoint": result.checkpoint, "next_policy": next_policy}
+                                       "checkpoint": result.checkpoint, "next_policy": next_policy,
+                                       **({"time_cap": cut} if cut else {})}
         write_json_atomic(state_path, state)
-        summary["stages"].append(_label(_row(stage.name, res, train_wall, result.checkpoint), stage))
+        summary["stages"].append(_label(_row(stage.name, res, train_wall, result.checkpoint, cut), stage))
         prev = next_policy
         write_json_atomic(run_dir / "summary.json", summary)
     write_json_atomic(run_dir / "summary.json", summary)
@@ -240,9 +250,12 @@ def _label(row: dict, stage) -> dict:
     return row
 
 
-def _row(name: str, res: dict, wall: float, ckpt: str) -> dict:
+def _row(name: str, res: dict, wall: float, ckpt: str, time_cap: dict | None = None) -> dict:
+    """A stage's row of summary.json (``time_cap``: the steps done of those planned when ``max_minutes`` cut it)."""
     row = {"stage": name, "pass_at_1": res["pass_at_1"], "by_family": res["by_family"],
            "mean_length": res["mean_length"], "wall_s": round(wall, 2), "checkpoint": ckpt}
+    if time_cap:
+        row["time_cap"] = time_cap
     for k, v in res.items():
         if (k.startswith("pass_at_") and k.endswith("_sampled")) or k == "heldout_pair_accuracy":
             row[k] = v

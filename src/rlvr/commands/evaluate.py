@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console
 from rich.table import Table
 
+from rlvr.console import make_console
 from rlvr.errors import DataError
 
 
@@ -97,7 +97,7 @@ def generate_command(model: str, tasks: str, out: str, n: int = 1, temperature: 
         seen[i] = seen.get(i, -1) + 1
         recs.append({"task_id": task_list[i].id, "completion": text, "sample": seen[i]})
     write_jsonl_atomic(out, recs)
-    Console().print(f"wrote {len(recs)} completions ({len(task_list)} tasks x {n}) -> {out}")
+    make_console().print(f"wrote {len(recs)} completions ({len(task_list)} tasks x {n}) -> {out}")
     return recs
 
 
@@ -116,8 +116,8 @@ def _print(res: dict, k: int) -> None:
     if k > 1:
         row.append(f"{res[f'pass_at_{k}_sampled']:.1%}")
     t.add_row(*row)
-    Console().print(t)
+    make_console().print(t)
     if "turns_mean" in res:
-        Console().print(f"closed loop: {res['turns_mean']:.2f} turns, {res['tool_calls_mean']:.2f} tool calls per "
-                        f"trajectory; ends {res['ends']}; outcomes {res['outcomes']}")
-    Console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "sampled", "by_family")})[:400])
+        make_console().print(f"closed loop: {res['turns_mean']:.2f} turns, {res['tool_calls_mean']:.2f} tool calls per "
+                                  f"trajectory; ends {res['ends']}; outcomes {res['outcomes']}")
+    make_console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "sampled", "by_family")})[:400])

@@ -179,9 +179,9 @@ def _screen_advice(s: dict, recipe, st, label: str) -> str:
 
 
 def print_plan(rep: dict, console=None) -> None:
-    from rich.console import Console
+    from rlvr.console import make_console
 
-    c = console or Console()
+    c = console or make_console()
     c.print(f"[bold]plan for {rep['recipe']}[/]  task kinds: {', '.join(rep['kinds']) or 'none'}")
     for k, p in rep["probes"].items():
         c.print(f"  probes {k}: {p['probes'] - len(p['accepted'])}/{p['probes']} held")

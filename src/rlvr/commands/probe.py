@@ -22,11 +22,11 @@ from rlvr.verifiers.probes.runner import KINDS, exit_code, print_table, run_prob
 
 def run_probe(kind: str = "all", flaky: bool = False, console: Any = None) -> int:
     """Run the probes of ``kind``, print the table and notes; returns the exit status."""
-    from rich.console import Console
+    from rlvr.console import make_console
 
     if kind not in KINDS + ("all",):
         raise ConfigError(f"unknown probe kind {kind!r}; expected one of {', '.join(KINDS + ('all', 'template'))}")
-    console = console or Console()
+    console = console or make_console()
     with console.status(f"running {kind} probes..."):
         rows, notes = run_probes(kind, flaky=flaky)
     if not rows:
@@ -37,8 +37,7 @@ def run_probe(kind: str = "all", flaky: bool = False, console: Any = None) -> in
 
 def run_template_probe(model_dir: str | None, tool_role: str = "tool", console: Any = None) -> int:
     """Probe a model folder's chat template; print the findings; returns the exit status."""
-    from rich.console import Console
-
+    from rlvr.console import make_console
     from rlvr.rollout.template_probe import probe_template
 
     if not model_dir:
@@ -52,7 +51,7 @@ def run_template_probe(model_dir: str | None, tool_role: str = "tool", console: 
         tok = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot load a tokenizer from {model_dir!r}: {e}") from None
-    console = console or Console()
+    console = console or make_console()
     rep = probe_template(tok, tool_role)
     if rep.frame is not None:
         console.print(f"observation frame: {rep.frame[0]!r} + OBSERVATION + {rep.frame[1]!r}")

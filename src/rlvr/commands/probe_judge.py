@@ -76,8 +76,9 @@ def probe_judge(judge: ModelJudge, families: list[str], n: int, threshold: float
 def run_judge_probe(judge_model: str | None, rubric: str | None, families: str, n: int, threshold: float,
                     min_mass: float, out: str | None = None, console: Any = None) -> int:
     """Probe, print the table, write the report; returns the exit status."""
-    from rich.console import Console
     from rich.table import Table
+
+    from rlvr.console import make_console
 
     if not judge_model:
         raise ConfigError("rlvr probe judge needs --judge-model PATH (a local checkpoint folder)")
@@ -87,7 +88,7 @@ def run_judge_probe(judge_model: str | None, rubric: str | None, families: str, 
     write_json_atomic(path, rep)
     if out:
         write_json_atomic(out, rep)
-    console = console or Console()
+    console = console or make_console()
     fmt = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     delta = lambda v: "-" if v is None else f"{v:+.3f}"  # noqa: E731
     table = Table(title=f"judge probe: {judge_model} (right {fmt(rep['good_mean'])}, wrong {fmt(rep['bad_mean'])})")

@@ -1,8 +1,9 @@
 """``rlvr run | validate | quickstart | sft | grpo | dpo | rm | ppo``: recipe-level commands.
 
 Each one is :func:`execute`: load the recipe (or, on ``--resume``, the run's saved config), dry-run it
-(:mod:`rlvr.commands.preflight`: every problem at once, before anything is written), run the stages,
-print the summary and write ``report.html``. ``rlvr.run`` (the Python API) is the same function.
+(:mod:`rlvr.commands.preflight`: every problem at once, before anything is written), print the run header
+(:mod:`rlvr.commands.header`), run the stages under a heartbeat (:mod:`rlvr.console`: never 10 s without a
+line), print the summary and write ``report.html``. ``rlvr.run`` (the Python API) is the same function.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rich.table import Table
 
 from rlvr.config.load import load_recipe, override_recipe
 from rlvr.config.recipe import Recipe
+from rlvr.console import Heartbeat, make_console, note_output, phase
 from rlvr.errors import ConfigError, ModelLoadError
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "recipes" / "quickstart.yaml"
@@ -28,7 +30,7 @@ def validate_command(recipe: str, overrides: list[str], allow_unprobed_judge: bo
 
     r = load_recipe(recipe, overrides)
     warnings = preflight(r, recipe, allow_unprobed_judge=allow_unprobed_judge)
-    console = Console()
+    console = make_console()
     for w in warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", markup=True, highlight=False)
     console.print(
@@ -87,31 +89,40 @@ def execute(
     refused unless ``overwrite`` (the old run is then moved aside, see :func:`guard_run_dir`)."""
     from rlvr import omp_wait
 
-    console = console or Console()
+    console = console or make_console()
     r, source, changes = resolve(recipe, list(overrides), resume, run_dir, allow_config_change)
     omp_wait.apply_for(r)  # before torch loads (the imports below load it)
-    from rlvr.commands.preflight import preflight
-    from rlvr.pipeline import run_pipeline
-    from rlvr.trainers.common import setup_threads
-
     if only is not None and not any(s.type == only for s in r.stages):
         names = [f"{s.name} ({s.type})" for s in r.stages]
         raise ConfigError(f"{source or 'recipe'}: no stage of type {only!r} in this recipe (stages: {names})")
     if init_path is not None and not os.path.exists(init_path):
         raise ModelLoadError(f"--model {init_path!r} does not exist")
-    for w in preflight(r, source, only, init_path, allow_unprobed_judge):
-        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-    for k, (a, b) in changes.items():
-        console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
-    if not resume:
-        moved = guard_run_dir(r, overwrite)
-        if moved is not None:
-            console.print(f"[yellow]--overwrite:[/yellow] the earlier run was moved to {moved}", highlight=False)
-    setup_threads(r.threads)
-    summary = run_pipeline(r, resume=resume, only=only, init_path=init_path, judge=judge, changes=changes)
-    if summary.get("rank", 0) == 0:  # under torchrun the other ranks only train
-        print_summary(summary, console)
-        summary["report"] = str(_report(r.run_dir, summary, console))
+    main = os.environ.get("RANK", "0") == "0"  # under torchrun only rank 0 speaks
+    with Heartbeat(enabled=main):  # from here on, never 10 s without a line
+        with phase("loading torch and transformers"):
+            from rlvr.commands.header import print_header
+            from rlvr.commands.preflight import preflight
+            from rlvr.pipeline import run_pipeline
+            from rlvr.trainers.common import setup_threads
+        with phase("checking the recipe"):
+            warnings = preflight(r, source, only, init_path, allow_unprobed_judge)
+        for w in warnings:
+            console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+        for k, (a, b) in changes.items():
+            console.print(f"[yellow]config change accepted:[/yellow] {k}: {a!r} -> {b!r}", highlight=False)
+        if not resume:
+            moved = guard_run_dir(r, overwrite)
+            if moved is not None:
+                console.print(f"[yellow]--overwrite:[/yellow] the earlier run was moved to {moved}", highlight=False)
+        setup_threads(r.threads)
+        if main:
+            print_header(console, r, source, only, init_path, resume)
+            note_output()
+        summary = run_pipeline(r, resume=resume, only=only, init_path=init_path, judge=judge, changes=changes)
+        if summary.get("rank", 0) == 0:  # under torchrun the other ranks only train
+            print_summary(summary, console)
+            with phase("writing report.html"):
+                summary["report"] = str(_report(r.run_dir, summary, console))
     return summary
 
 
@@ -186,6 +197,7 @@ def stage_command(
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
+    """The held-out evaluation by stage, then a line for each stage its time cap cut (steps done of planned)."""
     table = Table(title="held-out evaluation by stage")
     fams = sorted({f for row in summary["stages"] for f in row["by_family"]})
     for col in ["stage", "pass@1", *[f"pass@1 {f}" for f in fams], "pass@k", "mean len", "wall s"]:
@@ -204,14 +216,25 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             )
             continue
         table.add_row(
-            row["stage"] + (" [RLAIF]" if row.get("reward_source") else ""),
+            row["stage"] + (" [RLAIF]" if row.get("reward_source") else "") + (" [time cap]" if row.get("time_cap") else ""),
             f"{row['pass_at_1']:.1%}",
             *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
             f"{pk[-1]:.1%}" if pk else "-",
             f"{row['mean_length']:.1f}",
             f"{row['wall_s']:.0f}",
         )
-    (console or Console()).print(table)
+    console = console or make_console()
+    console.print(table)
+    for row in summary["stages"]:
+        if row.get("time_cap"):
+            console.print(time_cap_text(row["stage"], row["time_cap"]), markup=False, highlight=False)
+    note_output()
+
+
+def time_cap_text(stage: str, cut: dict) -> str:
+    """The note of a stage its ``max_minutes`` cut: steps done of those planned."""
+    return (f"{stage}: cut by its time cap (max_minutes {cut['max_minutes']:g}) after {cut['steps_done']} of "
+            f"{cut['steps_planned']} planned steps; its figures are those of a shorter stage")
 
 
 def _report(run_dir: str, summary: dict, console: Console) -> Path:

@@ -67,10 +67,11 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
 
 
 def print_screen(rows: list[dict], console=None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from rlvr.console import make_console
+
+    console = console or make_console()
     g, t = rows[0]["group_size"], rows[0]["temperature"]
     tab = Table(title=f"RL screen: G = {g}, temperature {t:g}, p*(G) = {rows[0]['p_star']:.3f}")
     for c in ("rank", "checkpoint", "pass@1", "p", "entropy", "adv_var", "signal", "measured", "status", "usable G"):

@@ -31,7 +31,8 @@ class OnPolicyDistillStage(Section):
     max_steps: int = Field(200, ge=1)
     """Steps (one batch of student samples each)."""
     max_minutes: float | None = None
-    """Stop early after this much wall time."""
+    """Stop early after this much wall time.
+    A stage it cuts before ``max_steps`` says so (console, summary.json: steps done of planned)."""
     tasks_per_step: int = Field(16, ge=1)
     """Prompts per step."""
     micro_batch_size: int = Field(64, ge=1)

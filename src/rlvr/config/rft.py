@@ -65,7 +65,8 @@ class SampleSFTBase(Section):
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=5, schedule="constant")
     """Optimiser and schedule (over all rounds' steps)."""
     max_minutes: float | None = None
-    """Stop early after this much training wall time (sampling included)."""
+    """Stop early after this much training wall time (sampling included).
+    A stage it cuts before ``max_steps`` says so (console, summary.json: steps done of planned)."""
     save_every: int = Field(0, ge=0)
     """Write a checkpoint every N steps (0: only at the end); a checkpoint holds the round's kept samples."""
     keep_last: int = Field(2, ge=0)

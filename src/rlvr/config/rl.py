@@ -384,7 +384,8 @@ class RLStage(Section):
     max_steps: int = Field(200, ge=1)
     """RL steps (one rollout batch each)."""
     max_minutes: float | None = None
-    """Stop early after this much wall time."""
+    """Stop early after this much wall time.
+    A stage it cuts before ``max_steps`` says so (console, summary.json: steps done of planned)."""
     tasks_per_step: int = Field(16, ge=1)
     """Tasks (groups) per rollout batch."""
     ppo_epochs: int = Field(1, ge=1)

@@ -45,7 +45,8 @@ class SFTStage(Section):
     max_steps: int = Field(1000, ge=1)
     """Optimizer steps."""
     max_minutes: float | None = None
-    """Stop early after this much training wall time."""
+    """Stop early after this much training wall time.
+    A stage it cuts before ``max_steps`` says so (console, summary.json: steps done of planned)."""
     batch_size: int = Field(64, ge=1)
     """Sequences per optimizer step."""
     micro_batch_size: int = Field(64, ge=1)

@@ -2,22 +2,31 @@
 
 With stdout redirected, a stage prints a line when it starts ("starting: N steps" or "resuming from step
 K of N"), one every ``logging.every`` steps (the recipe's; 10 outside a pipeline) with the trainer's
-progress info, and one when it ends.
+progress info, and one when it ends. Every line counts as output for the heartbeat (:mod:`rlvr.console`),
+which fills any longer silence with a line naming the work under way.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from rlvr.console import make_console, note_output, say
+
+
+class BarProgress(Progress):
+    """rich's Progress whose updates count as output for the heartbeat (the bar moving is a sign of life)."""
+
+    def update(self, *args, **kwargs) -> None:
+        super().update(*args, **kwargs)
+        note_output()
 
 
 def make_progress(transient: bool = False):
     """A rich Progress on a terminal, else a :class:`PlainProgress` with the same calls."""
-    if Console().is_terminal:
-        return Progress(
+    if make_console().is_terminal:
+        return BarProgress(
             TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), transient=transient,
         )
@@ -32,7 +41,7 @@ class PlainProgress:
 
     def __init__(self, every: int = 10):
         self.every = max(1, every)
-        self.console = Console(highlight=False, soft_wrap=True)
+        self.console = make_console(highlight=False, soft_wrap=True)
         self.tasks: dict[int, dict] = {}
 
     def __enter__(self) -> "PlainProgress":
@@ -54,8 +63,7 @@ class PlainProgress:
                 self._line(t, f"finished at step {t['done']}/{t['total']} in {time.time() - t['t0']:.0f}s")
 
     def _line(self, t: dict, text: str) -> None:
-        self.console.print(f"{time.strftime('%H:%M:%S')} {t['name']} {text}", markup=False)
-        sys.stdout.flush()
+        say(f"{t['name']} {text}", self.console)
 
     def add_task(self, description: str, total: int | None = None, completed: int = 0, **fields) -> int:
         tid = len(self.tasks)

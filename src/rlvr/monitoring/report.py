@@ -124,6 +124,10 @@ def _table(summary: dict) -> str:
     head = "".join(f"<th>{h}</th>" for h in ["stage", "pass@1", *fams, "mean length", "wall s", "checkpoint"])
     rows = []
     for r in summary["stages"]:
+        cut = r.get("time_cap")
+        if cut:  # a stage its max_minutes cut: steps done of planned
+            r = {**r, "stage": f"{r['stage']} (time cap {cut['max_minutes']:g} min: {cut['steps_done']} of "
+                               f"{cut['steps_planned']} steps)"}
         if r["pass_at_1"] is None:
             acc = r.get("heldout_pair_accuracy")
             cells = [r["stage"], f"RM pair accuracy {acc:.1%}" if acc is not None else "-", *["-"] * len(fams), "-",

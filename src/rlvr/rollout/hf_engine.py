@@ -38,6 +38,7 @@ import logging
 import torch
 
 from rlvr import omp_wait
+from rlvr.console import detail, keep_detail
 from rlvr.models.logprobs import autocast_ctx
 from rlvr.models.truncation import Truncation, kept_tokens
 from rlvr.rollout.engine import Generation, SamplingParams
@@ -94,16 +95,18 @@ class HFEngine:
         if want is not None:
             torch.set_num_threads(want)
         try:
-            for s in range(0, len(rows), self.batch_size):
-                chunk = rows[s:s + self.batch_size]
-                rng = gen if params.row_seeds is None else RowStream(params.row_seeds[s:s + len(chunk)], dev)
-                ids, lps, reasons = self._generate_batch([p for _, p in chunk], params, rng)
-                for (pi, p), c, lp, r in zip(chunk, ids, lps, reasons):
-                    out.prompt_ids.append(p)
-                    out.completion_ids.append(c)
-                    out.old_logprobs.append(lp)
-                    out.finish_reason.append(r)
-                    out.prompt_index.append(pi)
+            with keep_detail():
+                for s in range(0, len(rows), self.batch_size):
+                    detail(f"generated {s} of {len(rows)} rows")  # for the heartbeat (rlvr.console)
+                    chunk = rows[s:s + self.batch_size]
+                    rng = gen if params.row_seeds is None else RowStream(params.row_seeds[s:s + len(chunk)], dev)
+                    ids, lps, reasons = self._generate_batch([p for _, p in chunk], params, rng)
+                    for (pi, p), c, lp, r in zip(chunk, ids, lps, reasons):
+                        out.prompt_ids.append(p)
+                        out.completion_ids.append(c)
+                        out.old_logprobs.append(lp)
+                        out.finish_reason.append(r)
+                        out.prompt_index.append(pi)
         finally:
             self.model.train(was_training)
             if want is not None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from rlvr.config.preference import PairBuilder
+from rlvr.console import phase
 from rlvr.data.chat import encode_prompt, prompt_text, stop_token_ids
 from rlvr.data.preference import PreferencePair
 from rlvr.data.sources import load_task_source
@@ -140,10 +141,12 @@ def build_pairs(model, tokenizer, cfg: PairBuilder, judge, seed: int = 0, scorer
     params = SamplingParams(n=cfg.samples_per_task, temperature=cfg.temperature,
                             max_new_tokens=cfg.max_new_tokens, stop_token_ids=stop_token_ids(tokenizer),
                             seed=seed * 1_000_003 + 17)
-    gen = engine.generate([encode_prompt(tokenizer, t) for t in tasks], params)
+    with phase(f"sampling {len(tasks)} prompts x {cfg.samples_per_task}"):
+        gen = engine.generate([encode_prompt(tokenizer, t) for t in tasks], params)
     reps = [tasks[i] for i in gen.prompt_index]
     ranked = cfg.scorer == "reward_model"
-    scored = score_samples(reps, gen.texts, scorer) if ranked else judge_samples(reps, gen.texts, judge)
+    with phase(f"{'scoring' if ranked else 'judging'} {len(gen.texts)} samples"):
+        scored = score_samples(reps, gen.texts, scorer) if ranked else judge_samples(reps, gen.texts, judge)
     rng = np.random.default_rng([seed, 11])
     train, heldout = [], []
     counts = Counter()
@@ -215,7 +218,8 @@ def stage_pairs(pairs_cfg, model, tokenizer, judge, out_dir, seed: int = 0, reus
         if not pairs_cfg.reward_model_path:
             raise ConfigError("pairs.scorer is 'reward_model' but pairs.reward_model_path is not set")
         scorer = reward_model_scorer(pairs_cfg.reward_model_path)
-    ps = build_pairs(model, tokenizer, pairs_cfg, judge, seed=seed, scorer=scorer)
+    with phase("building preference pairs"):
+        ps = build_pairs(model, tokenizer, pairs_cfg, judge, seed=seed, scorer=scorer)
     if not ps.train:
         raise DataError(f"the pair builder found no (chosen, rejected) pair on {ps.stats['tasks']} tasks "
                         f"(pass rate {ps.stats['pass_rate']:.0%}: {ps.stats['tasks_all_pass']} tasks always "

@@ -12,14 +12,17 @@ what is the same in every stage, written once:
   dropped first, so after kill + resume every step appears exactly once;
 * the held-out **eval hook** (step 0 and every ``eval_every`` steps), the **health monitor** (every
   stage with a policy), the **progress bar**, **timing** (``time/step``, ``perf/minutes``) and the
-  periodic resumable **checkpoint**.
+  periodic resumable **checkpoint**;
+* the **console**: each held-out result is printed when it is computed (:func:`eval_line`), the heartbeat
+  (:mod:`rlvr.console`) learns the step reached and the phase (evaluation, saving), and a stage cut by its
+  ``max_minutes`` says so when it ends (:func:`time_cap_cut`: a console line, a ``time_cap`` event in
+  ``metrics.jsonl`` and ``StageResult.extra["time_cap"]``, which the run's summary carries).
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,10 +30,10 @@ from typing import Any
 
 import torch
 
-from rlvr.config.optim import OptimConfig
+from rlvr.console import detail, phase, say
 from rlvr.data.collate import pad_batch
 from rlvr.data.packing import pack_rows, packed_batch
-from rlvr.errors import ConfigError, Interrupted
+from rlvr.errors import Interrupted
 from rlvr.losses.sft import sft_loss
 from rlvr.models.checkpoint import (
     copy_checkpoint_atomic,
@@ -48,7 +51,6 @@ from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
 from rlvr.monitoring.metrics import MetricsWriter, truncate_metrics_after
 from rlvr.monitoring.progress import make_progress
-from rlvr.trainers.adamw import AdamW
 from rlvr.trainers.guards import (
     NonFiniteError,
     SignalLatch,
@@ -58,82 +60,15 @@ from rlvr.trainers.guards import (
     is_nonfinite,
     nonfinite_message,
     record_reward_errors,
-    skip_update,
 )
 from rlvr.trainers.heap import cap_ideep_cache, release_free_heap, stage_memory_settings
+from rlvr.trainers.optimizer import build_optimizer, clip_grads, lr_lambda, optimizer_step  # noqa: F401 (re-exported)
 
 
 def setup_threads(threads: int | None) -> None:
     """Set torch intra-op threads (how idle ones wait is set before torch loads: ``rlvr.omp_wait``)."""
     if threads:
         torch.set_num_threads(threads)
-
-
-def build_optimizer(model, cfg: OptimConfig, total_steps: int):
-    """AdamW over trainable parameters, with linear warmup then cosine/linear/constant decay.
-
-    Every trainable parameter must be float32 (the master weights): AdamW on bf16/fp16 weights rounds
-    away the updates smaller than half a weight's ulp, i.e. most of them at RL learning rates.
-    """
-    params = [p for p in model.parameters() if p.requires_grad]
-    low = [n for n, p in model.named_parameters() if p.requires_grad and p.dtype != torch.float32]
-    if low:
-        raise ConfigError(
-            f"{len(low)} trainable parameters are not float32 (e.g. {low[0]}): training them without fp32 "
-            "master weights loses most AdamW updates. Use model.dtype: float32 with model.autocast_bf16: true "
-            "(fp32 weights, bf16 compute), or LoRA on a low-precision base (adapters are kept in float32)")
-    decay = [p for p in params if p.ndim >= 2]
-    no_decay = [p for p in params if p.ndim < 2]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    opt = AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)  # torch's, minus its dynamo import
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lr_lambda(cfg, total_steps))
-    return opt, sched
-
-
-def lr_lambda(cfg: OptimConfig, total_steps: int):
-    """Multiplier of the peak lr at a step: warmup, then the schedule down to min_lr_ratio."""
-    warm = max(0, cfg.warmup_steps)
-    floor = cfg.min_lr_ratio
-
-    def f(step: int) -> float:
-        if step < warm:
-            return (step + 1) / (warm + 1)
-        if cfg.schedule == "constant":
-            return 1.0
-        progress = min(1.0, (step - warm) / max(1, total_steps - warm))
-        if cfg.schedule == "linear":
-            return floor + (1 - floor) * (1 - progress)
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-    return f
-
-
-def clip_grads(model, max_norm: float) -> float:
-    params = [p for p in model.parameters() if p.grad is not None]
-    if not params:
-        return 0.0
-    if max_norm and max_norm > 0:
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
-    return float(torch.norm(torch.stack([p.grad.detach().norm() for p in params])))
-
-
-def optimizer_step(model, opt, sched, max_grad_norm: float, loss: float | None = None) -> float:
-    """Clip, step the optimizer and (when given) the schedule, clear grads; returns the grad norm.
-
-    A non-finite ``loss`` or gradient skips the update (see :mod:`rlvr.trainers.guards`): the gradients
-    are dropped, the schedule still advances, and the returned norm is NaN/inf so the step's record shows it."""
-    if loss is not None and not math.isfinite(loss):
-        skip_update([opt], sched)
-        return float("nan")
-    norm = clip_grads(model, max_grad_norm)  # the total norm is non-finite iff some gradient element is
-    if not math.isfinite(norm):  # (the clip scaled the grads by a NaN factor: dropped with them)
-        skip_update([opt], sched)
-        return float("nan")
-    opt.step()
-    if sched is not None:
-        sched.step()
-    opt.zero_grad(set_to_none=True)
-    return norm
-
 
 
 def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
@@ -268,7 +203,8 @@ def load_policy(run_dir: str | Path, name: str, model_cfg, init_path: str | None
     ``model.train_dropout``) and the tokenizer."""
     out = stage_dir(run_dir, name)
     seed_everything(seed)
-    model, tok = load_model_and_tokenizer(model_cfg, init_path)
+    with phase("loading the model"):
+        model, tok = load_model_and_tokenizer(model_cfg, init_path)
     cap_ideep_cache(next(model.parameters()).device.type)  # before the stage's first bf16 matmul (heap.py)
     set_train_mode(model, model_cfg)
     return out, model, tok
@@ -350,6 +286,7 @@ class StageRun:
     nonfinite: list = field(default_factory=list)  # the current streak of skipped non-finite steps
     latch: Any = None                             # SIGINT/SIGTERM -> checkpoint at the next step boundary
     shown: dict = field(default_factory=dict)     # health rule -> last step its alert was printed
+    name: str = ""                                # the stage's label on the console ("grpo:grpo")
     _t0: float = 0.0
 
     def done(self) -> bool:
@@ -390,15 +327,20 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     run.writer = MetricsWriter(out / "metrics.jsonl") if main else _NullWriter()
     event = {"event": "resume", "checkpoint": str(checkpoint)} if checkpoint is not None else {"event": "start"}
     run.writer.log(run.step, {**event, **(start or {})})
+    run.name = f"{label or cfg.type}:{cfg.name}"
+    run.progress = make_progress()
+    run.progress.disable = not main
+    run.progress.start()
+    run.bar = run.progress.add_task(run.name, total=n_steps, completed=run.step, info="")
+    detail(f"{run.step}/{n_steps} steps done")
     every = getattr(cfg, "eval_every", 0)
     if eval_cfg is not None and every and main:
         run.evaler = EvalHook(eval_cfg, tok, judge, every)
         if run.step == 0:
-            run.writer.log(0, {**run.evaler.run(model, 0), "perf/minutes": 0.0})
-    run.progress = make_progress()
-    run.progress.disable = not main
-    run.progress.start()
-    run.bar = run.progress.add_task(f"{label or cfg.type}:{cfg.name}", total=n_steps, completed=run.step, info="")
+            with phase("held-out evaluation at step 0"):
+                rec = run.evaler.run(model, 0)
+            run.writer.log(0, {**rec, "perf/minutes": 0.0})
+            say(eval_line(run, rec), run.progress.console)
     run.latch = SignalLatch().install()
     run._t0 = time.perf_counter()
     return run
@@ -417,8 +359,10 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
         rec["perf/tokens_per_s"] = rec["train/tokens"] / max(dt, 1e-9)
     if run.sched is not None:
         rec["train/lr"] = run.sched.get_last_lr()[0]
+    detail(f"{run.step}/{run.n_steps} steps done")
     if run.evaler is not None and run.evaler.due(run.step, run.n_steps):
-        rec.update(run.evaler.run(run.model, run.step))
+        with phase(f"held-out evaluation at step {run.step}"):
+            rec.update(run.evaler.run(run.model, run.step))
     stop = _health_step(run, rec) if run.health is not None else False
     if run.health is not None:
         info = f"{info} [{run.health.status}]".strip()
@@ -430,6 +374,8 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
         run.writer.log(run.step, rec)
     run.last.update(rec)
     run.progress.update(run.bar, advance=1, info=info)
+    if _is_main(run) and any(k in rec for k in EVAL_KEYS):
+        say(eval_line(run, rec), run.progress.console)
     _guard_nonfinite(run, rec, ids)
     full = {**(state or {}), "seconds": run.seconds, "nonfinite": run.nonfinite}
     if run.health is not None:
@@ -458,6 +404,30 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
                                   "ships_step": run.health.last_healthy_step if _ships_healthy(run) else run.step})
     run._t0 = time.perf_counter()
     return stop
+
+
+EVAL_KEYS = ("eval/pass_at_1", "heldout/accuracy")
+"""The held-out results a step may carry (the eval hook's pass@1, a preference stage's pair accuracy)."""
+
+
+def eval_line(run: StageRun, rec: dict) -> str:
+    """The console line of a step's held-out results: pass@1 (per family) and/or held-out pair accuracy."""
+    parts = []
+    if "eval/pass_at_1" in rec:
+        fams = [f"{k.rsplit('/', 1)[1]} {v:.1%}" for k, v in sorted(rec.items()) if k.startswith("eval/pass_at_1/")]
+        parts.append(f"held-out pass@1 {rec['eval/pass_at_1']:.1%}" + (f" ({', '.join(fams)})" if fams else ""))
+    if "heldout/accuracy" in rec:
+        parts.append(f"held-out pair accuracy {rec['heldout/accuracy']:.1%}")
+    return f"{run.name} step {run.step}/{run.n_steps}: " + "; ".join(parts)
+
+
+def time_cap_cut(run: StageRun) -> dict | None:
+    """``{"steps_done", "steps_planned", "max_minutes"}`` when the stage's ``max_minutes`` ended it before its
+    planned steps, else None (it ran them all, or stopped for another reason: health, a signal)."""
+    minutes = getattr(run.cfg, "max_minutes", None)
+    if minutes is None or run.step >= run.n_steps or run.seconds < minutes * 60:
+        return None
+    return {"steps_done": run.step, "steps_planned": run.n_steps, "max_minutes": minutes}
 
 
 def _agree_with_main(run: StageRun, stop: bool) -> bool:
@@ -517,26 +487,35 @@ def _ships_healthy(run: StageRun) -> bool:
 def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None) -> StageResult:
     """Close the writer and the bar, save ``final/`` (``model``, default the stage's; or ``final()``, a
     callable that writes it and returns its path, e.g. SFT's keep-best; after a health ``stop`` action, the
-    last healthy snapshot) and return the result."""
+    last healthy snapshot) and return the result. A stage its ``max_minutes`` cut says so (:func:`time_cap_cut`)."""
+    cut = time_cap_cut(run)
+    extra = dict(extra or {})
+    if cut is not None:
+        extra["time_cap"] = cut
+        run.writer.log(run.step, {"event": "time_cap", **cut})
     run.writer.close()
     run.progress.stop()
+    if cut is not None and _is_main(run):
+        say(f"{run.name} stopped by its time cap (max_minutes {cut['max_minutes']}) after step {cut['steps_done']} "
+            f"of {cut['steps_planned']} planned", run.progress.console)
     if run.latch is not None:
         run.latch.restore()
     path = run.out / "final"
     if _ships_healthy(run):
         final = lambda: copy_checkpoint_atomic(run.out / "healthy", path)
     if _is_main(run):
-        path = final() if final is not None else save_pretrained_atomic(
-            model if model is not None else run.model, run.tok, path)
+        with phase("saving the final model"):
+            path = final() if final is not None else save_pretrained_atomic(
+                model if model is not None else run.model, run.tok, path)
     if run.dist is not None:
         run.dist.barrier()  # the other processes return once final/ is written
-    return StageResult(run.cfg.name, str(path), str(run.out / "metrics.jsonl"), run.step, run.seconds,
-                       extra or {})
+    return StageResult(run.cfg.name, str(path), str(run.out / "metrics.jsonl"), run.step, run.seconds, extra)
 
 
 def _save(run: StageRun, full: dict) -> Path:
-    return save_training_checkpoint(run.out / "checkpoints", run.step, run.model, run.tok, run.opt, run.sched,
-                                    full, run.cfg.keep_last)
+    with phase(f"saving the step-{run.step} checkpoint"):
+        return save_training_checkpoint(run.out / "checkpoints", run.step, run.model, run.tok, run.opt, run.sched,
+                                        full, run.cfg.keep_last)
 
 
 def _shut(run: StageRun, event: dict) -> None:

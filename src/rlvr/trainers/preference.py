@@ -30,6 +30,7 @@ import torch
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.preference import PreferenceStage
+from rlvr.console import phase, say
 from rlvr.data.chat import encode_completion, encode_prompt, stop_token_ids
 from rlvr.data.collate import micro_token_budget, plan_micro_batches, split_overhead
 from rlvr.data.order import data_order
@@ -338,6 +339,17 @@ def prepare_data(stage, model, tok, judge, out: Path, seed: int, resumed: bool):
     return data, held, probe, stats
 
 
+def pairs_line(stats: dict) -> str:
+    """The console line of a stage's pairs: how many, from how many tasks, at what pass rate, in what time."""
+    line = f"{stats.get('pairs_train', 0)} training pairs, {stats.get('pairs_heldout', 0)} held-out"
+    if "tasks" in stats:
+        line += (f", built from {stats['tasks']} tasks (sample pass rate {stats.get('pass_rate', 0.0):.1%}) "
+                 f"in {stats.get('seconds', 0.0):.0f}s")
+    elif "source" in stats:
+        line += f", read from {stats['source']}"
+    return line
+
+
 def total_steps(stage: PreferenceStage, n: int) -> int:
     per_epoch = math.ceil(n / stage.batch_size)
     return stage.max_steps if stage.max_steps is not None else max(1, stage.epochs * per_epoch)
@@ -360,8 +372,10 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
     judge = judge or default_judge(0)
     ckpt = find_checkpoint(out, resume)
     data, held, probe, pair_stats = prepare_data(stage, model, tok, judge, out, seed, resumed=ckpt is not None)
+    say(f"{stage.name}: {pairs_line(pair_stats)}")
     fresh = (lambda: load_model_and_tokenizer(model_cfg, init_path)[0]) if ckpt is not None else None
-    ref_source = fill_reference(model, data, held, out, stage.micro_batch_size, tok.pad_token_id, bf16, fresh)
+    with phase("reference log-probabilities of the training data"):
+        ref_source = fill_reference(model, data, held, out, stage.micro_batch_size, tok.pad_token_id, bf16, fresh)
     n_steps = total_steps(stage, len(data))
     opt, sched = build_optimizer(model, stage.optim, n_steps)
     variant = preference_variant(stage.loss)

@@ -1,6 +1,6 @@
 """The import layers of ../shared/DESIGN.md ("Layers"), kept by walking every module's imports.
 
-    errors, config, native -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
+    errors, config, native, console -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
       -> distributed -> pipeline -> commands -> cli          (losses/, advantages/: torch only, leaves)
 
 A module may import its own layer or a lower one. Imports inside functions count too (a lazy import of a
@@ -17,7 +17,8 @@ ROOT = Path(rlvr.__file__).resolve().parent
 ORDER = ["errors", "config", "data", "envs", "verifiers", "models", "rollout", "monitoring", "trainers",
          "distributed", "pipeline", "commands", "cli"]
 RANK = {name: i for i, name in enumerate(ORDER)}
-RANK["config"] = RANK["native"] = RANK["errors"]  # the lowest layer holds the three (native: C kernels + loader)
+RANK["config"] = RANK["native"] = RANK["console"] = RANK["errors"]
+# the lowest layer holds the four (native: C kernels + loader; console: full-width console, heartbeat)
 LEAVES = ("losses", "advantages")          # import torch (and each other's nothing) only
 THIRD_PARTY_BANNED = {"ray", "wandb", "vllm"}
 

@@ -146,10 +146,11 @@ def exit_code(rows: Sequence[ProbeRow]) -> int:
 
 def print_table(rows: Sequence[ProbeRow], notes: Sequence[str], console: Any = None, flaky: bool = False) -> None:
     """Print the probe table (probe, outcome, reward, expected, host effects, ok) with rich."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from rlvr.console import make_console
+
+    console = console or make_console()
     table = Table(title="rlvr probe", show_lines=False)
     for col in ("kind", "probe", "outcome", "reward", "expected", "host effects", "ok", "s"):
         table.add_column(col, no_wrap=col not in ("expected", "host effects"), overflow="fold")
