@@ -87,14 +87,9 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
                details: bool = False, progress: bool | None = None, console: Any = None,
                options: dict[str, dict[str, Any]] | None = None, rewards: list[str] | None = None) -> dict[str, Any]:
     """Verify, write ``out``, print a summary; returns the summary (counts, seconds, rate). ``options``:
-<<<<<<< HEAD
     per-kind verifier constructor options (``{"math": {"rel_tol": 1e-6}}``); ``rewards``: ``module:function``
     python rewards (and ``correct``), judged as a run's ``rewards`` are."""
-    from rich.console import Console
-=======
-    per-kind verifier constructor options (``{"math": {"rel_tol": 1e-6}}``)."""
     from rlvr.console import make_console
->>>>>>> console
 
     console = console or make_console()
     if workers < 0:
