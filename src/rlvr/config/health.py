@@ -31,6 +31,8 @@ class HealthActions(Section):
     Knob actions (entropy, temperature, β, G, dynamic sampling) act in RL stages; in a stage without that
     knob (PPO, preference) they are logged as alerts saying so."""
 
+    not_training: list[Action] = ["alert"]
+    """Nothing trained for a whole window (every group zero-variance, or no sequence updated)."""
     entropy_trending_down: list[Action] = ["alert"]
     """Entropy below ``entropy_trend_frac`` of its start and still falling."""
     entropy_collapse: list[Action] = ["alert"]
@@ -94,6 +96,13 @@ class HealthConfig(Section):
     as the pass rate saturates; measured: the entropy-floor runs of bench/entropy_floor.py are flagged
     ENTROPY COLLAPSE at a 0.96-0.99 training pass rate after solving their task, which 0.95 silences
     (docs/health.md)."""
+    heldout_solved: float = Field(0.98, ge=0.0, le=1.0)
+    """entropy_collapse / entropy_trending_down stay quiet once the stage's best held-out pass@1 is at or above
+    this (and its latest within ``stall_delta`` of it): a task solved on problems the policy never trains on
+    has no headroom for a collapse to cost, so a falling entropy there is convergence (the agent recipe: held-out
+    25% -> 99.8% while the sampled entropy fell to 29% of its start). 0.98: a 2-point headroom, about two
+    standard errors of a 400-problem held-out set at p = 0.96; a plateau below it still reads as collapse.
+    (While held-out keeps setting new highs above its first evaluation the entropy rules are quiet too.)"""
     stall_steps: int = Field(30, ge=1)
     """stalled: the smoothed pass rate moved by less than ``stall_delta`` over this many steps (3 windows:
     long enough that the EMA's lag and per-step noise do not look like a plateau)."""

@@ -360,13 +360,12 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
                eval_cfg=None, judge=None, health=None, start: dict | None = None,
                crash_at_step: int | None = None, label: str | None = None, dist=None,
                knobs: dict | None = None) -> StageRun:
-    """Resume (when ``checkpoint``), truncate the metrics to its step, open the writer, the eval hook,
-    the health monitor (``health``: a HealthConfig, None for stages without a policy) and the progress
-    bar; log the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run. With several
-    processes (``dist``, a :class:`~rlvr.trainers.parallel.DistContext`) every one restores the checkpoint
-    but only the main one truncates and writes metrics, evaluates, draws the bar and saves checkpoints.
-    ``knobs``: the stage settings health actions may change, at their configured values (RL:
-    ``health_actions.rl_knobs``); the current values are ``run.health.knobs`` (restored on resume)."""
+    """Resume (when ``checkpoint``), truncate the metrics to its step, open the writer, the eval hook, the
+    health monitor (``health``: a HealthConfig, None for stages without a policy) and the progress bar; log
+    the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run. With several processes
+    (``dist``, a DistContext) every one restores the checkpoint; only the main one truncates and writes
+    metrics, evaluates, draws the bar and saves checkpoints. ``knobs``: the stage settings health actions may
+    change, as configured (RL: ``health_actions.rl_knobs``); current values: ``run.health.knobs``."""
     if model is not None:
         stage_memory_settings(next(model.parameters()).device.type)  # RLVR_HEAP, ideep's cache (heap.py)
     run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist,
@@ -379,8 +378,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
         run.step, run.checkpoint = st.pop("step"), checkpoint
         run.seconds = st.pop("seconds", 0.0)
         run.nonfinite = st.pop("nonfinite", [])
-        monitor_state = st.pop("health", None)
-        if run.health is not None and monitor_state is not None:
+        if (monitor_state := st.pop("health", None)) is not None and run.health is not None:
             run.health.load_state_dict(monitor_state)
         run.state = st
         if main:
@@ -392,7 +390,9 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     if eval_cfg is not None and every and main:
         run.evaler = EvalHook(eval_cfg, tok, judge, every)
         if run.step == 0:
-            run.writer.log(0, {**run.evaler.run(model, 0), "perf/minutes": 0.0})
+            run.writer.log(0, first := {**run.evaler.run(model, 0), "perf/minutes": 0.0})
+            if run.health is not None:  # held-out progress is read against this baseline
+                run.health.observe_heldout(0, first.get("eval/pass_at_1"), first.get("eval/tasks"))
     run.progress = make_progress()
     run.progress.disable = not main
     run.progress.start()
