@@ -169,7 +169,7 @@ def check_rl_combination(stage, distributed=None) -> list[tuple[str, str]]:
         out.append(("sampling.group_size", f"group_size {G} leaves no plain sample once EDEN and guidance take "
                                            f"{taken} of each group"))
     if stage.rollout.mode == "multi_turn":
-        out += multi_turn_refusals(stage)
+        out += multi_turn_refusals(stage, distributed)
     for j, term in enumerate(stage.rewards):
         if term.name == "checklist" and getattr(stage.data, "type", None) != "builtin":
             out.append((f"rewards.{j}.name", "the checklist reward checks built-in arithmetic worked steps; "
@@ -177,7 +177,7 @@ def check_rl_combination(stage, distributed=None) -> list[tuple[str, str]]:
     return out
 
 
-def multi_turn_refusals(stage) -> list[tuple[str, str]]:
+def multi_turn_refusals(stage, distributed=None) -> list[tuple[str, str]]:
     """``(key, why)`` for each setting of a multi-turn stage that the closed loop does not read: the loop's
     own limits (``rollout.loop``) replace the single-turn generation budget and stop strings, the
     environment is the verifier (no worker pool, no held-out code tests), and it trains on every group
@@ -204,6 +204,10 @@ def multi_turn_refusals(stage) -> list[tuple[str, str]]:
         if "dynamic_sampling" in getattr(stage.health.actions, rule):
             out.append((f"health.actions.{rule}", "dynamic_sampling cannot act in a multi_turn stage (the closed "
                                                   "loop trains on every group); use grow_group or raise_temperature"))
+    if distributed is not None and distributed.max_staleness:
+        out.append(("rollout.mode", f"distributed.max_staleness {distributed.max_staleness}: asynchronous rollouts "
+                                    "prefetch single-turn batches; a multi_turn stage samples each step's "
+                                    "trajectories with the current weights (set max_staleness: 0)"))
     return out
 
 

@@ -162,6 +162,11 @@ def test_settings_the_closed_loop_cannot_honour_are_refused_by_name():
     assert "sampling.stop" in refused(sampling=SamplingConfig(stop=["</s>"]))
     assert "verifier_workers" in refused(verifier_workers=2)
     assert "health.code_tests.heldout_frac" in refused(health=HealthConfig(code_tests=CodeTestSplit(heldout_frac=0.3)))
+    from rlvr.config.distributed import DistributedConfig
+
+    st = RLStage(rollout=RolloutConfig(mode="multi_turn", loop=LOOP))
+    assert check_rl_combination(st, DistributedConfig()) == []
+    assert [k for k, _ in check_rl_combination(st, DistributedConfig(max_staleness=1))] == ["rollout.mode"]
 
 
 def test_mask_truncated_drops_truncated_trajectories_from_the_loss():
