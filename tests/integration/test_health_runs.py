@@ -110,3 +110,24 @@ def test_the_entropy_floor_pulls_a_collapsing_run_back_up(tiny_dir, tmp_path):
     floor_ema = ema_series([r["rollout/entropy"] for r in runs["floor"]], 3)
     assert floor_ema[-1] > 1.4 * min(floor_ema), floor_ema
     assert runs["floor"][-1]["health/entropy_coef"] > 0        # the coefficient the loss used moved
+
+
+def test_under_the_default_health_settings_a_stall_and_a_collapse_are_both_flagged(tiny_dir, tmp_path):
+    """Default ``HealthConfig`` (window 10). A real stall: a verifier that never pays, so every group has zero
+    variance and no sequence trains -- flagged NOT TRAINING on the first window, with the reason. A real
+    collapse: the collapsing configuration above -- flagged ENTROPY COLLAPSE."""
+    def never(tasks, completions):
+        return [Verdict(0.0, False, "wrong") for _ in completions]
+
+    def default(st):
+        return st.model_copy(update={"health": HealthConfig()})
+
+    stall = rows(train_rl(default(stage(1.0, 3e-4, steps=10)), ModelConfig(path=tiny_dir), tmp_path / "stall", seed=0,
+                          judge=never))
+    assert all(r["rollout/zero_var_frac"] == 1.0 and r["train/sequences"] == 0 for r in stall)
+    assert stall[-1]["step"] == 10 and stall[-1]["health/status"] == "NOT TRAINING" and stall[-1]["health/code"] == 2
+    assert "nothing trained in the last 10 steps" in stall[-1]["health/alerts"] and "too hard" in stall[-1]["health/alerts"]
+    assert all(r["health/status"] == "healthy" for r in stall[:-1])
+    collapse = rows(train_rl(default(stage(0.5, 1e-2, steps=30)), ModelConfig(path=tiny_dir), tmp_path / "collapse",
+                             seed=0, judge=digits_judge))
+    assert first(collapse, "ENTROPY COLLAPSE") is not None, [r["health/status"] for r in collapse]

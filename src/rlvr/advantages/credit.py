@@ -9,9 +9,14 @@ trainer spreads a turn's advantage over that turn's policy tokens (observation t
 trajectory (GRPO over whole trajectories; Shao et al. 2024):
     R_i = Σ_t r_{i,t};  A_{i,t} = (R_i - mean_g R) / (std_g R + eps)   (every turn the same)
 turn (discounted reward-to-go with a per-depth baseline):
-    G_{i,t} = Σ_{s>=t} γ^(s-t) r_{i,s};  A_{i,t} = (G_{i,t} - b_{g,t}) / (std_g G_{·,0} + eps)
+    G_{i,t} = Σ_{s>=t} γ^(s-t) r_{i,s};  d_{i,t} = G_{i,t} - b_{g,t};  A_{i,t} = d_{i,t} / (σ_g + eps)
     b_{g,t} = mean of G_{j,t} over the group's trajectories j that reached turn t, when there are at
     least two of them; otherwise the group's mean of G_{j,0} (the GRPO baseline).
+    σ_g = sqrt(mean of d_{j,s}² over every turn (j, s) of the group): the root mean square of the
+    deviations the group's advantages are made of, so each group's turn advantages have unit RMS and
+    |A| <= sqrt(turns in the group). On single-turn groups it is GRPO's population std of G_0. (The
+    std of the first-turn returns alone is 0 when they tie but later turns differ, which blew the
+    later deviations up by 1/eps.)
 hgpo (He et al. 2026, advantages/turn_level.py, combined as in GiGPO, Feng et al. 2025):
     A_{i,t} = A^traj_i + ω · A^HGPO_{i,t}  with the step groups compared on G_{i,t}.
 
@@ -99,19 +104,26 @@ def turn_discounted_credit(turn_rewards: Tensor, group_ids: Sequence[Hashable], 
         first[g].append(returns[idx[0]])
     for i, (g, k) in enumerate(zip(group_ids, turn_index)):
         depth[(g, k)].append(returns[i])
-    stats: dict[Hashable, tuple[float, float, bool]] = {}  # group -> (mean G_0, std G_0, all equal)
-    for g, g0 in first.items():
-        m = sum(g0) / len(g0)
-        same = max(g0) == min(g0) and all(max(v) == min(v) for (gg, _), v in depth.items() if gg == g)
-        stats[g] = (m, (sum((x - m) ** 2 for x in g0) / len(g0)) ** 0.5, same)
-    out = [0.0] * len(r)
+    tied = {g for g, g0 in first.items() if max(g0) == min(g0)}
+    tied -= {g for (g, _), v in depth.items() if max(v) != min(v)}  # groups whose returns are all equal
+    mean0 = {g: sum(g0) / len(g0) for g, g0 in first.items()}
+    dev: list[float | None] = [None] * len(r)  # d_{i,t}; None (advantage exactly 0) in an all-equal group
     for i, (g, k) in enumerate(zip(group_ids, turn_index)):
-        mean0, std, same = stats[g]
-        if same:
-            continue  # nothing to tell apart in this group: exactly 0
-        peers = depth[(g, k)]
-        a = returns[i] - (sum(peers) / len(peers) if len(peers) >= 2 else mean0)
-        out[i] = a if scale == "none" else (a / (std + eps) if std + eps > 0 else 0.0)
+        if g not in tied:
+            peers = depth[(g, k)]
+            dev[i] = returns[i] - (sum(peers) / len(peers) if len(peers) >= 2 else mean0[g])
+    sigma: dict[Hashable, float] = defaultdict(float)  # group -> RMS of its deviations
+    count: dict[Hashable, int] = defaultdict(int)
+    for g, d in zip(group_ids, dev):
+        if d is not None:
+            sigma[g] += d * d
+            count[g] += 1
+    out = [0.0] * len(r)
+    for i, (g, d) in enumerate(zip(group_ids, dev)):
+        if d is None:
+            continue
+        norm = (sigma[g] / count[g]) ** 0.5 + eps
+        out[i] = d if scale == "none" else (d / norm if norm > 0 else 0.0)
     return torch.tensor(out, dtype=torch.float32)
 
 

@@ -31,6 +31,8 @@ class HealthActions(Section):
     Knob actions (entropy, temperature, β, G, dynamic sampling) act in RL stages; in a stage without that
     knob (PPO, preference) they are logged as alerts saying so."""
 
+    not_training: list[Action] = ["alert"]
+    """Nothing trained for a whole window (every group zero-variance, or no sequence updated)."""
     entropy_trending_down: list[Action] = ["alert"]
     """Entropy below ``entropy_trend_frac`` of its start and still falling."""
     entropy_collapse: list[Action] = ["alert"]
@@ -94,8 +96,16 @@ class HealthConfig(Section):
     as the pass rate saturates; measured: the entropy-floor runs of bench/entropy_floor.py are flagged
     ENTROPY COLLAPSE at a 0.96-0.99 training pass rate after solving their task, which 0.95 silences
     (docs/health.md)."""
+    heldout_solved: float = Field(0.98, ge=0.0, le=1.0)
+    """entropy_collapse / entropy_trending_down stay quiet once the stage's best held-out pass@1 is at or above
+    this (and its latest within ``stall_delta`` of it): a task solved on problems the policy never trains on
+    has no headroom for a collapse to cost, so a falling entropy there is convergence (the agent recipe: held-out
+    25% -> 99.8% while the sampled entropy fell to 29% of its start). 0.98: a 2-point headroom, about two
+    standard errors of a 400-problem held-out set at p = 0.96; a plateau below it still reads as collapse.
+    (While held-out keeps setting new highs above its first evaluation the entropy rules are quiet too.)"""
     stall_steps: int = Field(30, ge=1)
-    """stalled: the smoothed pass rate moved by less than ``stall_delta`` over this many steps (3 windows:
+    """stalled: the smoothed pass rate moved by less than ``stall_delta`` over this many steps, and held-out
+    pass@1 (once evaluated twice) is not above its step-0 figure beyond its noise (3 windows:
     long enough that the EMA's lag and per-step noise do not look like a plateau)."""
     stall_delta: float = 0.02
     """stalled: see ``stall_steps``. 0.02: about one standard error of the pass rate of a 128-sample
@@ -113,8 +123,10 @@ class HealthConfig(Section):
     """Measure KL to the reference (``kl/ref``) even at β = 0 (a reference forward per step, no gradient).
     None: only when an ``adaptive_beta`` action is configured (it needs the KL and the reference)."""
     dead_frac: float = 0.5
-    """dead_groups: smoothed zero-variance group fraction at or above this (after a window). 0.5: "most
-    groups are dead", the definition of the screening paper's p*(G)."""
+    """dead_groups: smoothed zero-variance group fraction at or above this while the run is not improving
+    (held-out pass@1 not above its step-0 figure beyond the noise of two evaluations; without two evaluations,
+    the pass rate not risen by ``stall_delta`` over ``stall_steps``). 0.5: "most groups are dead", the
+    definition of the screening paper's p*(G). A run whose groups are all dead is ``not_training``."""
     overfit_gap: float = 0.1
     """verifier_overfit: train pass rate up and held-out pass@1 down by at least this between the first
     and the latest held-out evals; or (code tasks with ``code_tests``) the smoothed share of samples that

@@ -116,11 +116,11 @@ class EvalHook:
         return bool(self.every) and (step % self.every == 0 or step == max_steps)
 
     def run(self, model, step: int) -> dict:
-        """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics."""
+        """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics (``eval/tasks``: how many problems)."""
         engine = HFEngine(model, self.tok, batch_size=self.cfg.batch_size)
         r = evaluate(engine, self.tok, self.tasks, self.judge, k=1, max_new_tokens=self.cfg.max_new_tokens,
                      agent=self.cfg.agent)
-        out = {"eval/pass_at_1": r["pass_at_1"], "eval/mean_length": r["mean_length"]}
+        out = {"eval/pass_at_1": r["pass_at_1"], "eval/mean_length": r["mean_length"], "eval/tasks": len(self.tasks)}
         out.update({f"eval/pass_at_1/{f}": v for f, v in r["by_family"].items()})
         if "turns_mean" in r:  # closed-loop environment tasks
             out.update({"eval/turns_mean": r["turns_mean"], "eval/tool_calls_mean": r["tool_calls_mean"]})

@@ -7,13 +7,24 @@ and returns an :class:`Alert` or nothing. The step's status is the labels of its
 (0 healthy, 1 warn, 2 critical) for numeric sinks; ``health/<rule>`` is 1 for each rule that fired.
 
 Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`):
+  not_training           every step of the last window trained on nothing: no sequence updated, or every
+                         group's rewards equal (zero-variance fraction 1: no policy-gradient signal) (critical;
+                         fires on the first window)
   entropy_trending_down  smoothed token entropy < ``entropy_trend_frac`` × its first-window mean, still falling
   entropy_collapse       smoothed token entropy < ``entropy_collapse_frac`` × its first-window mean (critical)
-                         (both entropy rules are quiet while the training pass rate is >= ``solved_pass_rate``, if set)
-  stalled                smoothed pass rate moved < ``stall_delta`` over ``stall_steps`` steps
+                         Both entropy rules are quiet while the stage's held-out pass@1 says the entropy goes
+                         into right answers (``heldout_converging``: still climbing, or solved at
+                         ``heldout_solved``): a task with one right answer leaves a converged policy no entropy
+                         to keep, and the seeds' collapse is the one that plateaus the pass rate below where it
+                         could go; and while the training pass rate is >= ``solved_pass_rate``.
+  stalled                smoothed pass rate moved < ``stall_delta`` over ``stall_steps`` steps, and the held-out
+                         pass@1 (when evaluated twice or more) is not above its first evaluation
   kl_drift               smoothed per-token KL to the reference > ``kl_max``, or > ``kl_accel_min`` and
                          accelerating (``kl/ref_per_token`` when the stage logs it, else ``kl/ref``)
-  dead_groups            smoothed zero-variance group fraction >= ``dead_frac``
+  dead_groups            smoothed zero-variance group fraction >= ``dead_frac`` while the run shows no progress:
+                         held-out pass@1 not above its first evaluation (or, before a second evaluation, the
+                         smoothed pass rate not risen by ``stall_delta`` over ``stall_steps``). A run whose
+                         remaining informative groups still improve it wastes rollouts but is learning.
   verifier_overfit       train pass rate up while held-out pass@1 down, by ``overfit_gap``; or (code tasks
                          with held-out tests) the share of samples passing the training tests and failing
                          the held-out ones up by ``overfit_gap`` (critical)
@@ -37,7 +48,8 @@ from dataclasses import dataclass, field
 from rlvr.config.health import HealthConfig
 
 LEVEL = {"ok": 0, "warn": 1, "critical": 2}
-LABEL = {"nan": "NaN", "entropy_collapse": "ENTROPY COLLAPSE", "verifier_overfit": "VERIFIER OVERFIT",
+LABEL = {"nan": "NaN", "not_training": "NOT TRAINING", "entropy_collapse": "ENTROPY COLLAPSE",
+         "verifier_overfit": "VERIFIER OVERFIT",
          "env_leak": "ENV LEAK", "entropy_trending_down": "entropy trending down", "stalled": "stalled",
          "kl_drift": "KL drifting", "dead_groups": "dead groups", "length_blowup": "length blow-up",
          "reward_length_corr": "reward-length correlation", "tool_collapse": "tool collapse"}
@@ -76,6 +88,7 @@ class HealthMonitor:
     cfg: HealthConfig = field(default_factory=HealthConfig)
     history: list[dict] = field(default_factory=list)
     evals: list[tuple[float, float]] = field(default_factory=list)  # (train pass rate, held-out pass@1)
+    heldout: list[tuple] = field(default_factory=list)  # (step, held-out pass@1, problems or None), step 0 included
     knobs: dict = field(default_factory=dict)        # the stage's current knob values (health_actions)
     supports: frozenset = frozenset()                # the knobs this stage has
     fired: dict = field(default_factory=dict)        # "rule:action" -> step it last fired
@@ -93,7 +106,9 @@ class HealthMonitor:
         self.history.append({k: rec[k] for k in self.KEYS if k in rec})
         if "eval/pass_at_1" in rec:
             self.evals.append((self._smoothed("rollout/pass_rate"), rec["eval/pass_at_1"]))
-        rules = (self._nan(rec), self._entropy_collapse(), self._entropy_trend(), self._stalled(), self._kl(),
+            self.observe_heldout(len(self.history), rec["eval/pass_at_1"], rec.get("eval/tasks"))
+        rules = (self._nan(rec), self._not_training(), self._entropy_collapse(), self._entropy_trend(),
+                 self._stalled(), self._kl(),
                  self._dead(), self._overfit(), self._length(), self._length_corr(), self._tool_collapse(),
                  self._leak(rec))
         alerts = [a for a in rules if a]
@@ -103,15 +118,23 @@ class HealthMonitor:
             out[f"health/{a.rule}"] = 1
         return out, alerts
 
+    def observe_heldout(self, step: int, pass_at_1: float, n: int | None = None) -> None:
+        """A held-out evaluation of the stage's policy on ``n`` problems (the step-0 one, before any update,
+        included)."""
+        if isinstance(pass_at_1, (int, float)) and math.isfinite(pass_at_1):
+            self.heldout.append((step, float(pass_at_1), int(n) if n else None))
+
     def state_dict(self) -> dict:
         """What the rules and actions read, for the checkpoint: a resumed run keeps its trends and knobs."""
         return {"history": [{k: r[k] for k in self.KEYS if k in r} for r in self.history],
-                "evals": list(self.evals), "knobs": dict(self.knobs), "fired": dict(self.fired),
+                "evals": list(self.evals), "heldout": list(self.heldout), "knobs": dict(self.knobs),
+                "fired": dict(self.fired),
                 "status": self.status, "last_healthy_step": self.last_healthy_step}
 
     def load_state_dict(self, state: dict) -> None:
         self.history = [dict(r) for r in state.get("history", [])]
         self.evals = [tuple(e) for e in state.get("evals", [])]
+        self.heldout = [tuple(e) for e in state.get("heldout", [])]
         self.knobs.update(state.get("knobs", {}))
         self.fired = dict(state.get("fired", {}))
         self.status = state.get("status", "healthy")
@@ -137,6 +160,52 @@ class HealthMonitor:
         w = self.cfg.window
         return sum(vals[:w]) / w
 
+    # ---------------------------------------------------------------------------------- progress
+
+    def heldout_gain(self) -> float | None:
+        """How far held-out pass@1 is above the stage's first evaluation: the larger of the latest figure's
+        gain and the mean gain of the evaluations since the first (one dip between two evaluations is the
+        noise of a policy still moving, not a loss). None before a second evaluation."""
+        if len(self.heldout) < 2:
+            return None
+        first, later = self.heldout[0][1], [e[1] for e in self.heldout[1:]]
+        return max(later[-1], sum(later) / len(later)) - first
+
+    def heldout_noise(self) -> float:
+        """The standard error of the difference between the first and the latest held-out figures, as if
+        independent (binomial, ``sqrt(p1 q1 / n + p2 q2 / n)``; the paired difference on the same problems is
+        smaller, so this errs towards no alarm); 0 when the evaluations' sizes are unknown."""
+        (_, p1, n1), (_, p2, n2) = self.heldout[0], self.heldout[-1]
+        return math.sqrt(p1 * (1 - p1) / n1 + p2 * (1 - p2) / n2) if n1 and n2 else 0.0
+
+    def heldout_converging(self) -> bool:
+        """Held-out pass@1 says a falling entropy goes into right answers: its latest evaluation is above the
+        first and either the best so far (still climbing), or the task is solved on held-out problems (the
+        best at or above ``heldout_solved`` and the latest within ``stall_delta`` of it: no headroom left for a
+        collapse to cost). A plateau below ``heldout_solved`` is neither: the seeds' collapse."""
+        if len(self.heldout) < 2:
+            return False
+        vals = [e[1] for e in self.heldout]
+        best = max(vals[:-1])
+        if vals[-1] <= vals[0]:
+            return False
+        return vals[-1] >= best or (max(best, vals[-1]) >= self.cfg.heldout_solved
+                                    and vals[-1] >= best - self.cfg.stall_delta)
+
+    def progressing(self) -> bool | None:
+        """Whether the run is learning. With two held-out evaluations or more: False when held-out pass@1 is
+        not above its first evaluation by more than its noise allows the other way (``heldout_gain`` <=
+        -``heldout_noise``: below its start, or exactly at it when the sizes are unknown), else True. Before
+        that, the smoothed training pass rate risen by ``stall_delta`` over ``stall_steps`` steps; None while
+        neither can be told (fewer than ``stall_steps`` steps and one evaluation)."""
+        gain = self.heldout_gain()
+        if gain is not None:
+            return gain > -self.heldout_noise() if self.heldout_noise() else gain > 0
+        s, n = self._ema("rollout/pass_rate"), self.cfg.stall_steps
+        if len(s) <= max(n, self.cfg.window):
+            return None
+        return s[-1] - s[-1 - n] >= self.cfg.stall_delta
+
     # ------------------------------------------------------------------------------------- rules
 
     def _nan(self, rec: dict) -> Alert | None:
@@ -146,6 +215,24 @@ class HealthMonitor:
                 return Alert("nan", "critical", f"{k} is {v}")
         return None
 
+    def _not_training(self) -> Alert | None:
+        """The last window's steps all trained on nothing (from the first window on)."""
+        w = self.cfg.window
+        if len(self.history) < w:
+            return None
+        recent = self.history[-w:]
+        idle = [r.get("train/sequences", 1) == 0 or r.get("rollout/zero_var_frac", 0.0) >= 1.0 for r in recent]
+        if not all(idle):
+            return None
+        rates = [r["rollout/pass_rate"] for r in recent if isinstance(r.get("rollout/pass_rate"), (int, float))]
+        rate = sum(rates) / len(rates) if rates else float("nan")
+        why = ("every group all pass: the data is too easy for this policy" if rate >= 0.5 else
+               "every group all fail: the data is too hard for this policy, or the reward never pays") \
+            if rates else "no group had a reward signal"
+        return Alert("not_training", "critical", f"nothing trained in the last {w} steps (zero-variance fraction "
+                     f"1.00 or no sequence updated; pass rate {rate:.2f}): {why}; the weights do not move. Change "
+                     "the data's difficulty, raise the temperature or G, use dynamic sampling, or check the reward")
+
     def entropy_values(self) -> list[float]:
         """The entropy the rules read: the sampled tokens' (``rollout/entropy``, every step) when the stage
         logs it, else the trained tokens' (``policy/entropy``; steps without an update are skipped)."""
@@ -153,10 +240,11 @@ class HealthMonitor:
         return vals if vals else self._values("policy/entropy", updated_only=True)
 
     def _entropy(self) -> tuple[float, list[float]] | None:
-        """(starting entropy, smoothed series) once more than a window of it is known; None while the
-        training set is solved (``solved_pass_rate``: a converged policy's low entropy is no collapse)."""
+        """(starting entropy, smoothed series) once more than a window of it is known; None while held-out
+        pass@1 is still rising or the training set is solved (``solved_pass_rate``): a policy whose entropy
+        goes into right answers is converging, not collapsing."""
         vals = self.entropy_values()
-        if len(vals) <= self.cfg.window:
+        if len(vals) <= self.cfg.window or self.heldout_converging():
             return None
         if self.cfg.solved_pass_rate < 1.0 and self._smoothed("rollout/pass_rate") >= self.cfg.solved_pass_rate:
             return None
@@ -189,9 +277,11 @@ class HealthMonitor:
         s, n = self._ema("rollout/pass_rate"), self.cfg.stall_steps
         if len(s) <= max(n, self.cfg.window):
             return None
-        if abs(s[-1] - s[-1 - n]) < self.cfg.stall_delta:
+        gain = self.heldout_gain()
+        if abs(s[-1] - s[-1 - n]) < self.cfg.stall_delta and not (gain is not None and self.progressing()):
+            held = f"; held-out pass@1 {gain:+.3f} from its first evaluation" if gain is not None else ""
             return Alert("stalled", "warn", f"pass rate flat at {s[-1]:.2f} for {n} steps "
-                         f"(moved {s[-1] - s[-1 - n]:+.3f})")
+                         f"(moved {s[-1] - s[-1 - n]:+.3f}){held}")
         return None
 
     def _kl(self) -> Alert | None:
@@ -211,11 +301,15 @@ class HealthMonitor:
 
     def _dead(self) -> Alert | None:
         s = self._ema("rollout/zero_var_frac")
-        if len(s) < self.cfg.window or s[-1] < self.cfg.dead_frac:
+        if len(s) < self.cfg.window or s[-1] < self.cfg.dead_frac or self.progressing() is not False:
             return None
         rate = self._smoothed("rollout/pass_rate")
         hint = "too easy (all pass)" if rate > 0.5 else "too hard (all fail)"
-        return Alert("dead_groups", "warn", f"{s[-1]:.0%} of groups have zero reward variance: the data is {hint}; "
+        gain = self.heldout_gain()
+        why = f"held-out pass@1 {gain:+.3f} from its first evaluation" if gain is not None else \
+            f"pass rate flat over {self.cfg.stall_steps} steps"
+        return Alert("dead_groups", "warn", f"{s[-1]:.0%} of groups have zero reward variance (only {1 - s[-1]:.0%} "
+                     f"of the batch trains) and the run is not improving ({why}): the data is {hint}; "
                      "use dynamic sampling, a larger G, a higher temperature or change the curriculum")
 
     def _overfit(self) -> Alert | None:

@@ -1,8 +1,9 @@
 """What a health status does (``health.actions`` in the recipe), each action logged with its reason.
 
 Knobs are the stage settings an action may change: ``entropy_coef``, ``temperature``, ``beta``,
-``group_size``, ``dynamic_sampling`` (RL stages; :func:`rl_knobs` reads them from the stage) and
-``entropy_target`` (the entropy floor). They live in the monitor (``HealthMonitor.knobs``, saved in every
+``group_size``, ``dynamic_sampling`` (RL stages; :func:`rl_knobs` reads them from the stage — a multi-turn
+stage has no ``dynamic_sampling``: the closed loop trains on every group) and ``entropy_target`` (the entropy
+floor). An action whose knob the stage lacks is logged as "alert only", never as done. They live in the monitor (``HealthMonitor.knobs``, saved in every
 checkpoint); the trainer applies them at the start of each step (:func:`apply_knobs`), so an action taken
 after step k acts from step k + 1 — in a resumed run too.
 """
@@ -16,13 +17,20 @@ KNOB_OF = {"entropy_bonus": "entropy_coef", "entropy_floor": "entropy_coef", "ra
 
 
 def rl_knobs(stage) -> dict:
-    """The knobs of an RL stage at its configured values."""
-    return {"entropy_coef": stage.entropy_coef, "temperature": stage.sampling.temperature, "beta": stage.kl.beta,
-            "group_size": stage.sampling.group_size, "dynamic_sampling": stage.sampling.dynamic_sampling}
+    """The knobs of an RL stage at its configured values (those its rollout path reads)."""
+    knobs = {"entropy_coef": stage.entropy_coef, "temperature": stage.sampling.temperature, "beta": stage.kl.beta,
+             "group_size": stage.sampling.group_size}
+    if stage.rollout.mode != "multi_turn":
+        knobs["dynamic_sampling"] = stage.sampling.dynamic_sampling
+    return knobs
 
 
 def apply_knobs(stage, knobs: dict):
-    """``stage`` with the monitor's current knob values (the same object when nothing changed)."""
+    """``stage`` with the monitor's current knob values (the same object when nothing changed). Only the
+    stage's own knobs (:func:`rl_knobs`) are applied: ``model_copy`` skips the config's validators, so a knob
+    the stage's path cannot honour (e.g. dynamic sampling in a multi-turn stage) must never reach it."""
+    own = rl_knobs(stage)
+    knobs = {k: v for k, v in knobs.items() if k in own}
     upd, samp = {}, {}
     if "entropy_coef" in knobs and knobs["entropy_coef"] != stage.entropy_coef:
         upd["entropy_coef"] = knobs["entropy_coef"]

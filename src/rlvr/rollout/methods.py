@@ -233,18 +233,23 @@ def off_context(cfg, model, engine, tok, ro: Rollouts, judge, sampling, rewards,
 
 def double_rollout(cfg, engine, tok, ro: Rollouts, judge, sampling, rewards, seed: int) -> Rollouts:
     """Each sample's composed reward replaced by the mean over ``continuations`` samples continued from its
-    completion cut after ``floor(prefix_fraction · len)`` tokens (verdicts and pass flags stay the original's)."""
+    completion cut after ``floor(prefix_fraction · len)`` tokens (verdicts and pass flags stay the original's).
+
+    A continuation of a prefix of ``k`` tokens may add at most ``max_new_tokens - k``: every re-scored
+    completion is one the original sampling could have produced (a truncated sample is re-scored on
+    completions truncated at the same cap). One engine call decodes to the longest budget; each
+    continuation is cut to its own (the tokens before a cap do not depend on the cap)."""
     n, c = len(ro.completion_ids), cfg.continuations
     cut = [int(len(comp) * cfg.prefix_fraction) for comp in ro.completion_ids]
+    budget = [max(1, sampling.max_new_tokens - k) for k in cut]
     prompts = [p + comp[:k] for p, comp, k in zip(ro.prompt_ids, ro.completion_ids, cut)]
-    budget = max(1, sampling.max_new_tokens - min(cut, default=0))
     params = SamplingParams(n=c, temperature=sampling.temperature, top_p=sampling.top_p,
-                            top_k=getattr(sampling, "top_k", 0), max_new_tokens=budget,
+                            top_k=getattr(sampling, "top_k", 0), max_new_tokens=max(budget, default=1),
                             stop_token_ids=_stops(tok), stop_strings=list(sampling.stop), seed=seed,
                             threads=getattr(sampling, "decode_threads", None))
     gen = engine.generate(prompts, params)
-    full = [ro.completion_ids[gen.prompt_index[i]][:cut[gen.prompt_index[i]]] + gen.completion_ids[i]
-            for i in range(n * c)]
+    full = [ro.completion_ids[j][:cut[j]] + gen.completion_ids[i][:budget[j]]
+            for i, j in enumerate(gen.prompt_index)]
     texts = tok.batch_decode(full, skip_special_tokens=True)
     rep = [ro.tasks[gen.prompt_index[i] // ro.group_size] for i in range(n * c)]
     verdicts = judge(rep, with_ids(texts, full))

@@ -120,13 +120,21 @@ def token_advantages(tr: Trajectory, per_turn: list[float]) -> list[list[float]]
     return adv
 
 
-def build_agent_batch(trajs: list[Trajectory], per_turn: list[list[float]], needs_all: bool) -> TrainBatch:
+def truncated(tr: Trajectory) -> bool:
+    """A turn ran out of its token budget (finish ``length``) or the trajectory out of ``max_total_tokens``."""
+    return tr.end == "tokens" or any(span.finish == "length" for span in tr.turns)
+
+
+def build_agent_batch(trajs: list[Trajectory], per_turn: list[list[float]], needs_all: bool,
+                      mask_truncated: bool = False) -> TrainBatch:
     """Training rows: exactly the ids of each segment of each valid trajectory (one segment unless the
     template split it), with per-token advantages; rows whose advantages are all 0 are not forwarded
-    unless ``needs_all`` (KL, entropy) but still counted in the loss's denominators (``skipped_masks``)."""
+    unless ``needs_all`` (KL, entropy) but still counted in the loss's denominators (``skipped_masks``).
+    ``mask_truncated`` (``loss.mask_truncated``, DAPO's overlong filtering): a :func:`truncated` trajectory
+    is not part of the loss at all (its advantages still entered its group's baseline, as in single-turn)."""
     rows = TrainBatch([], [], [], None, [])
     for tr, adv in zip(trajs, per_turn):
-        if not tr.valid or not tr.turns:
+        if not tr.valid or not tr.turns or (mask_truncated and truncated(tr)):
             continue
         for seg, seg_adv in zip(tr.segments, token_advantages(tr, adv)):
             if 1 not in seg.loss_mask:
@@ -192,7 +200,8 @@ class AgentRollout:
         if self.critic is not None:
             feats = self.critic.features(self.model, trajs, self.pad_id)
             values = self.critic.values(feats)
-        batch = build_agent_batch(trajs, turn_advantages(trajs, stage.rollout.credit, values), needs_all)
+        batch = build_agent_batch(trajs, turn_advantages(trajs, stage.rollout.credit, values), needs_all,
+                                  stage.loss.mask_truncated)
         if self.critic is not None:
             crit = self.critic.fit(trajs, feats, values)
         rec = {**agent_metrics(trajs), **crit, "time/generate": secs["generate"], "time/env": secs["env"],

@@ -299,13 +299,12 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
                eval_cfg=None, judge=None, health=None, start: dict | None = None,
                crash_at_step: int | None = None, label: str | None = None, dist=None,
                knobs: dict | None = None) -> StageRun:
-    """Resume (when ``checkpoint``), truncate the metrics to its step, open the writer, the eval hook,
-    the health monitor (``health``: a HealthConfig, None for stages without a policy) and the progress
-    bar; log the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run. With several
-    processes (``dist``, a :class:`~rlvr.trainers.parallel.DistContext`) every one restores the checkpoint
-    but only the main one truncates and writes metrics, evaluates, draws the bar and saves checkpoints.
-    ``knobs``: the stage settings health actions may change, at their configured values (RL:
-    ``health_actions.rl_knobs``); the current values are ``run.health.knobs`` (restored on resume)."""
+    """Resume (when ``checkpoint``), truncate the metrics to its step, open the writer, the eval hook, the
+    health monitor (``health``: a HealthConfig, None for stages without a policy) and the progress bar; log
+    the ``start`` (or ``resume``) event and the step-0 evaluation of a fresh run. With several processes
+    (``dist``, a DistContext) every one restores the checkpoint; only the main one truncates and writes
+    metrics, evaluates, draws the bar and saves checkpoints. ``knobs``: the stage settings health actions may
+    change, as configured (RL: ``health_actions.rl_knobs``); current values: ``run.health.knobs``."""
     if model is not None:
         stage_memory_settings(next(model.parameters()).device.type)  # RLVR_HEAP, ideep's cache (heap.py)
     run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist,
@@ -318,8 +317,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
         run.step, run.checkpoint = st.pop("step"), checkpoint
         run.seconds = st.pop("seconds", 0.0)
         run.nonfinite = st.pop("nonfinite", [])
-        monitor_state = st.pop("health", None)
-        if run.health is not None and monitor_state is not None:
+        if (monitor_state := st.pop("health", None)) is not None and run.health is not None:
             run.health.load_state_dict(monitor_state)
         run.state = st
         if main:
@@ -340,6 +338,8 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
             with phase("held-out evaluation at step 0"):
                 rec = run.evaler.run(model, 0)
             run.writer.log(0, {**rec, "perf/minutes": 0.0})
+            if run.health is not None:  # held-out progress is read against this baseline
+                run.health.observe_heldout(0, rec.get("eval/pass_at_1"), rec.get("eval/tasks"))
             say(eval_line(run, rec), run.progress.console)
     run.latch = SignalLatch().install()
     run._t0 = time.perf_counter()

@@ -168,10 +168,46 @@ def check_rl_combination(stage, distributed=None) -> list[tuple[str, str]]:
     if taken and G - taken < 1:
         out.append(("sampling.group_size", f"group_size {G} leaves no plain sample once EDEN and guidance take "
                                            f"{taken} of each group"))
+    if stage.rollout.mode == "multi_turn":
+        out += multi_turn_refusals(stage, distributed)
     for j, term in enumerate(stage.rewards):
         if term.name == "checklist" and getattr(stage.data, "type", None) != "builtin":
             out.append((f"rewards.{j}.name", "the checklist reward checks built-in arithmetic worked steps; "
                                              f"data is {getattr(stage.data, 'type', '?')!r}"))
+    return out
+
+
+def multi_turn_refusals(stage, distributed=None) -> list[tuple[str, str]]:
+    """``(key, why)`` for each setting of a multi-turn stage that the closed loop does not read: the loop's
+    own limits (``rollout.loop``) replace the single-turn generation budget and stop strings, the
+    environment is the verifier (no worker pool, no held-out code tests), and it trains on every group
+    (no dynamic sampling, so no ``dynamic_sampling`` health action)."""
+    from rlvr.config.rl import SamplingConfig
+
+    out = []
+    loop = "rollout.loop"
+    ignored = {"max_new_tokens": f"the closed loop's turn budget is {loop}.max_new_tokens",
+               "stop": "a turn ends at the chat template's end-of-turn token",
+               "max_resample_rounds": "it belongs to dynamic sampling, which the closed loop does not run",
+               "row_seeds": "the closed loop seeds each turn's samples by (seed, step, turn)",
+               "decode_threads": "the closed loop decodes on torch's thread setting"}
+    for name, why in ignored.items():
+        if getattr(stage.sampling, name) != SamplingConfig.model_fields[name].default:
+            out.append((f"sampling.{name}", f"not read by a multi_turn stage: {why}"))
+    if stage.verifier_workers:
+        out.append(("verifier_workers", "not read by a multi_turn stage: the environment's end-state predicate "
+                                        "is the verifier, run in the loop"))
+    if stage.health.code_tests.heldout_frac:
+        out.append(("health.code_tests.heldout_frac", "held-out code tests check single-turn code completions; a "
+                                                      "multi_turn stage is judged on the environment's end state"))
+    for rule in type(stage.health.actions).model_fields:
+        if "dynamic_sampling" in getattr(stage.health.actions, rule):
+            out.append((f"health.actions.{rule}", "dynamic_sampling cannot act in a multi_turn stage (the closed "
+                                                  "loop trains on every group); use grow_group or raise_temperature"))
+    if distributed is not None and distributed.max_staleness:
+        out.append(("rollout.mode", f"distributed.max_staleness {distributed.max_staleness}: asynchronous rollouts "
+                                    "prefetch single-turn batches; a multi_turn stage samples each step's "
+                                    "trajectories with the current weights (set max_staleness: 0)"))
     return out
 
 

@@ -35,9 +35,14 @@ def test_entropy_collapse_is_critical_and_can_stop():
 
 
 def test_dead_groups_names_too_easy():
+    # every group dead: nothing trains, flagged on the first window, naming the cause
     recs = [{**healthy(i), "rollout/zero_var_frac": 1.0, "rollout/pass_rate": 0.99} for i in range(3)]
     _, alerts = feed(HealthMonitor(HealthConfig(window=3)), recs)[-1]
-    assert alerts and alerts[0].rule == "dead_groups" and "too easy" in alerts[0].message
+    assert alerts and alerts[0].rule == "not_training" and "too easy" in alerts[0].message
+    # most groups dead on a run that does not improve: dead groups, too easy
+    recs = [{**healthy(i), "rollout/zero_var_frac": 0.8, "rollout/pass_rate": 0.9} for i in range(8)]
+    _, alerts = feed(HealthMonitor(HealthConfig(window=3, stall_steps=4)), recs)[-1]
+    assert [a.rule for a in alerts] == ["stalled", "dead_groups"] and "too easy" in alerts[1].message
 
 
 def test_kl_drift_and_nan():
@@ -178,12 +183,14 @@ def test_each_action_moves_its_knob_once_per_cooldown_and_says_why():
 def test_adaptive_beta_starts_beta_then_doubles_and_dead_groups_grow_g_or_sample_dynamically():
     from rlvr.monitoring.health_actions import take_actions
 
-    mon = knobbed({"kl_drift": ["adaptive_beta"], "dead_groups": ["grow_group", "dynamic_sampling"]}, cooldown=1)
+    # dead groups on a stalled run (the pass rate flat over stall_steps 3: known from step 4 on)
+    mon = knobbed({"kl_drift": ["adaptive_beta"], "dead_groups": ["grow_group", "dynamic_sampling"]}, cooldown=1,
+                  stall_steps=3)
     for i in range(5):
         m, alerts = mon.observe({**healthy(i), "kl/ref": 1.0, "rollout/zero_var_frac": 0.9})
         take_actions(mon, alerts, i + 1)
     assert mon.knobs["beta"] == pytest.approx(0.02 * 2 ** 4) and mon.knobs["dynamic_sampling"] == "correct"
-    assert mon.knobs["group_size"] == 32  # 8 -> 16 -> 32 -> 32 (group_size_max) from step 3
+    assert mon.knobs["group_size"] == 32  # 8 -> 16 -> 32 (group_size_max) at steps 4 and 5
 
 
 def test_a_knob_the_stage_lacks_is_an_alert_saying_so_and_stop_stops():
@@ -222,3 +229,44 @@ def test_kl_rules_read_the_per_token_kl_when_a_stage_logs_both():
     res = feed(HealthMonitor(HealthConfig(window=3)), [{**healthy(i), "kl/ref": 4.0, "kl/ref_per_token": 0.1}
                                                         for i in range(10)])
     assert all(m["health/status"] == "healthy" for m, _ in res)
+
+
+def run_with_heldout(recs, heldout, cfg=None, n=None):
+    """Feed ``recs`` (step i + 1 is recs[i]) with held-out pass@1 ``heldout[step]`` (on ``n`` problems) at step 0
+    (before any update, as the trainer reports it) and at the steps listed; returns the statuses."""
+    mon = HealthMonitor(cfg or HealthConfig())
+    if 0 in heldout:
+        mon.observe_heldout(0, heldout[0], n)
+    ev = {s: {"eval/pass_at_1": v, **({"eval/tasks": n} if n else {})} for s, v in heldout.items()}
+    return [mon.observe({**r, **ev.get(i + 1, {})})[0]["health/status"] for i, r in enumerate(recs)]
+
+
+def test_a_run_whose_remaining_groups_still_improve_held_out_is_not_stalled_or_dead():
+    """The quickstart's GRPO stage: 55-65% of groups dead (add2 always passes, mul31 is bimodal), the training pass
+    rate flat around 0.65, while held-out pass@1 rises 81.5 -> 86.0 (with a dip) over 160 steps."""
+    recs = [{**healthy(i), "rollout/zero_var_frac": 0.55 + 0.1 * ((i * 7) % 10) / 10,
+             "rollout/pass_rate": 0.65 + 0.03 * (((i * 3) % 5) - 2) / 2, "rollout/entropy": 0.05,
+             "kl/ref": 0.01} for i in range(160)]
+    heldout = {0: 0.815, 25: 0.825, 50: 0.82, 75: 0.835, 100: 0.84, 125: 0.855, 150: 0.86, 160: 0.86}
+    assert set(run_with_heldout(recs, heldout)) == {"healthy"}
+    # held-out 2 points under its start on 400 problems is inside the noise of two evaluations (2.8 points)
+    assert set(run_with_heldout(recs, {**heldout, 25: 0.795, 50: 0.80, 75: 0.81}, n=400)) == {"healthy"}
+    # the same run whose held-out does not move has dead groups (from its second evaluation) and is stalled;
+    # so has one whose held-out falls beyond its noise
+    flat = run_with_heldout(recs, {k: 0.815 for k in heldout})
+    assert set(flat[:24]) == {"healthy"} and flat[-1] == "stalled + dead groups", flat  # from the 2nd evaluation
+    falling = run_with_heldout(recs, {k: 0.815 - 0.3 * k / 160 for k in heldout}, n=400)
+    assert falling[-1] == "stalled + dead groups", falling
+
+
+def test_entropy_that_falls_into_right_answers_is_convergence_while_held_out_rises():
+    """The agent recipe: entropy 0.30 -> 0.02 while the pass rate rises 0.6 -> 0.99 and held-out 62% -> 99.8%:
+    converging on one right answer per task, not a collapse. The same entropy fall with held-out stuck (or
+    without held-out evaluations: the seeds' definition) is still ENTROPY COLLAPSE."""
+    recs = [{**healthy(i), "rollout/entropy": 0.3 * math.exp(-i / 12) + 0.01, "rollout/pass_rate": 0.99 - 0.39 * math.exp(-i / 8),
+             "rollout/zero_var_frac": min(0.95, 0.5 + i / 60)} for i in range(40)]
+    rising = {0: 0.62, 10: 0.90, 20: 0.97, 30: 0.99, 40: 0.998}
+    assert set(run_with_heldout(recs, rising)) == {"healthy"}
+    stuck = run_with_heldout(recs, {0: 0.62, 10: 0.70, 20: 0.66, 30: 0.66, 40: 0.65})
+    assert "ENTROPY COLLAPSE" in stuck[-1]
+    assert "ENTROPY COLLAPSE" in run_with_heldout(recs, {})[-1]

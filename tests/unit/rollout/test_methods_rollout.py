@@ -116,3 +116,42 @@ def test_guidance_demos_are_judged_on_the_tokens_trained(tiny):
     cut = demo_part(cfg, model, tok, tasks, judge, SamplingConfig(max_new_tokens=5), [RewardTerm()], step=0)
     assert len(cut.completion_ids[0]) == 5 and cut.finish_reason == ["length"]
     assert seen[-1] == tok.decode(cut.completion_ids[0], skip_special_tokens=True)
+
+
+class _NeverStops:
+    """An engine whose samples never stop: every row runs to its ``max_new_tokens`` (or to a set length)."""
+
+    def __init__(self, token: int, lengths=None):
+        self.token, self.lengths = token, lengths
+
+    def generate(self, prompts, params):
+        from rlvr.rollout.engine import Generation
+
+        idx = [i for i in range(len(prompts)) for _ in range(params.n)]
+        lens = self.lengths or [params.max_new_tokens] * len(idx)
+        comps = [[self.token] * n for n in lens]
+        return Generation([prompts[i] for i in idx], comps, [[0.0] * n for n in lens],
+                          ["length" if n == params.max_new_tokens else "stop" for n in lens],
+                          ["x" * n for n in lens], idx)
+
+
+def test_double_rollout_continuations_never_run_past_max_new_tokens(tiny):
+    # originals of 6 (truncated), 2, 4 and 6 tokens, cut at half: prefixes 3, 1, 2, 3. Each continuation may
+    # add at most max_new_tokens - its own prefix (3, 5, 4, 3): every re-scored completion is <= 6 tokens, one
+    # the original sample could have produced (the shortest cut's budget, 5, let the truncated rows reach 8)
+    _, tok, _ = tiny
+    one = tok("7", add_special_tokens=False).input_ids[-1]  # decodes to one character
+    tasks = [make_task("add2", 12, 34)]
+    samp = SamplingConfig(group_size=4, max_new_tokens=6)
+    ro = collect(_NeverStops(one, [6, 2, 4, 6]), tok, tasks, by_length, samp, [RewardTerm()], seed=0)
+    seen = []
+
+    def judge(ts, texts):
+        seen.extend(texts)
+        return by_length(ts, texts)
+
+    double_rollout(DoubleRolloutConfig(enabled=True, continuations=2), _NeverStops(one), tok, ro, judge, samp,
+                   [RewardTerm()], seed=3)
+    assert len(seen) == 8
+    assert max(len(t) for t in seen) <= samp.max_new_tokens, [len(t) for t in seen]
+    assert sorted(len(t) for t in seen) == [6] * 8  # each prefix + its own budget, exactly the cap here

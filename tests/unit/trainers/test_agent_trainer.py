@@ -129,3 +129,61 @@ def test_health_knobs_reach_the_multi_turn_rollout():
     with pytest.raises(StopIteration):
         agent.step(TaskStream([echo_task(i) for i in range(6)], seed=0), seed=0, step=0, needs_all=False, stage=moved)
     assert seen == {"n": 3, "group_size": 6, "temperature": 2.0}
+
+
+def test_the_dynamic_sampling_action_is_not_claimed_or_applied_in_a_multi_turn_stage():
+    """The closed loop trains on every group: the ``dynamic_sampling`` health action has no knob there. It must
+    say so (alert only), never set the knob behind the validator's back and log it as done."""
+    from rlvr.config.health import HealthActions, HealthConfig
+    from rlvr.monitoring.health import Alert, HealthMonitor
+    from rlvr.monitoring.health_actions import apply_knobs, rl_knobs, take_actions
+
+    st = stage(TrajectoryCredit())
+    knobs = rl_knobs(st)
+    mon = HealthMonitor(HealthConfig(actions=HealthActions(dead_groups=["dynamic_sampling"])), knobs=dict(knobs),
+                        supports=frozenset(knobs))
+    done = take_actions(mon, [Alert("dead_groups", "warn", "most groups are dead")], step=3)
+    assert len(done) == 1 and "alert only" in done[0] and "dynamic sampling on" not in done[0], done
+    assert apply_knobs(st, {**mon.knobs, "dynamic_sampling": "correct"}).sampling.dynamic_sampling == "off"
+
+
+def test_settings_the_closed_loop_cannot_honour_are_refused_by_name():
+    from rlvr.config.health import CodeTestSplit, HealthActions, HealthConfig
+    from rlvr.trainers.variants import check_rl_combination
+
+    def refused(**kw):
+        st = RLStage(rollout=RolloutConfig(mode="multi_turn", loop=LOOP), **kw)
+        return {k for k, _ in check_rl_combination(st)}
+
+    assert refused() == set()
+    assert "health.actions.dead_groups" in refused(health=HealthConfig(actions=HealthActions(
+        dead_groups=["grow_group", "dynamic_sampling"])))
+    assert "sampling.max_new_tokens" in refused(sampling=SamplingConfig(max_new_tokens=32))
+    assert "sampling.stop" in refused(sampling=SamplingConfig(stop=["</s>"]))
+    assert "verifier_workers" in refused(verifier_workers=2)
+    assert "health.code_tests.heldout_frac" in refused(health=HealthConfig(code_tests=CodeTestSplit(heldout_frac=0.3)))
+    from rlvr.config.distributed import DistributedConfig
+
+    st = RLStage(rollout=RolloutConfig(mode="multi_turn", loop=LOOP))
+    assert check_rl_combination(st, DistributedConfig()) == []
+    assert [k for k, _ in check_rl_combination(st, DistributedConfig(max_staleness=1))] == ["rollout.mode"]
+
+
+def test_mask_truncated_drops_truncated_trajectories_from_the_loss():
+    """``loss.mask_truncated`` (DAPO's overlong filtering) in the closed loop: a trajectory whose turn ran out of
+    its token budget is not part of the loss at all (no row, not in the denominators)."""
+    from rlvr.rollout.multiturn import Segment, Trajectory, TurnSpan
+    from rlvr.trainers.agent import build_agent_batch
+    from rlvr.verifiers.base import Verdict
+
+    def traj(finish, end="final"):
+        tr = Trajectory(echo_task(), 0, 0, end=end, verdict=Verdict(0.0, False, "wrong"))
+        tr.segments = [Segment([1, 2, 3, 4], [0, 1, 1, 0], [0.0, -0.1, -0.2, 0.0])]
+        tr.turns = [TurnSpan(1, 3, "ab", finish, "s")]
+        return tr
+
+    trajs = [traj("stop"), traj("length"), traj("stop", end="tokens")]
+    adv = [[1.0], [-1.0], [0.5]]
+    assert len(build_agent_batch(trajs, adv, needs_all=False)) == 3
+    kept = build_agent_batch(trajs, adv, needs_all=False, mask_truncated=True)
+    assert len(kept) == 1 and kept.advantages[0][1] == 1.0 and kept.skipped_masks == []

@@ -67,10 +67,10 @@ def test_resumed_metrics_hold_every_step_once_equal_to_the_uninterrupted_run(kin
 
 
 def test_health_history_survives_resume(tiny_dir, tmp_path):
-    # dead_frac 0 for a 3-step window: the dead_groups alert needs three steps of history, so it fires from
-    # step 3 on in the uninterrupted run — and in the resumed one only if the history came back from the
-    # step-2 checkpoint.
-    st = rl_stage(HealthConfig(window=3, dead_frac=0.0))
+    # dead_frac 0 on a run that cannot show progress (stall_delta 1.1: the pass rate cannot rise that much):
+    # the dead_groups alert needs more than stall_steps (2) steps of history, so it fires from step 3 on in
+    # the uninterrupted run — and in the resumed one only if the history came back from the step-2 checkpoint.
+    st = rl_stage(HealthConfig(window=2, stall_steps=2, stall_delta=1.1, dead_frac=0.0))
     cfg = ModelConfig(path=tiny_dir)
     a = train_rl(st, cfg, tmp_path / "a", seed=1, judge=parity_judge)
     with pytest.raises(KeyboardInterrupt):
