@@ -9,6 +9,8 @@ seeds is ``bench/entropy_floor.py``; its table is in docs/health.md.)
 import json
 from pathlib import Path
 
+import torch
+
 from rlvr.config.load import load_recipe
 from rlvr.config.model import ModelConfig
 from rlvr.monitoring.health import ema_series
@@ -22,8 +24,13 @@ def run(tiny_dir, out, action=None):
             f"stages.0.data.path={BENCH / 'data' / 'entropy_floor' / 'train.jsonl'}"]
     if action:
         sets += [f"stages.0.health.actions.{s}=[{action}]" for s in ("entropy_collapse", "entropy_trending_down")]
-    stage = load_recipe(BENCH / "entropy_floor.yaml", sets).stages[0]
-    res = train_rl(stage, ModelConfig(path=tiny_dir), out, seed=0)
+    recipe = load_recipe(BENCH / "entropy_floor.yaml", sets)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(recipe.threads)  # the recipe's `threads: 1`, as `rlvr run` sets it: the trajectory (and
+    try:                                   # so the measured entropies) must not depend on the test machine's cores
+        res = train_rl(recipe.stages[0], ModelConfig(path=tiny_dir), out, seed=0)
+    finally:
+        torch.set_num_threads(threads)
     return [r for r in map(json.loads, open(res.metrics_path)) if "event" not in r]
 
 
