@@ -39,6 +39,7 @@ from rlvr import omp_wait
 from rlvr.config.load import dump_recipe
 from rlvr.config.recipe import Recipe, with_system_prompt
 from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
+from rlvr.models.prompt_format import checkpoint_format
 
 
 def stage_trainer(kind: str):
@@ -72,13 +73,15 @@ def evaluate_checkpoint(recipe: Recipe, model_path: str | None, out_json: Path, 
     """Held-out evaluation of a checkpoint (or the recipe's starting model when ``model_path`` is None)."""
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_model_and_tokenizer
-    from rlvr.monitoring.evaluate import default_judge, evaluate
+    from rlvr.monitoring.evaluate import evaluate
+    from rlvr.monitoring.scoring import eval_judge
     from rlvr.rollout.hf_engine import HFEngine
 
     model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), model_path)
     ev = recipe.eval
     engine = HFEngine(model, tok, batch_size=ev.batch_size)
-    res = evaluate(engine, tok, load_task_source(ev.tasks), judge or default_judge(ev.workers), k=ev.k,
+    judge = judge or eval_judge(ev.rewards, ev.workers, tok, ev.max_new_tokens)
+    res = evaluate(engine, tok, load_task_source(ev.tasks), judge, k=ev.k,
                    temperature=ev.temperature, max_new_tokens=ev.max_new_tokens, seed=recipe.seed, agent=ev.agent)
     write_json_atomic(out_json, res)
     return res
@@ -131,8 +134,6 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
 
 def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None,
                 changes: dict | None, dist) -> dict:
-    from rlvr.monitoring.sinks import stage_logging
-
     run_dir = Path(recipe.run_dir)
     state_path = run_dir / "pipeline.json"
     state = _read_state(state_path) if resume else {"stages": {}}
@@ -143,7 +144,45 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
             return _follow(recipe, resume, only, init_path, state, dist)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, recipe, resume, changes)
-    recipe = with_system_prompt(recipe)
+    recipe = with_eval_scoring(with_system_prompt(recipe))
+    with checkpoint_format(run_format(recipe)):  # every checkpoint of the run carries prompt_format.json
+        return _stages_in_order(recipe, resume, judge, only, init_path, state, state_path, run_dir, dist)
+
+
+def run_format(recipe: Recipe) -> dict:
+    """The run's prompt format (:mod:`rlvr.models.prompt_format`): the system prompt and the scoring its
+    held-out evaluation uses, the weights' dtype and the evaluation's batch size and budget."""
+    from rlvr.models.prompt_format import make_format
+
+    ev = recipe.eval
+    rewards = [t.model_dump(exclude_defaults=True) for t in ev.rewards] if ev.rewards else None
+    return make_format(getattr(ev.tasks, "system_prompt", None), rewards, recipe.model.dtype, ev.batch_size,
+                       ev.max_new_tokens)
+
+
+def with_eval_scoring(recipe: Recipe) -> Recipe:
+    """The recipe with ``eval.rewards`` decided: as set; else, when an evaluation task's kind has no verifier
+    (only a reward function of the user's can judge it), the rewards of the first RL stage with a python term;
+    else None (each task's own verifier, the built-in tasks' behaviour)."""
+    if recipe.eval.rewards is not None:
+        return recipe
+    from rlvr.data.sources import load_task_source
+    from rlvr.verifiers.registry import available_kinds
+
+    stage = next((st for st in recipe.stages if st.type == "rl" and any(t.name == "python" for t in st.rewards)),
+                 None)
+    if stage is None:
+        return recipe
+    known = set(available_kinds()) | {"env"}
+    if all(t.kind in known for t in load_task_source(recipe.eval.tasks)):
+        return recipe
+    return recipe.model_copy(update={"eval": recipe.eval.model_copy(update={"rewards": list(stage.rewards)})})
+
+
+def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None, state: dict,
+                     state_path: Path, run_dir: Path, dist) -> dict:
+    from rlvr.monitoring.sinks import stage_logging
+
     summary = {"stages": [], "omp_wait": omp_wait.in_effect()}
     prev = init_path
     reward_model: str | None = None

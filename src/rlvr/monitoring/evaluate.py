@@ -1,5 +1,10 @@
 """Held-out evaluation: greedy pass@1 and sampled pass@k (unbiased estimator, Chen et al. 2021),
-with the task's verifier, overall and per family."""
+with the task's verifier or the run's reward terms (:mod:`rlvr.monitoring.scoring`), overall and per family.
+
+The run's own evaluations (:class:`EvalHook` during a stage, the pipeline's after it) and ``rlvr eval`` all
+come here with the same judge (:func:`~rlvr.monitoring.scoring.eval_judge` of ``eval.rewards``) and the
+same greedy float32 decode, so the same weights get the same verdict on every problem wherever they are
+evaluated (at the same batch size: a row's padding changes its float rounding)."""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from rlvr.data.sources import load_task_source
 from rlvr.data.types import Task
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.monitoring.scoring import eval_judge, judge_with_lengths
 from rlvr.verifiers.judge import Judge, default_judge, reward_judge
 
 __all__ = ["EvalHook", "Judge", "default_judge", "evaluate", "pass_at_k", "reward_judge"]
@@ -54,7 +60,7 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
     stops = stop_token_ids(tokenizer)
     greedy = engine.generate(prompts, SamplingParams(greedy=True, max_new_tokens=max_new_tokens,
                                                      stop_token_ids=stops))
-    verdicts = judge(tasks, greedy.texts)
+    verdicts = judge_with_lengths(judge, tasks, greedy.texts, greedy.completion_ids)
     passed = np.array([v.passed for v in verdicts], dtype=float)
     fams = defaultdict(list)
     for t, p in zip(tasks, passed):
@@ -66,6 +72,7 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
         "mean_length": float(np.mean([len(c) for c in greedy.completion_ids])) if tasks else 0.0,
         "truncation_rate": float(np.mean([r == "length" for r in greedy.finish_reason])) if tasks else 0.0,
         "outcomes": _count([v.outcome for v in verdicts]),
+        "scoring": getattr(judge, "scoring", "each task's verifier"),
     }
     if k > 1:
         result.update(_sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_tokens,
@@ -80,7 +87,7 @@ def _sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_t
     gen = engine.generate(prompts, SamplingParams(n=k, temperature=temperature, max_new_tokens=max_new_tokens,
                                                   stop_token_ids=stops, seed=seed))
     rep = [tasks[i] for i in gen.prompt_index]
-    verdicts = judge(rep, gen.texts)
+    verdicts = judge_with_lengths(judge, rep, gen.texts, gen.completion_ids)
     correct = np.zeros(len(tasks), dtype=int)
     for i, v in zip(gen.prompt_index, verdicts):
         correct[i] += int(v.passed)
@@ -106,11 +113,13 @@ class EvalHook:
     """Held-out evaluation during training (for learning curves: pass@1 against training minutes)."""
 
     def __init__(self, cfg, tokenizer, judge=None, every: int = 0):
+        """``judge``: a test's override; by default the evaluation's own (``cfg.rewards``), never the judge
+        a stage trains with (an RL reward that gives partial credit would count every reward > 0 a pass)."""
         self.cfg = cfg
         self.tok = tokenizer
         self.every = every
         self.tasks = load_task_source(cfg.tasks)
-        self.judge = judge or default_judge(cfg.workers)
+        self.judge = judge or eval_judge(cfg.rewards, cfg.workers, tokenizer, cfg.max_new_tokens)
 
     def due(self, step: int, max_steps: int) -> bool:
         return bool(self.every) and (step % self.every == 0 or step == max_steps)
