@@ -161,22 +161,33 @@ def run_format(recipe: Recipe) -> dict:
 
 
 def with_eval_scoring(recipe: Recipe) -> Recipe:
-    """The recipe with ``eval.rewards`` decided: as set; else, when an evaluation task's kind has no verifier
-    (only a reward function of the user's can judge it), the rewards of the first RL stage with a python term;
-    else None (each task's own verifier, the built-in tasks' behaviour)."""
+    """The recipe with ``eval.rewards`` decided: as set; else, when the recipe has an RL stage with a python
+    reward and an evaluation task is one its verifier cannot judge (no verifier for its kind, or no gold
+    payload: a math task without ``answer``, a code task without tests; only the user's reward can score it),
+    that stage's rewards; else None: each task's own verifier (the built-in tasks' behaviour)."""
     if recipe.eval.rewards is not None:
         return recipe
-    from rlvr.data.sources import load_task_source
-    from rlvr.verifiers.registry import available_kinds
-
     stage = next((st for st in recipe.stages if st.type == "rl" and any(t.name == "python" for t in st.rewards)),
                  None)
     if stage is None:
         return recipe
-    known = set(available_kinds()) | {"env"}
-    if all(t.kind in known for t in load_task_source(recipe.eval.tasks)):
+    from rlvr.data.sources import load_task_source
+
+    if not any(unjudgeable(t) for t in load_task_source(recipe.eval.tasks)):
         return recipe
     return recipe.model_copy(update={"eval": recipe.eval.model_copy(update={"rewards": list(stage.rewards)})})
+
+
+def unjudgeable(task) -> bool:
+    """The task's kind has no verifier, or the task lacks the gold payload its verifier needs."""
+    from rlvr.data.jsonl import payload_problem
+    from rlvr.verifiers.registry import available_kinds
+
+    if task.kind == "env":
+        return False
+    if task.kind not in available_kinds() or (task.kind == "math" and "answer" not in task.gold):
+        return True
+    return payload_problem(task) is not None
 
 
 def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None, state: dict,

@@ -38,7 +38,8 @@ def resolve_format(model_dir: str | None, system_prompt: str | bool | None = Non
     elif fallback is not None and saved is None:
         fmt["system_prompt"], fmt["source"] = fallback, "the recipe's system_prompt"
     else:
-        fmt["source"] = str(Path(model_dir) / FILE) if saved else f"{model_dir} has no {FILE}"
+        fmt["source"] = str(Path(model_dir) / FILE) if saved else \
+            f"{model_dir} has no {FILE}" if model_dir else "a model built in memory"
     fmt["saved"] = saved is not None
     return fmt
 

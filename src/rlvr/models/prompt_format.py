@@ -14,7 +14,7 @@ the checkpoint evaluated it::
 A run (``rlvr.pipeline``) sets the format with :func:`checkpoint_format` around its stages; every
 checkpoint written meanwhile (``final/``, ``best/``, ``healthy/``, periodic ``checkpoints/step-N/``) gets
 the file inside the same atomic write as the weights (:func:`rlvr.models.checkpoint.save_pretrained_atomic`).
-``rlvr build-tiny`` writes the tiny model's (no system prompt, no chat template). A folder without the
+``rlvr build-tiny`` writes the tiny model's (no system prompt). A folder without the
 file (a model from elsewhere) has no format: the commands prompt it with no system message, as before.
 """
 
