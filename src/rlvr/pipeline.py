@@ -15,7 +15,9 @@ Run directory layout::
       <stage>/tensorboard/, <stage>/wandb/   with logging.tensorboard / logging.wandb
       <stage>/checkpoints/step-NNNNNN/   resumable checkpoints (model + trainer_state.pt)
       <stage>/final/         the stage's output model (HF format; LoRA: merged, adapter in final/adapter/)
-      <stage>/eval.json      held-out evaluation after the stage
+      <stage>/eval.json      held-out evaluation after the stage (per problem: completion, outcome, reward)
+      <stage>/evals/step-NNNNNN.json   the in-training held-out evaluations (eval_every), same shape
+      <stage>/final/prompt_format.json   (and in every checkpoint folder) the run's prompt format and scoring
 
 Stage-level resume: a stage marked done in pipeline.json (with its final/ present) is not rerun; the
 stage that was running resumes from its latest checkpoint.

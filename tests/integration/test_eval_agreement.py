@@ -46,11 +46,9 @@ def test_rlvr_eval_gives_the_runs_verdict_on_every_problem_with_a_system_prompt(
         assert res["pass_at_1"] == run_eval["pass_at_1"]
     out = capsys.readouterr().out
     assert "Add the numbers. Put the result in a box." in out and "prompt_format.json" in out
-    # the stage's own last in-training evaluation (same weights as final/) reads the same
-    rows = [json.loads(x) for x in open(stage / "metrics.jsonl")]
-    last = [r for r in rows if "eval/pass_at_1" in r][-1]
-    assert last["step"] == 6
-    assert last["eval/pass_at_1"] == run_eval["pass_at_1"] and last["eval/mean_length"] == run_eval["mean_length"]
+    # the stage's own last in-training evaluation (same weights as final/) reads the same, problem by problem
+    in_stage = json.loads((stage / "evals" / "step-000006.json").read_text())
+    assert _by_problem(in_stage) == _by_problem(run_eval)
 
 
 def test_the_override_flags_change_the_format_and_say_so(tiny_dir, tmp_path, capsys):
@@ -102,4 +100,6 @@ def test_rl_step0_evaluation_reads_what_the_starting_checkpoint_read(tiny_dir, t
     rows = [json.loads(x) for x in open(tmp_path / "run" / "grpo" / "metrics.jsonl")]
     step0 = [r for r in rows if r["step"] == 0 and "eval/pass_at_1" in r][0]
     assert step0["eval/pass_at_1"] == base["pass_at_1"]
-    assert step0["eval/mean_length"] == base["mean_length"]
+    in_stage = json.loads((tmp_path / "run" / "grpo" / "evals" / "step-000000.json").read_text())
+    assert _by_problem(in_stage) == _by_problem(base)
+

@@ -158,6 +158,20 @@ def _readable(root: Path) -> None:
             os.chmod(os.path.join(dirpath, f), umask_mode())
 
 
+def is_lora(model) -> bool:
+    """A peft model (base + LoRA adapters)."""
+    return hasattr(model, "merge_and_unload") and hasattr(model, "peft_config")
+
+
+def merged_copy(model):
+    """A peft model's adapters merged into a copy of its base: the weights a checkpoint of it holds (on a
+    bf16 base the merge rounds W + BA to bf16, so this, not the live base + adapters, is what a saved
+    checkpoint computes). The live model is left as it is."""
+    import copy
+
+    return copy.deepcopy(model).merge_and_unload()
+
+
 def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[str, Any] | None = None,
                            prompt_format: dict | None = None) -> Path:
     """Save an HF-format model + tokenizer atomically. A peft model is saved merged (loads with
@@ -167,11 +181,9 @@ def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[st
     assert_finite_weights(model, Path(out_dir))
     def write(tmp: Path) -> None:
         m = model
-        if hasattr(m, "merge_and_unload") and hasattr(m, "peft_config"):
-            import copy
-
+        if is_lora(m):
             m.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
-            m = copy.deepcopy(m).merge_and_unload()
+            m = merged_copy(m)
         m.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)

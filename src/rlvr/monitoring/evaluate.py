@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from rlvr.data.chat import encode_prompt, stop_token_ids
+from rlvr.data.jsonl import write_json_atomic
 from rlvr.data.sources import load_task_source
 from rlvr.data.types import Task
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
+from rlvr.models.checkpoint import is_lora, merged_copy
 from rlvr.monitoring.scoring import eval_judge, judge_with_lengths
 from rlvr.verifiers.judge import Judge, default_judge, reward_judge
 
@@ -112,9 +115,12 @@ def _count(items) -> dict[str, int]:
 class EvalHook:
     """Held-out evaluation during training (for learning curves: pass@1 against training minutes)."""
 
-    def __init__(self, cfg, tokenizer, judge=None, every: int = 0):
+    def __init__(self, cfg, tokenizer, judge=None, every: int = 0, out=None):
         """``judge``: a test's override; by default the evaluation's own (``cfg.rewards``), never the judge
-        a stage trains with (an RL reward that gives partial credit would count every reward > 0 a pass)."""
+        a stage trains with (an RL reward that gives partial credit would count every reward > 0 a pass).
+        ``out``: the stage folder; each evaluation's per-problem result (eval.json's shape) is written to
+        ``out/evals/step-NNNNNN.json``."""
+        self.out = out
         self.cfg = cfg
         self.tok = tokenizer
         self.every = every
@@ -125,10 +131,16 @@ class EvalHook:
         return bool(self.every) and (step % self.every == 0 or step == max_steps)
 
     def run(self, model, step: int) -> dict:
-        """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics."""
+        """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics. A LoRA model is evaluated merged,
+        as its checkpoint holds it (:func:`~rlvr.models.checkpoint.merged_copy`), so the step's figure is the
+        one ``rlvr eval`` gives its checkpoint."""
+        if is_lora(model):
+            model = merged_copy(model).eval()
         engine = HFEngine(model, self.tok, batch_size=self.cfg.batch_size)
         r = evaluate(engine, self.tok, self.tasks, self.judge, k=1, max_new_tokens=self.cfg.max_new_tokens,
                      agent=self.cfg.agent)
+        if self.out is not None:
+            write_json_atomic(Path(self.out) / "evals" / f"step-{step:06d}.json", {"step": step, **r})
         out = {"eval/pass_at_1": r["pass_at_1"], "eval/mean_length": r["mean_length"]}
         out.update({f"eval/pass_at_1/{f}": v for f, v in r["by_family"].items()})
         if "turns_mean" in r:  # closed-loop environment tasks

@@ -390,7 +390,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     run.writer.log(run.step, {**event, **(start or {})})
     every = getattr(cfg, "eval_every", 0)
     if eval_cfg is not None and every and main:
-        run.evaler = EvalHook(eval_cfg, tok, judge, every)
+        run.evaler = EvalHook(eval_cfg, tok, judge, every, out)
         if run.step == 0:
             run.writer.log(0, {**run.evaler.run(model, 0), "perf/minutes": 0.0})
     run.progress = make_progress()
