@@ -103,3 +103,19 @@ def test_rl_step0_evaluation_reads_what_the_starting_checkpoint_read(tiny_dir, t
     in_stage = json.loads((tmp_path / "run" / "grpo" / "evals" / "step-000000.json").read_text())
     assert _by_problem(in_stage) == _by_problem(base)
 
+
+
+def test_generate_and_screen_use_the_checkpoints_format(tiny_dir, tmp_path, capsys):
+    from rlvr.commands.evaluate import generate_command
+    from rlvr.commands.screen import screen_checkpoints
+
+    stage = _sft_run(tmp_path, tiny_dir)
+    run_eval = json.loads((stage / "eval.json").read_text())
+    out = tmp_path / "c.jsonl"
+    recs = generate_command(str(stage / "final"), "builtin:add2:12", str(out), max_new_tokens=10)
+    assert [r["completion"] for r in recs] == [s["completion"] for s in run_eval["samples"]]
+    assert "Add the numbers." in capsys.readouterr().out
+    rows = screen_checkpoints([str(stage / "final")], "builtin:add2:12", 2, 1.0, 10)
+    assert "system prompt 'Add the numbers. Put the result in a box.'" in rows[0]["prompt_format"]
+    rows = screen_checkpoints([str(stage / "final")], "builtin:add2:12", 2, 1.0, 10, system_prompt=False)
+    assert "no system prompt (from --no-system-prompt)" in rows[0]["prompt_format"]
