@@ -167,7 +167,7 @@ TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder 
                                              "builtin:FAMILY[,FAMILY][:N], or builtin_env:ENV[:N] (held-out "
                                              "environment tasks, run in the closed loop).")
 
-SystemPromptOpt = typer.Option(None, "--system-prompt", help="Put this system message before every prompt "
+SystemPromptOpt = typer.Option(None, "--system-prompt", metavar="TEXT", help="Put this system message before every prompt "
                                                             "(default: the checkpoint's, from prompt_format.json).")
 NoSystemPromptOpt = flag("--no-system-prompt", "No system message, whatever the checkpoint's prompt_format.json says.")
 
@@ -184,8 +184,8 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
           batch_size: int | None = typer.Option(None, "--batch-size", help="Prompts decoded together (default: the "
                                                 "run's eval.batch_size from prompt_format.json, else 512)."),
           system_prompt: str | None = SystemPromptOpt, no_system_prompt: bool = NoSystemPromptOpt,
-          reward: list[str] | None = typer.Option(None, "--reward", help="Score with this python reward "
-                                                  "(module:function, repeatable; summed): a pass is a reward >= 1."),
+          reward: list[str] | None = typer.Option(None, "--reward", metavar="MOD:FN", help="Score with this python "
+                                                  "reward (repeatable; summed): a pass is a reward >= 1."),
           recipe: str | None = typer.Option(None, "--recipe", help="Score with the rewards of this recipe's first "
                                             "RL stage (or --stage): a pass is a summed reward >= 1."),
           stage: str | None = typer.Option(None, "--stage", help="With --recipe: the RL stage whose rewards score."),

@@ -77,7 +77,8 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
     max_pos = getattr(mdl.config, "max_position_embeddings", 4096)
     loop = AgentLoopConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, max_total_tokens=min(4096, max_pos))
     bs = batch_size or fmt.get("eval_batch_size") or 512
-    scoring = f"{describe_scoring(terms)} (from {scoring_source})"
+    scoring = describe_scoring(terms)
+    scoring += f" (from {scoring_source})" if scoring_source != scoring else ""
     if not quiet:
         say(format_line(fmt, scoring) + f"; batch size {bs}; dtype {fmt['dtype']}")
         run_budget = fmt.get("eval_max_new_tokens")

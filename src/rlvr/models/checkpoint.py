@@ -183,6 +183,7 @@ def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[st
         m = model
         if is_lora(m):
             m.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
+            write_format(tmp / ADAPTER_DIR, tokenizer, prompt_format)  # the adapter folder alone keeps it too
             m = merged_copy(m)
         m.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
