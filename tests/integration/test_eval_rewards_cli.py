@@ -35,3 +35,22 @@ def test_eval_scores_with_a_reward_or_a_recipes_stage(tiny_dir, tmp_path):
     assert bad.returncode == 2 and "only RL stages have rewards" in bad.stderr and "Traceback" not in bad.stderr
     both = rlvr(*args, "--system-prompt", "x", "--no-system-prompt", cwd=tmp_path, check=False)
     assert both.returncode == 2 and "contradict" in both.stderr and "Traceback" not in both.stderr
+
+
+def test_a_saved_reward_that_cannot_be_imported_names_the_file_and_the_way_out(tiny_dir, tmp_path):
+    import pytest
+
+    from rlvr.commands.evaluate import eval_command
+    from rlvr.errors import ConfigError
+    from rlvr.models.load import load_pretrained
+    from rlvr.models.checkpoint import save_pretrained_atomic
+    from rlvr.models.prompt_format import make_format
+
+    model, tok = load_pretrained(tiny_dir)
+    save_pretrained_atomic(model, tok, tmp_path / "m",
+                           prompt_format=make_format(rewards=[{"name": "python", "function": "gone_module:f"}]))
+    with pytest.raises(ConfigError) as e:
+        eval_command(str(tmp_path / "m"), "builtin:add2:2", 1, 1.0, 4, None, 0, quiet=True)
+    assert "gone_module" in str(e.value) and "prompt_format.json" in str(e.value) and "--verifier" in str(e.value)
+    res = eval_command(str(tmp_path / "m"), "builtin:add2:2", 1, 1.0, 4, None, 0, quiet=True, verifier=True)
+    assert res["scoring"].startswith("each task's verifier")

@@ -7,7 +7,7 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from rlvr.errors import DataError
+from rlvr.errors import ConfigError, DataError
 
 
 def parse_tasks_arg(spec: str):
@@ -79,14 +79,20 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
     bs = batch_size or fmt.get("eval_batch_size") or 512
     scoring = describe_scoring(terms)
     scoring += f" (from {scoring_source})" if scoring_source != scoring else ""
+    try:
+        judge = eval_judge(terms, workers, tok, max_new_tokens)
+    except ConfigError as e:
+        if scoring_source != "the checkpoint's prompt_format.json":
+            raise
+        raise ConfigError(f"{e} (the scoring saved in {fmt['source']}; run from the folder that holds the module, "
+                          "or pass --verifier to score with each task's verifier)") from None
     if not quiet:
         say(format_line(fmt, scoring) + f"; batch size {bs}; dtype {fmt['dtype']}")
         run_budget = fmt.get("eval_max_new_tokens")
         if run_budget and run_budget != max_new_tokens:
             say(f"note: the run evaluated this checkpoint with --max-new-tokens {run_budget} (this "
-                            f"evaluation: {max_new_tokens}); verdicts can differ")
-    res = evaluate(HFEngine(mdl, tok, batch_size=bs), tok, task_list,
-                   eval_judge(terms, workers, tok, max_new_tokens), k=n, temperature=temperature,
+                f"evaluation: {max_new_tokens}); verdicts can differ")
+    res = evaluate(HFEngine(mdl, tok, batch_size=bs), tok, task_list, judge, k=n, temperature=temperature,
                    max_new_tokens=max_new_tokens, agent=loop)
     res["model"] = model
     res["tasks"] = tasks
