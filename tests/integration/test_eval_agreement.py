@@ -97,8 +97,8 @@ def test_rl_step0_evaluation_reads_what_the_starting_checkpoint_read(tiny_dir, t
     p.write_text(RL.format(run_dir=tmp_path / "run", model=tiny_dir))
     run_pipeline(load_recipe(p))
     base = json.loads((tmp_path / "run" / "base" / "eval.json").read_text())
-    rows = [json.loads(x) for x in open(tmp_path / "run" / "grpo" / "metrics.jsonl")]
-    step0 = [r for r in rows if r["step"] == 0 and "eval/pass_at_1" in r][0]
+    rows = [json.loads(x) for x in (tmp_path / "run" / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    step0 = next(r for r in rows if r["step"] == 0 and "eval/pass_at_1" in r)
     assert step0["eval/pass_at_1"] == base["pass_at_1"]
     in_stage = json.loads((tmp_path / "run" / "grpo" / "evals" / "step-000000.json").read_text())
     assert _by_problem(in_stage) == _by_problem(base)

@@ -42,8 +42,8 @@ def test_a_saved_reward_that_cannot_be_imported_names_the_file_and_the_way_out(t
 
     from rlvr.commands.evaluate import eval_command
     from rlvr.errors import ConfigError
-    from rlvr.models.load import load_pretrained
     from rlvr.models.checkpoint import save_pretrained_atomic
+    from rlvr.models.load import load_pretrained
     from rlvr.models.prompt_format import make_format
 
     model, tok = load_pretrained(tiny_dir)

@@ -233,7 +233,7 @@ def plan_command(
     run_dir: Optional[str] = typer.Option(None, "--run-dir", help="The run to read stage checkpoints from "
                                           "(default: the recipe's run_dir)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.", metavar=""),
-    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Screen with this system message "
+    system_prompt: str | None = typer.Option(None, "--system-prompt", help="Screen with this system message "
                                                 "(default: the recipe's system_prompt, else each checkpoint's "
                                                 "prompt_format.json)."),
     no_system_prompt: bool = typer.Option(False, "--no-system-prompt", help="Screen with no system message.",

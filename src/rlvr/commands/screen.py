@@ -38,9 +38,9 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
     with the ``prompt_format`` line it was screened in."""
     from rlvr.commands.checkpoint_format import apply_format, format_line, resolve_format
     from rlvr.commands.evaluate import parse_tasks_arg
-    from rlvr.monitoring.scoring import describe_scoring, eval_judge, reward_terms
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
+    from rlvr.monitoring.scoring import describe_scoring, eval_judge, reward_terms
     from rlvr.monitoring.screen import rank_for_rl, screen_model
     from rlvr.rollout.hf_engine import HFEngine
 
@@ -108,7 +108,7 @@ def screen_command(
                                                  "run's eval budget, or 64)."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of the table.", metavar=""),
-    system_prompt: Optional[str] = typer.Option(None, "--system-prompt", help="Put this system message before "
+    system_prompt: str | None = typer.Option(None, "--system-prompt", help="Put this system message before "
                                                 "every prompt (default: each checkpoint's, from prompt_format.json)."),
     no_system_prompt: bool = typer.Option(False, "--no-system-prompt", help="No system message, whatever each "
                                           "checkpoint's prompt_format.json says.", metavar=""),

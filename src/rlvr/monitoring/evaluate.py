@@ -18,10 +18,10 @@ from rlvr.data.chat import encode_prompt, stop_token_ids
 from rlvr.data.jsonl import write_json_atomic
 from rlvr.data.sources import load_task_source
 from rlvr.data.types import Task
-from rlvr.rollout.engine import SamplingParams
-from rlvr.rollout.hf_engine import HFEngine
 from rlvr.models.checkpoint import is_lora, merged_copy
 from rlvr.monitoring.scoring import eval_judge, judge_with_lengths
+from rlvr.rollout.engine import SamplingParams
+from rlvr.rollout.hf_engine import HFEngine
 from rlvr.verifiers.judge import Judge, default_judge, reward_judge
 
 __all__ = ["EvalHook", "Judge", "default_judge", "evaluate", "pass_at_k", "reward_judge"]
