@@ -20,21 +20,31 @@ stages:
 """
 
 
-def test_eval_scores_with_a_reward_or_a_recipes_stage(tiny_dir, tmp_path):
+def test_eval_scores_with_a_reward_or_a_recipes_stage(tiny_dir, tmp_path, monkeypatch):
+    import pytest
+
+    from rlvr.commands.checkpoint_format import system_prompt_choice
+    from rlvr.commands.evaluate import eval_command
+    from rlvr.errors import ConfigError
+
     (tmp_path / "my_rewards.py").write_text(REWARDS)
     (tmp_path / "r.yaml").write_text(RECIPE.format(model=tiny_dir))
-    args = ["eval", "--model", tiny_dir, "--tasks", "builtin:add2:4", "--max-new-tokens", "4"]
-    p = rlvr(*args, "--reward", "my_rewards:partial", "--out", "a.json", cwd=tmp_path)
+    p = rlvr("eval", "--model", tiny_dir, "--tasks", "builtin:add2:4", "--max-new-tokens", "4",
+             "--reward", "my_rewards:partial", "--out", "a.json", cwd=tmp_path)
     a = json.loads((tmp_path / "a.json").read_text())
     assert a["pass_at_1"] == 0.0 and all(s["reward"] == 0.5 for s in a["samples"])
     assert "a pass is a summed reward >= 1" in p.stdout.replace("\n", "")
-    rlvr(*args, "--recipe", "r.yaml", "--out", "b.json", cwd=tmp_path)
-    b = json.loads((tmp_path / "b.json").read_text())
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    b = eval_command(tiny_dir, "builtin:add2:4", 1, 1.0, 4, None, 0, quiet=True, recipe="r.yaml")
     assert b["pass_at_1"] == 1.0 and "my_rewards:full" in b["scoring"]
-    bad = rlvr(*args, "--recipe", "r.yaml", "--stage", "warm", cwd=tmp_path, check=False)
-    assert bad.returncode == 2 and "only RL stages have rewards" in bad.stderr and "Traceback" not in bad.stderr
-    both = rlvr(*args, "--system-prompt", "x", "--no-system-prompt", cwd=tmp_path, check=False)
-    assert both.returncode == 2 and "contradict" in both.stderr and "Traceback" not in both.stderr
+    with pytest.raises(ConfigError, match="only RL stages have rewards"):
+        eval_command(tiny_dir, "builtin:add2:4", 1, 1.0, 4, None, 0, quiet=True, recipe="r.yaml", stage="warm")
+    with pytest.raises(ConfigError, match="each choose the scoring"):
+        eval_command(tiny_dir, "builtin:add2:4", 1, 1.0, 4, None, 0, quiet=True, recipe="r.yaml",
+                     rewards=["my_rewards:full"])
+    with pytest.raises(ConfigError, match="contradict"):
+        system_prompt_choice("x", True)
 
 
 def test_a_saved_reward_that_cannot_be_imported_names_the_file_and_the_way_out(tiny_dir, tmp_path):
