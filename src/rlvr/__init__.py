@@ -60,24 +60,32 @@ def run(recipe: Any = None, *, resume: bool = False, run_dir: str | None = None,
 
 
 def eval(model: str, tasks: str, *, n: int = 1, temperature: float = 1.0, max_new_tokens: int = 64,  # noqa: A001
-         out: str | None = None, workers: int = 0, quiet: bool = True, max_turns: int = 8) -> dict:
+         out: str | None = None, workers: int = 0, quiet: bool = True, max_turns: int = 8,
+         batch_size: int | None = None, system_prompt: str | bool | None = None, rewards: list[str] | None = None,
+         recipe: str | None = None, stage: str | None = None, verifier: bool = False) -> dict:
     """Held-out evaluation like ``rlvr eval``: greedy pass@1 (+ sampled pass@k when n > 1) on ``tasks``
     (a JSONL path, a save_to_disk folder, ``humaneval``, ``builtin:add2,mul31:200`` or, in the closed
-    loop with at most ``max_turns`` turns, ``builtin_env:calculator:500``). Returns the result dict
-    written to ``out`` (every completion in ``samples``)."""
+    loop with at most ``max_turns`` turns, ``builtin_env:calculator:500``), in the checkpoint's prompt format
+    (``system_prompt``: a text, False for none, None for the one in its prompt_format.json) and scoring
+    (``rewards``: ``module:function`` rewards, or ``recipe`` [+ ``stage``]: an RL stage's rewards — a pass is
+    then a summed reward >= 1; ``verifier``: each task's verifier). Returns the result dict written to
+    ``out`` (every completion in ``samples``)."""
     _env()
     from rlvr.commands.evaluate import eval_command
 
-    return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet, max_turns=max_turns)
+    return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet, max_turns=max_turns,
+                        batch_size=batch_size, system_prompt=system_prompt, rewards=rewards, recipe=recipe,
+                        stage=stage, verifier=verifier)
 
 
 def generate(model: str, tasks: str, out: str, *, n: int = 1, temperature: float = 0.0, max_new_tokens: int = 64,
-             seed: int = 0) -> list[dict]:
-    """Completions like ``rlvr generate``: writes ``{task_id, completion, sample}`` lines to ``out``."""
+             seed: int = 0, system_prompt: str | bool | None = None) -> list[dict]:
+    """Completions like ``rlvr generate``: writes ``{task_id, completion, sample}`` lines to ``out``, prompted
+    in the checkpoint's format (``system_prompt``: a text, False for none, None for the checkpoint's)."""
     _env()
     from rlvr.commands.evaluate import generate_command
 
-    return generate_command(model, tasks, out, n, temperature, max_new_tokens, seed)
+    return generate_command(model, tasks, out, n, temperature, max_new_tokens, seed, system_prompt)
 
 
 def verify(tasks: str, completions: str, out: str, *, workers: int = 2, timeout_s: float = 60.0,

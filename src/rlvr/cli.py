@@ -167,6 +167,10 @@ TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder 
                                              "builtin:FAMILY[,FAMILY][:N], or builtin_env:ENV[:N] (held-out "
                                              "environment tasks, run in the closed loop).")
 
+SystemPromptOpt = typer.Option(None, "--system-prompt", metavar="TEXT", help="Put this system message before every prompt "
+                                                            "(default: the checkpoint's, from prompt_format.json).")
+NoSystemPromptOpt = flag("--no-system-prompt", "No system message, whatever the checkpoint's prompt_format.json says.")
+
 
 @app.command("eval")
 def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF format, or a LoRA adapter folder)."),
@@ -176,11 +180,24 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
           max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Generation budget."),
           out: str | None = typer.Option(None, "--out", help="Write the result JSON here."),
           workers: int = typer.Option(0, "--workers", help="Verifier worker processes."),
-          max_turns: int = typer.Option(8, "--max-turns", help="Environment tasks: turns per trajectory.")) -> None:
-    """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks."""
+          max_turns: int = typer.Option(8, "--max-turns", help="Environment tasks: turns per trajectory."),
+          batch_size: int | None = typer.Option(None, "--batch-size", help="Prompts decoded together (default: the "
+                                                "run's eval.batch_size from prompt_format.json, else 512)."),
+          system_prompt: str | None = SystemPromptOpt, no_system_prompt: bool = NoSystemPromptOpt,
+          reward: list[str] | None = typer.Option(None, "--reward", metavar="MOD:FN", help="Score with this python "
+                                                  "reward (repeatable; summed): a pass is a reward >= 1."),
+          recipe: str | None = typer.Option(None, "--recipe", help="Score with the rewards of this recipe's first "
+                                            "RL stage (or --stage): a pass is a summed reward >= 1."),
+          stage: str | None = typer.Option(None, "--stage", help="With --recipe: the RL stage whose rewards score."),
+          verifier: bool = flag("--verifier", "Score with each task's verifier, whatever the checkpoint saved.")
+          ) -> None:
+    """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks, in the checkpoint's prompt format."""
+    from rlvr.commands.checkpoint_format import system_prompt_choice
     from rlvr.commands.evaluate import eval_command
 
-    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns=max_turns)
+    eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, max_turns=max_turns,
+                 batch_size=batch_size, system_prompt=system_prompt_choice(system_prompt, no_system_prompt),
+                 rewards=reward, recipe=recipe, stage=stage, verifier=verifier)
 
 
 @app.command()
@@ -190,11 +207,14 @@ def generate(model: str = typer.Option(..., "--model", help="Model folder (HF fo
              n: int = typer.Option(1, "--n", help="Completions per task."),
              temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
              max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Generation budget."),
-             seed: int = typer.Option(0, "--seed", help="Sampling seed.")) -> None:
-    """Write completions for `rlvr verify --completions`."""
+             seed: int = typer.Option(0, "--seed", help="Sampling seed."),
+             system_prompt: str | None = SystemPromptOpt, no_system_prompt: bool = NoSystemPromptOpt) -> None:
+    """Write completions for `rlvr verify --completions` (in the checkpoint's prompt format)."""
+    from rlvr.commands.checkpoint_format import system_prompt_choice
     from rlvr.commands.evaluate import generate_command
 
-    generate_command(model, tasks, out, n, temperature, max_new_tokens, seed)
+    generate_command(model, tasks, out, n, temperature, max_new_tokens, seed,
+                     system_prompt_choice(system_prompt, no_system_prompt))
 
 
 @app.command("build-tiny")

@@ -17,7 +17,9 @@ Run directory layout::
       <stage>/tensorboard/, <stage>/wandb/   with logging.tensorboard / logging.wandb
       <stage>/checkpoints/step-NNNNNN/   resumable checkpoints (model + trainer_state.pt)
       <stage>/final/         the stage's output model (HF format; LoRA: merged, adapter in final/adapter/)
-      <stage>/eval.json      held-out evaluation after the stage
+      <stage>/eval.json      held-out evaluation after the stage (per problem: completion, outcome, reward)
+      <stage>/evals/step-NNNNNN.json   the in-training held-out evaluations (eval_every), same shape
+      <stage>/final/prompt_format.json   (and in every checkpoint folder) the run's prompt format and scoring
 
 Stage-level resume: a stage marked done in pipeline.json (with its final/ present) is not rerun; the
 stage that was running resumes from its latest checkpoint.
@@ -42,6 +44,7 @@ from rlvr.config.load import dump_recipe
 from rlvr.config.recipe import Recipe, with_system_prompt
 from rlvr.console import Heartbeat, detail, phase
 from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
+from rlvr.models.prompt_format import checkpoint_format
 
 
 def stage_trainer(kind: str):
@@ -75,13 +78,15 @@ def evaluate_checkpoint(recipe: Recipe, model_path: str | None, out_json: Path, 
     """Held-out evaluation of a checkpoint (or the recipe's starting model when ``model_path`` is None)."""
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_model_and_tokenizer
-    from rlvr.monitoring.evaluate import default_judge, evaluate
+    from rlvr.monitoring.evaluate import evaluate
+    from rlvr.monitoring.scoring import eval_judge
     from rlvr.rollout.hf_engine import HFEngine
 
     model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), model_path)
     ev = recipe.eval
     engine = HFEngine(model, tok, batch_size=ev.batch_size)
-    res = evaluate(engine, tok, load_task_source(ev.tasks), judge or default_judge(ev.workers), k=ev.k,
+    judge = judge or eval_judge(ev.rewards, ev.workers, tok, ev.max_new_tokens)
+    res = evaluate(engine, tok, load_task_source(ev.tasks), judge, k=ev.k,
                    temperature=ev.temperature, max_new_tokens=ev.max_new_tokens, seed=recipe.seed, agent=ev.agent)
     write_json_atomic(out_json, res)
     return res
@@ -135,8 +140,6 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
 
 def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None,
                 changes: dict | None, dist) -> dict:
-    from rlvr.monitoring.sinks import stage_logging
-
     run_dir = Path(recipe.run_dir)
     state_path = run_dir / "pipeline.json"
     state = _read_state(state_path) if resume else {"stages": {}}
@@ -147,7 +150,56 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
             return _follow(recipe, resume, only, init_path, state, dist)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(run_dir, recipe, resume, changes)
-    recipe = with_system_prompt(recipe)
+    recipe = with_eval_scoring(with_system_prompt(recipe))
+    with checkpoint_format(run_format(recipe)):  # every checkpoint of the run carries prompt_format.json
+        return _stages_in_order(recipe, resume, judge, only, init_path, state, state_path, run_dir, dist)
+
+
+def run_format(recipe: Recipe) -> dict:
+    """The run's prompt format (:mod:`rlvr.models.prompt_format`): the system prompt and the scoring its
+    held-out evaluation uses, the weights' dtype and the evaluation's batch size and budget."""
+    from rlvr.models.prompt_format import make_format
+
+    ev = recipe.eval
+    rewards = [t.model_dump(exclude_defaults=True) for t in ev.rewards] if ev.rewards else None
+    return make_format(getattr(ev.tasks, "system_prompt", None), rewards, recipe.model.dtype, ev.batch_size,
+                       ev.max_new_tokens)
+
+
+def with_eval_scoring(recipe: Recipe) -> Recipe:
+    """The recipe with ``eval.rewards`` decided: as set; else, when the recipe has an RL stage with a python
+    reward and an evaluation task is one its verifier cannot judge (no verifier for its kind, or no gold
+    payload: a math task without ``answer``, a code task without tests; only the user's reward can score it),
+    that stage's rewards; else None: each task's own verifier (the built-in tasks' behaviour)."""
+    if recipe.eval.rewards is not None:
+        return recipe
+    stage = next((st for st in recipe.stages if st.type == "rl" and any(t.name == "python" for t in st.rewards)),
+                 None)
+    if stage is None:
+        return recipe
+    from rlvr.data.sources import load_task_source
+
+    if not any(unjudgeable(t) for t in load_task_source(recipe.eval.tasks)):
+        return recipe
+    return recipe.model_copy(update={"eval": recipe.eval.model_copy(update={"rewards": list(stage.rewards)})})
+
+
+def unjudgeable(task) -> bool:
+    """The task's kind has no verifier, or the task lacks the gold payload its verifier needs."""
+    from rlvr.data.jsonl import payload_problem
+    from rlvr.verifiers.registry import available_kinds
+
+    if task.kind == "env":
+        return False
+    if task.kind not in available_kinds() or (task.kind == "math" and "answer" not in task.gold):
+        return True
+    return payload_problem(task) is not None
+
+
+def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None, state: dict,
+                     state_path: Path, run_dir: Path, dist) -> dict:
+    from rlvr.monitoring.sinks import stage_logging
+
     summary = {"stages": [], "omp_wait": omp_wait.in_effect()}
     prev = init_path
     reward_model: str | None = None

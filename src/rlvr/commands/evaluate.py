@@ -7,7 +7,7 @@ import json
 from rich.table import Table
 
 from rlvr.console import make_console
-from rlvr.errors import DataError
+from rlvr.errors import ConfigError, DataError
 
 
 def parse_tasks_arg(spec: str):
@@ -45,24 +45,60 @@ def parse_tasks_arg(spec: str):
 
 
 def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tokens: int, out: str | None,
-                 workers: int, quiet: bool = False, max_turns: int = 8) -> dict:
+                 workers: int, quiet: bool = False, max_turns: int = 8, *, batch_size: int | None = None,
+                 system_prompt: str | bool | None = None, rewards: list[str] | None = None,
+                 recipe: str | None = None, stage: str | None = None, verifier: bool = False) -> dict:
+    """Evaluate ``model`` on ``tasks`` in its prompt format (:mod:`rlvr.commands.checkpoint_format`:
+    ``system_prompt`` a text, False for none, None for the checkpoint's) with its scoring (``rewards`` /
+    ``recipe`` + ``stage`` / ``verifier`` override it), at ``batch_size`` (default: the run's evaluation
+    batch size, else 512) in the dtype the run evaluated with."""
+    from rlvr.commands.checkpoint_format import apply_format, eval_rewards, format_line, resolve_format, say
     from rlvr.config.agent import AgentLoopConfig
     from rlvr.data.jsonl import write_json_atomic
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
-    from rlvr.monitoring.evaluate import default_judge, evaluate
+    from rlvr.monitoring.evaluate import evaluate
+    from rlvr.monitoring.scoring import describe_scoring, eval_judge
     from rlvr.rollout.hf_engine import HFEngine
 
     if n < 1:
         raise DataError(f"--n must be >= 1, got {n}")
-    task_list = load_task_source(parse_tasks_arg(tasks))
-    mdl, tok = load_pretrained(model)
+    if batch_size is not None and batch_size < 1:
+        raise DataError(f"--batch-size must be >= 1, got {batch_size}")
+    fallback = None
+    if recipe is not None and system_prompt is None:
+        from rlvr.config.load import load_recipe
+
+        fallback = load_recipe(recipe).system_prompt
+    fmt = resolve_format(model, system_prompt, fallback)
+    terms, scoring_source = eval_rewards(fmt, rewards, recipe, stage, verifier)
+    task_list = apply_format(load_task_source(parse_tasks_arg(tasks)), fmt)
+    mdl, tok = load_pretrained(model, fmt["dtype"])
     max_pos = getattr(mdl.config, "max_position_embeddings", 4096)
     loop = AgentLoopConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, max_total_tokens=min(4096, max_pos))
-    res = evaluate(HFEngine(mdl, tok), tok, task_list, default_judge(workers), k=n, temperature=temperature,
+    bs = batch_size or fmt.get("eval_batch_size") or 512
+    scoring = describe_scoring(terms)
+    scoring += f" (from {scoring_source})" if scoring_source != scoring else ""
+    try:
+        judge = eval_judge(terms, workers, tok, max_new_tokens)
+    except ConfigError as e:
+        if scoring_source != "the checkpoint's prompt_format.json":
+            raise
+        raise ConfigError(f"{e} (the scoring saved in {fmt['source']}; run from the folder that holds the module, "
+                          "or pass --verifier to score with each task's verifier)") from None
+    if not quiet:
+        say(format_line(fmt, scoring) + f"; batch size {bs}; dtype {fmt['dtype']}")
+        run_budget = fmt.get("eval_max_new_tokens")
+        if run_budget and run_budget != max_new_tokens:
+            say(f"note: the run evaluated this checkpoint with --max-new-tokens {run_budget} (this "
+                f"evaluation: {max_new_tokens}); verdicts can differ")
+    res = evaluate(HFEngine(mdl, tok, batch_size=bs), tok, task_list, judge, k=n, temperature=temperature,
                    max_new_tokens=max_new_tokens, agent=loop)
     res["model"] = model
     res["tasks"] = tasks
+    res["prompt_format"] = {k: fmt[k] for k in ("system_prompt", "chat_template", "dtype", "source")}
+    res["batch_size"] = bs
+    res["scoring"] = scoring
     if out:
         write_json_atomic(out, res)
     if not quiet:
@@ -71,9 +107,11 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
 
 
 def generate_command(model: str, tasks: str, out: str, n: int = 1, temperature: float = 0.0,
-                     max_new_tokens: int = 64, seed: int = 0) -> list[dict]:
+                     max_new_tokens: int = 64, seed: int = 0, system_prompt: str | bool | None = None) -> list[dict]:
     """Write ``{"task_id", "completion", "sample"}`` lines (n per task; temperature 0 = greedy) for
-    ``rlvr verify --completions``; returns the records."""
+    ``rlvr verify --completions``, prompted in the checkpoint's format (``system_prompt``: a text, False for
+    none, None for the checkpoint's); returns the records."""
+    from rlvr.commands.checkpoint_format import apply_format, format_line, resolve_format, say
     from rlvr.data.chat import encode_prompt, stop_token_ids
     from rlvr.data.jsonl import write_jsonl_atomic
     from rlvr.data.sources import load_task_source
@@ -86,8 +124,10 @@ def generate_command(model: str, tasks: str, out: str, n: int = 1, temperature: 
                         f"{max_new_tokens}, {temperature})")
     if n > 1 and temperature == 0:
         raise DataError(f"--n {n} with --temperature 0 would repeat one greedy completion; set a temperature")
-    task_list = load_task_source(parse_tasks_arg(tasks))
-    mdl, tok = load_pretrained(model)
+    fmt = resolve_format(model, system_prompt)
+    task_list = apply_format(load_task_source(parse_tasks_arg(tasks)), fmt)
+    mdl, tok = load_pretrained(model, fmt["dtype"])
+    say(format_line(fmt))
     params = SamplingParams(n=n, greedy=temperature == 0, temperature=temperature or 1.0,
                             max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids(tok), seed=seed)
     gen = HFEngine(mdl, tok).generate([encode_prompt(tok, t) for t in task_list], params)
@@ -119,5 +159,6 @@ def _print(res: dict, k: int) -> None:
     make_console().print(t)
     if "turns_mean" in res:
         make_console().print(f"closed loop: {res['turns_mean']:.2f} turns, {res['tool_calls_mean']:.2f} tool calls per "
-                                  f"trajectory; ends {res['ends']}; outcomes {res['outcomes']}")
-    make_console().print(json.dumps({k2: v for k2, v in res.items() if k2 not in ("samples", "sampled", "by_family")})[:400])
+                              f"trajectory; ends {res['ends']}; outcomes {res['outcomes']}")
+    make_console().print(json.dumps({k2: v for k2, v in res.items()
+                                      if k2 not in ("samples", "sampled", "by_family", "prompt_format", "scoring")})[:400])

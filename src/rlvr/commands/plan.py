@@ -82,7 +82,24 @@ def _checkpoints(recipe, run_dir: Path) -> list[tuple[str, str | None]]:
     return done or [("start", recipe.model.path)]
 
 
-def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str | None = None) -> dict:
+def plan_format(path: str | None, recipe, system_prompt: str | bool | None = None) -> dict:
+    """The prompt format a checkpoint is screened in: ``system_prompt`` (a text, or False for none) when
+    given; else the recipe's ``system_prompt`` when it sets one (the RL stage will train with it; a
+    checkpoint saved with another is noted); else the checkpoint's ``prompt_format.json``."""
+    from rlvr.commands.checkpoint_format import resolve_format
+
+    fmt = resolve_format(path, system_prompt)
+    if system_prompt is None and recipe.system_prompt:
+        if fmt["saved"] and fmt["system_prompt"] != recipe.system_prompt:
+            fmt["note"] = (f"{path} was saved with system prompt {fmt['system_prompt']!r}, the recipe sets "
+                           f"{recipe.system_prompt!r}: screened with the recipe's")
+        fmt.update(system_prompt=recipe.system_prompt, source="the recipe's system_prompt")
+    return fmt
+
+
+def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str | None = None,
+         system_prompt: str | bool | None = None) -> dict:
+    from rlvr.commands.checkpoint_format import apply_format, format_line
     from rlvr.config.load import load_recipe
     from rlvr.models.load import load_model_and_tokenizer, load_pretrained
     from rlvr.monitoring.screen import screen_model
@@ -108,15 +125,20 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
                    f"{report['determinism']['checked']} outputs got a different verdict the second time; fix it "
                    "before RL (rewards would be noise)")
     judge, screens, horizons = default_judge(), [], []
+    report["prompt_formats"] = {}
     rl_stages = [st for st in recipe.stages if st.type == "rl"]
     for label, path in _checkpoints(recipe, run):
-        model, tok = load_pretrained(path) if path else load_model_and_tokenizer(recipe.model)
+        fmt = plan_format(path, recipe, system_prompt)
+        report["prompt_formats"][label] = format_line(fmt)
+        if "note" in fmt:
+            rec.append(fmt["note"])
+        model, tok = load_pretrained(path, fmt["dtype"]) if path else load_model_and_tokenizer(recipe.model)
         engine = HFEngine(model, tok)
         for st in rl_stages:
             if st.rollout.mode == "multi_turn":
-                horizons.append(_horizon(engine, tok, st, label, n_tasks))
+                horizons.append(_horizon(engine, tok, st, label, n_tasks, fmt))
                 continue
-            tasks = _tasks(st.data, n_tasks)
+            tasks = apply_format(_tasks(st.data, n_tasks), fmt)
             s = screen_model(engine, tok, tasks, judge, st.sampling.group_size, st.sampling.temperature,
                              st.sampling.max_new_tokens)
             s.update({"checkpoint": label, "stage": st.name})
@@ -137,10 +159,11 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
     return report
 
 
-def _horizon(engine, tok, st, label: str, n: int) -> dict:
+def _horizon(engine, tok, st, label: str, n: int, fmt: dict) -> dict:
+    from rlvr.commands.checkpoint_format import apply_format
     from rlvr.monitoring.agent_eval import evaluate_agent
 
-    res = evaluate_agent(engine, tok, _tasks(st.data, min(n, 16)), st.rollout.loop)
+    res = evaluate_agent(engine, tok, apply_format(_tasks(st.data, min(n, 16)), fmt), st.rollout.loop)
     return {"checkpoint": label, "stage": st.name, "turns_mean": res["turns_mean"], "max_turns": st.rollout.loop.max_turns,
             "tool_calls_mean": res["tool_calls_mean"], "tokens_mean": res["mean_length"], "pass_at_1": res["pass_at_1"],
             "horizon": res["horizon"]}
@@ -181,12 +204,16 @@ def _screen_advice(s: dict, recipe, st, label: str) -> str:
 def print_plan(rep: dict, console=None) -> None:
     from rlvr.console import make_console
 
+    from rlvr.commands.checkpoint_format import say
+
     c = console or make_console()
     c.print(f"[bold]plan for {rep['recipe']}[/]  task kinds: {', '.join(rep['kinds']) or 'none'}")
     for k, p in rep["probes"].items():
         c.print(f"  probes {k}: {p['probes'] - len(p['accepted'])}/{p['probes']} held")
     d = rep["determinism"]
     c.print(f"  determinism: {d['checked'] - len(d['differ'])}/{d['checked']} outputs got the same verdict twice")
+    for label, line in rep.get("prompt_formats", {}).items():
+        say(f"  {label}: {line}", c)
     for s in rep["screen"]:
         c.print(f"  screen {s['checkpoint']} for {s['stage']}: pass@1 {s['pass_at_1']:.1%}, p {s['p']:.3f}, entropy "
                 f"{s['entropy']:.3f}, signal {s['signal_frac']:.2f} (measured {s['signal_frac_observed']:.2f}), "
@@ -206,12 +233,19 @@ def plan_command(
     run_dir: Optional[str] = typer.Option(None, "--run-dir", help="The run to read stage checkpoints from "
                                           "(default: the recipe's run_dir)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON.", metavar=""),
+    system_prompt: str | None = typer.Option(None, "--system-prompt", help="Screen with this system message "
+                                                "(default: the recipe's system_prompt, else each checkpoint's "
+                                                "prompt_format.json)."),
+    no_system_prompt: bool = typer.Option(False, "--no-system-prompt", help="Screen with no system message.",
+                                          metavar=""),
 ) -> None:
     """Before spending: probe the verifiers, check they are deterministic, screen the starting checkpoint (or
     each finished stage's), estimate agent horizons, and say what to do."""
     if n_tasks < 1:
         raise ConfigError(f"--n-tasks must be >= 1, got {n_tasks}")
-    rep = plan(recipe, list(set_ or []), n_tasks, run_dir)
+    from rlvr.commands.checkpoint_format import system_prompt_choice
+
+    rep = plan(recipe, list(set_ or []), n_tasks, run_dir, system_prompt_choice(system_prompt, no_system_prompt))
     if as_json:
         typer.echo(json.dumps(rep, indent=1, default=str))
     else:

@@ -31,14 +31,18 @@ def default_tasks(checkpoint: str):
 
 
 def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: int, temperature: float,
-                       max_new_tokens: int | None = None, seed: int = 0, workers: int = 0) -> list[dict]:
-    """Screen each checkpoint; returns the rows (ranked for RL)."""
+                       max_new_tokens: int | None = None, seed: int = 0, workers: int = 0,
+                       system_prompt: str | bool | None = None) -> list[dict]:
+    """Screen each checkpoint in its own prompt format (``prompt_format.json``: system prompt, scoring, dtype;
+    ``system_prompt`` a text or False overrides its system prompt); returns the rows (ranked for RL), each
+    with the ``prompt_format`` line it was screened in."""
+    from rlvr.commands.checkpoint_format import apply_format, format_line, resolve_format
     from rlvr.commands.evaluate import parse_tasks_arg
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
+    from rlvr.monitoring.scoring import describe_scoring, eval_judge, reward_terms
     from rlvr.monitoring.screen import rank_for_rl, screen_model
     from rlvr.rollout.hf_engine import HFEngine
-    from rlvr.verifiers.judge import default_judge
 
     if not checkpoints:
         raise ConfigError("rlvr screen needs at least one checkpoint folder")
@@ -51,24 +55,28 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
     bad = [c for c in checkpoints if not (Path(c) / "config.json").exists() and not (Path(c) / "adapter_config.json").exists()]
     if bad:
         raise ConfigError(f"not a model folder (no config.json or adapter_config.json): {', '.join(bad)}")
-    judge, rows, cache = default_judge(workers), [], {}
+    rows, cache = [], {}
     for ckpt in checkpoints:
+        fmt = resolve_format(ckpt, system_prompt)
         if tasks is not None:
             source, budget = parse_tasks_arg(tasks), 64
         else:
             source, budget = default_tasks(ckpt)
         key = source.model_dump_json()
-        task_list = cache.setdefault(key, load_task_source(source))
-        model, tok = load_pretrained(ckpt)
+        task_list = apply_format(cache.setdefault(key, load_task_source(source)), fmt)
+        model, tok = load_pretrained(ckpt, fmt["dtype"])
+        terms = reward_terms(fmt["rewards"])
+        judge = eval_judge(terms, workers, tok, max_new_tokens or budget)
         row = screen_model(HFEngine(model, tok), tok, task_list, judge, group_size, temperature,
                            max_new_tokens or budget, seed)
-        rows.append({"path": ckpt, **row})
+        rows.append({"path": ckpt, **row, "prompt_format": format_line(fmt, describe_scoring(terms))})
     return rank_for_rl(rows)
 
 
 def print_screen(rows: list[dict], console=None) -> None:
     from rich.table import Table
 
+    from rlvr.commands.checkpoint_format import say
     from rlvr.console import make_console
 
     console = console or make_console()
@@ -83,6 +91,9 @@ def print_screen(rows: list[dict], console=None) -> None:
                     f"{r['adv_var']:.3f}", f"{r['signal_frac']:.2f}", f"{r['signal_frac_observed']:.2f}", status,
                     str(r["usable_group_size"]) if r["usable_group_size"] else "none")
     console.print(tab)
+    for r in sorted(rows, key=lambda r: r["rank"]):
+        if "prompt_format" in r:
+            say(f"{r['path']}: {r['prompt_format']}", console)
     console.print("signal = 1 - p^G - (1-p)^G (expected informative groups); measured = groups of G samples with "
                   "mixed outcomes; ranked by measured signal, then entropy")
 
@@ -97,9 +108,17 @@ def screen_command(
                                                  "run's eval budget, or 64)."),
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of the table.", metavar=""),
+    system_prompt: str | None = typer.Option(None, "--system-prompt", help="Put this system message before "
+                                                "every prompt (default: each checkpoint's, from prompt_format.json)."),
+    no_system_prompt: bool = typer.Option(False, "--no-system-prompt", help="No system message, whatever each "
+                                          "checkpoint's prompt_format.json says.", metavar=""),
 ) -> None:
-    """Screen checkpoints for RL: pass@1, sampled p and entropy, group signal vs p*(G), rank, usable G."""
-    rows = screen_checkpoints(checkpoints, tasks, group_size, temperature, max_new_tokens, seed)
+    """Screen checkpoints for RL: pass@1, sampled p and entropy, group signal vs p*(G), rank, usable G (each
+    checkpoint in its own prompt format)."""
+    from rlvr.commands.checkpoint_format import system_prompt_choice
+
+    rows = screen_checkpoints(checkpoints, tasks, group_size, temperature, max_new_tokens, seed,
+                              system_prompt=system_prompt_choice(system_prompt, no_system_prompt))
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
     else:

@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from rlvr.config.agent import AgentLoopConfig
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
+from rlvr.config.rl import RewardTerm
 
 
 class EvalConfig(Section):
@@ -28,6 +29,8 @@ class EvalConfig(Section):
     """Verifier worker processes (0 = inline; arithmetic needs none)."""
     overlap: Literal["error", "warn"] = "error"
     """Evaluation tasks whose prompt also appears in a stage's training tasks (by content hash): refuse the run, or warn with the count."""
+    rewards: list[RewardTerm] | None = None
+    """Score held-out completions with these reward terms (as an RL stage's ``rewards``): a pass is a summed reward of 1 or more. None: each task's verifier; but when the recipe has an RL stage with a python reward and an evaluation task has no verifier or lacks its gold payload (a math task without ``answer``), that stage's rewards."""
     agent: AgentLoopConfig = AgentLoopConfig()
     """Closed-loop limits for environment tasks (``kind: env``), evaluated turn by turn."""
 

@@ -27,6 +27,7 @@ import torch
 
 from rlvr.data.jsonl import umask_mode
 from rlvr.errors import RlvrError
+from rlvr.models.prompt_format import write_format
 
 STEP_PREFIX = "step-"
 STATE_FILE = "trainer_state.pt"
@@ -157,21 +158,37 @@ def _readable(root: Path) -> None:
             os.chmod(os.path.join(dirpath, f), umask_mode())
 
 
-def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[str, Any] | None = None) -> Path:
+def is_lora(model) -> bool:
+    """A peft model (base + LoRA adapters)."""
+    return hasattr(model, "merge_and_unload") and hasattr(model, "peft_config")
+
+
+def merged_copy(model):
+    """A peft model's adapters merged into a copy of its base: the weights a checkpoint of it holds (on a
+    bf16 base the merge rounds W + BA to bf16, so this, not the live base + adapters, is what a saved
+    checkpoint computes). The live model is left as it is."""
+    import copy
+
+    return copy.deepcopy(model).merge_and_unload()
+
+
+def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[str, Any] | None = None,
+                           prompt_format: dict | None = None) -> Path:
     """Save an HF-format model + tokenizer atomically. A peft model is saved merged (loads with
     ``AutoModelForCausalLM``) and its LoRA adapter beside it in ``adapter/`` (loads with peft, or as a
-    starting point ``model.path: .../adapter``)."""
+    starting point ``model.path: .../adapter``). ``prompt_format.json`` goes in the same write: ``prompt_format``,
+    else the run's (:func:`rlvr.models.prompt_format.checkpoint_format`), else none."""
     assert_finite_weights(model, Path(out_dir))
     def write(tmp: Path) -> None:
         m = model
-        if hasattr(m, "merge_and_unload") and hasattr(m, "peft_config"):
-            import copy
-
+        if is_lora(m):
             m.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
-            m = copy.deepcopy(m).merge_and_unload()
+            write_format(tmp / ADAPTER_DIR, tokenizer, prompt_format)  # the adapter folder alone keeps it too
+            m = merged_copy(m)
         m.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+            write_format(tmp, tokenizer, prompt_format)
         if extra:
             torch.save(extra, tmp / STATE_FILE)
     return _atomic_dir(Path(out_dir), write)

@@ -57,8 +57,9 @@ def build_tiny(out_dir: str | Path | None = None, size: str = "1m", seed: int = 
     model.generation_config.eos_token_id = [tok.eos_token_id, tok.convert_tokens_to_ids("<|end|>")]
     if out_dir is not None:
         from rlvr.models.checkpoint import save_pretrained_atomic
+        from rlvr.models.prompt_format import make_format
 
-        save_pretrained_atomic(model, tok, out_dir)
+        save_pretrained_atomic(model, tok, out_dir, prompt_format=make_format())  # no system prompt
     return model, tok
 
 

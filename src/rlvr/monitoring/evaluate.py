@@ -1,16 +1,25 @@
 """Held-out evaluation: greedy pass@1 and sampled pass@k (unbiased estimator, Chen et al. 2021),
-with the task's verifier, overall and per family."""
+with the task's verifier or the run's reward terms (:mod:`rlvr.monitoring.scoring`), overall and per family.
+
+The run's own evaluations (:class:`EvalHook` during a stage, the pipeline's after it) and ``rlvr eval`` all
+come here with the same judge (:func:`~rlvr.monitoring.scoring.eval_judge` of ``eval.rewards``) and the
+same greedy float32 decode, so the same weights get the same verdict on every problem wherever they are
+evaluated (at the same batch size: a row's padding changes its float rounding)."""
 
 from __future__ import annotations
 
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from rlvr.data.chat import encode_prompt, stop_token_ids
+from rlvr.data.jsonl import write_json_atomic
 from rlvr.data.sources import load_task_source
 from rlvr.data.types import Task, with_ids
+from rlvr.models.checkpoint import is_lora, merged_copy
+from rlvr.monitoring.scoring import eval_judge, judge_with_lengths
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.verifiers.judge import Judge, default_judge, reward_judge
@@ -54,7 +63,7 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
     stops = stop_token_ids(tokenizer)
     greedy = engine.generate(prompts, SamplingParams(greedy=True, max_new_tokens=max_new_tokens,
                                                      stop_token_ids=stops))
-    verdicts = judge(tasks, with_ids(greedy.texts, greedy.completion_ids))
+    verdicts = judge_with_lengths(judge, tasks, with_ids(greedy.texts, greedy.completion_ids), greedy.completion_ids)
     passed = np.array([v.passed for v in verdicts], dtype=float)
     fams = defaultdict(list)
     for t, p in zip(tasks, passed):
@@ -66,6 +75,7 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
         "mean_length": float(np.mean([len(c) for c in greedy.completion_ids])) if tasks else 0.0,
         "truncation_rate": float(np.mean([r == "length" for r in greedy.finish_reason])) if tasks else 0.0,
         "outcomes": _count([v.outcome for v in verdicts]),
+        "scoring": getattr(judge, "scoring", "each task's verifier"),
     }
     if k > 1:
         result.update(_sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_tokens,
@@ -80,7 +90,7 @@ def _sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_t
     gen = engine.generate(prompts, SamplingParams(n=k, temperature=temperature, max_new_tokens=max_new_tokens,
                                                   stop_token_ids=stops, seed=seed))
     rep = [tasks[i] for i in gen.prompt_index]
-    verdicts = judge(rep, with_ids(gen.texts, gen.completion_ids))
+    verdicts = judge_with_lengths(judge, rep, with_ids(gen.texts, gen.completion_ids), gen.completion_ids)
     correct = np.zeros(len(tasks), dtype=int)
     for i, v in zip(gen.prompt_index, verdicts):
         correct[i] += int(v.passed)
@@ -105,21 +115,32 @@ def _count(items) -> dict[str, int]:
 class EvalHook:
     """Held-out evaluation during training (for learning curves: pass@1 against training minutes)."""
 
-    def __init__(self, cfg, tokenizer, judge=None, every: int = 0):
+    def __init__(self, cfg, tokenizer, judge=None, every: int = 0, out=None):
+        """``judge``: a test's override; by default the evaluation's own (``cfg.rewards``), never the judge
+        a stage trains with (an RL reward that gives partial credit would count every reward > 0 a pass).
+        ``out``: the stage folder; each evaluation's per-problem result (eval.json's shape) is written to
+        ``out/evals/step-NNNNNN.json``."""
+        self.out = out
         self.cfg = cfg
         self.tok = tokenizer
         self.every = every
         self.tasks = load_task_source(cfg.tasks)
-        self.judge = judge or default_judge(cfg.workers)
+        self.judge = judge or eval_judge(cfg.rewards, cfg.workers, tokenizer, cfg.max_new_tokens)
 
     def due(self, step: int, max_steps: int) -> bool:
         return bool(self.every) and (step % self.every == 0 or step == max_steps)
 
     def run(self, model, step: int) -> dict:
-        """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics (``eval/tasks``: how many problems)."""
+        """Greedy held-out pass@1 (and per family) as ``eval/...`` metrics (``eval/tasks``: how many problems). A LoRA model is evaluated merged,
+        as its checkpoint holds it (:func:`~rlvr.models.checkpoint.merged_copy`), so the step's figure is the
+        one ``rlvr eval`` gives its checkpoint."""
+        if is_lora(model):
+            model = merged_copy(model).eval()
         engine = HFEngine(model, self.tok, batch_size=self.cfg.batch_size)
         r = evaluate(engine, self.tok, self.tasks, self.judge, k=1, max_new_tokens=self.cfg.max_new_tokens,
                      agent=self.cfg.agent)
+        if self.out is not None:
+            write_json_atomic(Path(self.out) / "evals" / f"step-{step:06d}.json", {"step": step, **r})
         out = {"eval/pass_at_1": r["pass_at_1"], "eval/mean_length": r["mean_length"], "eval/tasks": len(self.tasks)}
         out.update({f"eval/pass_at_1/{f}": v for f, v in r["by_family"].items()})
         if "turns_mean" in r:  # closed-loop environment tasks

@@ -333,7 +333,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     detail(f"{run.step}/{n_steps} steps done")
     every = getattr(cfg, "eval_every", 0)
     if eval_cfg is not None and every and main:
-        run.evaler = EvalHook(eval_cfg, tok, judge, every)
+        run.evaler = EvalHook(eval_cfg, tok, judge, every, out)
         if run.step == 0:
             with phase("held-out evaluation at step 0"):
                 rec = run.evaler.run(model, 0)

@@ -402,6 +402,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     variant = rl_variant(stage.loss)
     track_kl = stage.kl.beta > 0 or variant.needs_reference or tracks_kl(stage.health)
     ref = frozen_reference(model, track_kl, model_cfg.train_bf16)
+    eval_override = judge  # held-out evaluation judges with the evaluation's scoring, not the training reward
     judge = dist.wrap_judge(with_model_judges(judge or reward_judge(stage.rewards, stage.verifier_workers),
                                               stage.rewards, tok))
     engine = dist.engine(model, tok, bf16=model_cfg.decode_bf16)
@@ -411,7 +412,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
         check_prompt_lengths(stream.tasks, tok, model, stage.sampling.max_new_tokens, f"stage {stage.name}: data")
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
-                     eval_cfg=eval_cfg, judge=judge, health=stage.health, crash_at_step=crash_at_step,
+                     eval_cfg=eval_cfg, judge=eval_override, health=stage.health, crash_at_step=crash_at_step,
                      label="rl", dist=dist, knobs=rl_knobs(stage))
     stream.cursor = run.state.get("cursor", 0)
     if agent is not None:
