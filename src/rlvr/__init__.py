@@ -64,11 +64,13 @@ def eval(model: str, tasks: str, *, n: int = 1, temperature: float = 1.0, max_ne
     """Held-out evaluation like ``rlvr eval``: greedy pass@1 (+ sampled pass@k when n > 1) on ``tasks``
     (a JSONL path, a save_to_disk folder, ``humaneval``, ``builtin:add2,mul31:200`` or, in the closed
     loop with at most ``max_turns`` turns, ``builtin_env:calculator:500``). Returns the result dict
-    written to ``out`` (every completion in ``samples``)."""
+    written to ``out`` (every completion in ``samples``; ``outcomes`` counts the verdicts, all ``infra`` when the
+    verifier failed on every one). Bad arguments and tasks no verifier can judge raise RlvrError."""
     _env()
     from rlvr.commands.evaluate import eval_command
 
-    return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet, max_turns=max_turns)
+    return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet, max_turns=max_turns,
+                        fail_unjudged=False)
 
 
 def generate(model: str, tasks: str, out: str, *, n: int = 1, temperature: float = 0.0, max_new_tokens: int = 64,

@@ -34,12 +34,16 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
                        max_new_tokens: int | None = None, seed: int = 0, workers: int = 0) -> list[dict]:
     """Screen each checkpoint; returns the rows (ranked for RL)."""
     from rlvr.commands.evaluate import parse_tasks_arg
+    from rlvr.config.limits import NewTokens, check_flags
+    from rlvr.data.encodable import refuse_unencodable
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
     from rlvr.monitoring.screen import rank_for_rl, screen_model
     from rlvr.rollout.hf_engine import HFEngine
     from rlvr.verifiers.judge import default_judge
+    from rlvr.verifiers.registry import refuse_unjudgeable
 
+    check_flags(("--max-new-tokens", max_new_tokens, NewTokens))
     if not checkpoints:
         raise ConfigError("rlvr screen needs at least one checkpoint folder")
     if group_size < 2:
@@ -58,8 +62,11 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
         else:
             source, budget = default_tasks(ckpt)
         key = source.model_dump_json()
-        task_list = cache.setdefault(key, load_task_source(source))
+        if key not in cache:
+            cache[key] = refuse_unjudgeable(load_task_source(source))
+        task_list = cache[key]
         model, tok = load_pretrained(ckpt)
+        refuse_unencodable(tok, task_list)
         row = screen_model(HFEngine(model, tok), tok, task_list, judge, group_size, temperature,
                            max_new_tokens or budget, seed)
         rows.append({"path": ckpt, **row})
@@ -97,12 +104,19 @@ def screen_command(
     seed: int = typer.Option(0, "--seed", help="Sampling seed."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of the table.", metavar=""),
 ) -> None:
-    """Screen checkpoints for RL: pass@1, sampled p and entropy, group signal vs p*(G), rank, usable G."""
+    """Screen checkpoints for RL: pass@1, sampled p and entropy, group signal vs p*(G), rank, usable G.
+
+    Exit status: 3 when every verdict on a checkpoint is 'infra' (nothing was judged: its row means nothing),
+    2 on bad input (a flag out of range, tasks their verifier cannot judge)."""
+    from rlvr.commands.evaluate import require_judged
+
     rows = screen_checkpoints(checkpoints, tasks, group_size, temperature, max_new_tokens, seed)
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
     else:
         print_screen(rows)
+    for r in rows:
+        require_judged(r.get("outcomes", {}), r["path"])
 
 
 def register(app: typer.Typer) -> None:

@@ -14,23 +14,25 @@ from typing import Any
 
 import typer
 
+from rlvr.config.limits import Seconds, Workers, check_flags
 from rlvr.data.jsonl import load_tasks, read_jsonl, require, write_jsonl_atomic
 from rlvr.data.types import Task
-from rlvr.errors import ConfigError, DataError
+from rlvr.errors import ConfigError, DataError, NothingJudged
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.pool import outcome_counts, verify_batch
-from rlvr.verifiers.registry import TaskRouter, get_verifier
+from rlvr.verifiers.registry import TaskRouter, get_verifier, refuse_unjudgeable
 
 PROGRESS_MIN_ITEMS = 50  # show a progress bar for batches at least this long
 
 
 def load_task_source(tasks: str) -> list[Task]:
-    """Tasks from a JSONL file, or HumanEval when ``tasks == "humaneval"`` and no such file exists."""
+    """Tasks from a JSONL file, or HumanEval when ``tasks == "humaneval"`` and no such file exists; a task its
+    kind's verifier cannot judge is a DataError naming its line (:func:`refuse_unjudgeable`)."""
     if tasks == "humaneval" and not os.path.exists(tasks):
         from rlvr.data.humaneval import load_humaneval
 
         return load_humaneval()
-    return load_tasks(tasks)
+    return refuse_unjudgeable(load_tasks(tasks))
 
 
 def read_completions(path: str | os.PathLike, tasks: dict[str, Task], tasks_name: str) -> list[tuple[Task, Any]]:
@@ -82,10 +84,7 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
     from rich.console import Console
 
     console = console or Console()
-    if workers < 0:
-        raise DataError(f"--workers must be >= 0, got {workers}")
-    if timeout_s <= 0:
-        raise DataError(f"--timeout must be > 0 seconds, got {timeout_s}")
+    check_flags(("--workers", workers, Workers), ("--timeout", timeout_s, Seconds))
     task_list = load_task_source(tasks)
     pairs = read_completions(completions, {t.id: t for t in task_list}, tasks)
     for kind, opts in (options or {}).items():  # bad options fail here, before any work
@@ -128,13 +127,15 @@ def verify_command(
     details: bool = typer.Option(False, "--details", help="Also write each verdict's details.", metavar=""),
     option: list[str] | None = VerifierOptionOpt,
 ) -> None:
-    """Judge completions against tasks with the verifiers; write one verdict line per completion."""
+    """Judge completions against tasks with the verifiers; write one verdict line per completion.
+
+    Exit status: 3 when every verdict is 'infra' (nothing was judged; the verdicts are still written),
+    2 on bad input (a flag out of range, tasks their verifier cannot judge)."""
     summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details,
                          options=parse_verifier_options(option))
     if summary["n"] and summary["counts"].get("infra", 0) == summary["n"]:
-        typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier itself failed on every "
-                    "completion, so nothing was judged; run with --details to see why", fg="red", err=True)
-        raise SystemExit(3)
+        raise NothingJudged(f"every verdict ({summary['n']}) is 'infra': the verifier itself failed on every "
+                            "completion, so nothing was judged; run with --details to see why")
 
 
 def register(app: typer.Typer) -> None:

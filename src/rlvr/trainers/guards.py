@@ -8,7 +8,7 @@ calls these): non-finite numbers, stop signals, and a checkpoint that is not wha
   the last good checkpoint. A NaN never reaches a checkpoint (``models.checkpoint`` refuses such weights).
 * **SIGINT / SIGTERM**: :class:`SignalLatch` turns the first signal into a request; the lifecycle writes a
   checkpoint at the next step boundary and raises :class:`~rlvr.errors.Interrupted` (the CLI prints the
-  resume command and exits 0). A second signal stops at once (``KeyboardInterrupt``).
+  resume command and exits 130). A second signal stops at once (``KeyboardInterrupt``).
 * **Corrupt checkpoint**: :func:`checked_latest` verifies the latest checkpoint's manifest and, when it does
   not match, refuses naming the file and offering the previous one.
 """
