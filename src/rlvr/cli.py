@@ -279,8 +279,9 @@ def main() -> None:
             raise
         first = e.errors()[0]  # type: ignore[attr-defined]
         where = ".".join(map(str, first["loc"])) or e.title  # type: ignore[attr-defined]
-        typer.secho(f"error: {where}: {first['msg']} (got {first.get('input')!r}); run with --debug for the "
-                    "traceback", fg="red", err=True)
+        msg = first["msg"].removeprefix("Value error, ")
+        typer.secho(f"error: {where}: {msg} (got {first.get('input')!r}); run with --debug for the traceback",
+                    fg="red", err=True)
         sys.exit(2)
     except typer.Abort:
         sys.exit(1)

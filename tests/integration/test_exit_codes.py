@@ -119,3 +119,15 @@ def test_a_missing_model_folder_is_one_line_naming_it(rlvr_cli, tmp_path, cmd):
     assert code == 2 and "Traceback" not in err + out
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and str(missing) in lines[0], err
+
+
+def test_a_validation_error_no_command_checked_is_still_one_line(rlvr_cli, monkeypatch, tiny_dir):
+    """The safety net under the flag checks: a config value built from arguments and refused by pydantic."""
+    import rlvr.commands.evaluate as ev
+    from rlvr.config.agent import AgentLoopConfig
+
+    monkeypatch.setattr(ev, "eval_command", lambda *a, **k: AgentLoopConfig(max_turns=0))
+    code, out, err = rlvr_cli("eval", "--model", tiny_dir, *TASKS)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and "Traceback" not in out + err and len(lines) == 1, err
+    assert lines[0].startswith("error: AgentLoopConfig: max_turns must be >= 1"), err
