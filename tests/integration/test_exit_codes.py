@@ -77,6 +77,7 @@ TASKS = ["--tasks", "builtin:add2:2"]
     (["eval", *TASKS, "--temperature", "-1"], "--temperature -1.0: must be >= 0"),
     (["eval", *TASKS, "--workers", "-2"], "--workers -2: must be >= 0"),
     (["eval", *TASKS, "--max-turns", "0"], "--max-turns 0: must be >= 1"),
+    (["eval", *TASKS, "--n", "4", "--temperature", "0"], "--n 4 with --temperature 0 would repeat"),
     (["eval", "--tasks", "builtin:nosuchfamily"], "unknown arithmetic family ['nosuchfamily']; choose from"),
     (["eval", "--tasks", "builtin:add2,nope:5"], "unknown arithmetic family ['nope']"),
     (["eval", "--tasks", "builtin:add2:0"], "N must be a whole number >= 1"),

@@ -70,9 +70,15 @@ def require_model_dir(path: str, flag: str = "--model") -> None:
 
     p = Path(path)
     if not p.is_dir():
-        raise ModelLoadError(f"{flag} {path!r}: no such folder (models load from local folders only)")
+        raise ModelLoadError(f"{flag} {path!r} does not exist (models load from local folders only)")
     if not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
         raise ModelLoadError(f"{flag} {path!r}: no config.json nor adapter_config.json: not a model folder")
+
+
+def refuse_greedy_repeats(n: int, temperature: float) -> None:
+    """``--n`` > 1 samples at temperature 0 would be one greedy completion repeated: refused where it is set."""
+    if n > 1 and temperature == 0:
+        raise DataError(f"--n {n} with --temperature 0 would repeat one greedy completion; set a temperature")
 
 
 def require_judged(outcomes: dict[str, int], what: str) -> None:
@@ -99,6 +105,7 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
     check_flags(("--n", n, Samples), ("--temperature", temperature, Temperature),
                 ("--max-new-tokens", max_new_tokens, NewTokens), ("--workers", workers, Workers),
                 ("--max-turns", max_turns, Count))
+    refuse_greedy_repeats(n, temperature)
     require_model_dir(model)
     task_list = load_tasks_arg(tasks)
     mdl, tok = load_pretrained(model)
@@ -132,8 +139,7 @@ def generate_command(model: str, tasks: str, out: str, n: int = 1, temperature: 
 
     check_flags(("--n", n, Samples), ("--temperature", temperature, Temperature),
                 ("--max-new-tokens", max_new_tokens, NewTokens))
-    if n > 1 and temperature == 0:
-        raise DataError(f"--n {n} with --temperature 0 would repeat one greedy completion; set a temperature")
+    refuse_greedy_repeats(n, temperature)
     require_model_dir(model)
     task_list = load_tasks_arg(tasks)
     mdl, tok = load_pretrained(model)
