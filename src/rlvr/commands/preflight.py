@@ -90,12 +90,12 @@ def check_model_folder(path: str, key: str, template: str = "required", dry: Dry
         return [Problem(key, f"{path!r} does not exist (models load from local folders only)")]
     if (p / "config.json").exists():
         return check_tokenizer(p, key, template, dry)
-    if (p / "adapter_config.json").exists():
+    if (p / "adapter_config.json").exists():  # a LoRA adapter runs with its base model's tokenizer
         from rlvr.models.load import adapter_base
 
         probs: list[Problem] = []
-        _try(probs, key, lambda: adapter_base(p))
-        return probs
+        base = _try(probs, key, lambda: adapter_base(p))
+        return probs if base is None else check_model_folder(str(base), key, template, dry)
     return [Problem(key, f"{path!r} has no config.json nor adapter_config.json: not a model folder")]
 
 
