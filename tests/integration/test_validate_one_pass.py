@@ -33,9 +33,9 @@ def test_schema_errors_the_missing_model_and_missing_files_in_one_output(rlvr_cl
     """A user fixes one list, not three in turn: the schema errors come with what needs no valid schema."""
     bad_tasks = jsonl(tmp_path / "t.jsonl", {"prompt": "1+1"})
     p = recipe(tmp_path, tmp_path / "no-model",
-               "{type: grpo, max_stpes: 3, data: {type: jsonl, path: %s}}" % (tmp_path / "gone.jsonl"),
-               "{type: sft, batch_size: 8, micro_batch_size: 3, data: {type: jsonl, path: %s}}" % bad_tasks,
-               "{type: grpo, sampling: {top_p: 0}, data: {type: jsonl, path: %s}}" % bad_tasks)
+               f"{{type: grpo, max_stpes: 3, data: {{type: jsonl, path: {tmp_path / 'gone.jsonl'}}}}}",
+               f"{{type: sft, batch_size: 8, micro_batch_size: 3, data: {{type: jsonl, path: {bad_tasks}}}}}",
+               f"{{type: grpo, sampling: {{top_p: 0}}, data: {{type: jsonl, path: {bad_tasks}}}}}")
     err = refused(rlvr_cli, "validate", p)
     for needle in ("r.yaml:7: unknown key 'stages.0.rl.max_stpes'",                         # schema
                    "r.yaml:8: stages.1.sft.micro_batch_size", "does not divide batch_size 8",  # micro-batch rule
@@ -51,8 +51,8 @@ def test_a_valid_schema_lists_model_tasks_database_and_text_problems_together(rl
     tasks = jsonl(tmp_path / "t.jsonl", {"prompt": "caf\u00e9 1+1", "answer": "2"},
                   {"prompt": "q", "kind": "sql", "gold_sql": "SELECT 1", "database": "nope.sqlite"},
                   {"prompt": "write f", "kind": "code"})
-    p = recipe(tmp_path, tiny_dir, "{type: grpo, data: {type: jsonl, path: %s}}" % tasks,
-               "{type: dpo, pairs: {path: %s}}" % (tmp_path / "pairs.jsonl"))
+    p = recipe(tmp_path, tiny_dir, f"{{type: grpo, data: {{type: jsonl, path: {tasks}}}}}",
+               f"{{type: dpo, pairs: {{path: {tmp_path / 'pairs.jsonl'}}}}}")
     err = refused(rlvr_cli, "validate", p)
     for needle in ("3 problems found", f"{tasks}:2: field 'database': database file {tmp_path / 'nope.sqlite'} not found",
                    f"{tasks}:3: missing field 'tests'", f"{tasks}:1: field 'prompt': character 'é' (U+00E9)",
@@ -62,7 +62,7 @@ def test_a_valid_schema_lists_model_tasks_database_and_text_problems_together(rl
 
 def test_the_system_prompt_and_demonstrations_are_checked_against_the_tokenizer(rlvr_cli, tmp_path, tiny_dir):
     demos = jsonl(tmp_path / "d.jsonl", {"prompt": "1+1", "completion": "2\t(two)"})
-    p = recipe(tmp_path, tiny_dir, "{type: sft, max_steps: 1, data: {type: jsonl, path: %s}}" % demos)
+    p = recipe(tmp_path, tiny_dir, f"{{type: sft, max_steps: 1, data: {{type: jsonl, path: {demos}}}}}")
     p.write_text(p.read_text() + "system_prompt: \"Réponds.\"\n")
     err = refused(rlvr_cli, "validate", p)
     assert f"{demos}:1: field 'solution': character '\\t' (U+0009)" in err, err
@@ -71,8 +71,8 @@ def test_the_system_prompt_and_demonstrations_are_checked_against_the_tokenizer(
 
 def test_a_micro_batch_that_divides_the_batch_or_exceeds_it_is_accepted(rlvr_cli, tmp_path, tiny_dir):
     for micro in (4, 8, 64):
-        p = recipe(tmp_path, tiny_dir, "{type: sft, batch_size: 8, micro_batch_size: %d, data: {families: [add2], n: 4}}"
-                   % micro)
+        p = recipe(tmp_path, tiny_dir,
+                   f"{{type: sft, batch_size: 8, micro_batch_size: {micro}, data: {{families: [add2], n: 4}}}}")
         code, _, err = rlvr_cli("validate", p)
         assert code == 0, err
 
@@ -91,7 +91,7 @@ def test_verify_refuses_a_sql_task_whose_database_is_missing(rlvr_cli, tmp_path)
 
 @pytest.mark.parametrize("cmd", ["eval", "generate"])
 def test_eval_and_generate_refuse_unjudgeable_tasks_before_loading_the_model(rlvr_cli, tmp_path, cmd, monkeypatch):
-    import rlvr.models.load as load
+    from rlvr.models import load
 
     monkeypatch.setattr(load, "load_pretrained", lambda *a, **k: pytest.fail("the model was loaded"))
     model = tmp_path / "m"

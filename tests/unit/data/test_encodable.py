@@ -52,8 +52,8 @@ def test_chat_messages_and_demonstrations_are_checked_where_they_are_trained_on(
                                           {"role": "user", "content": "3×4?"}], "completion": "12 é"}) + "\n")
     tasks = load_tasks(f)
     assert unencodable(char_tok, tasks, demonstrations=False) == [
-        f"{f}:1: field 'messages[1] (user)': character '×' (U+00D7) not in the model's tokenizer (read as its "
-        "unknown token)"]
+        (f"{f}:1: field 'messages[1] (user)': character '×' (U+00D7) not in the model's tokenizer (read as its "
+         "unknown token)")]
     both = unencodable(char_tok, tasks, demonstrations=True)
     assert len(both) == 2 and "field 'solution': character 'é' (U+00E9)" in both[1]
 
