@@ -40,3 +40,26 @@ def tiny_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny") / "model"
     build_tiny(d, size="test", seed=0)
     return str(d)
+
+
+@pytest.fixture
+def rlvr_cli(capsys):
+    """Run ``rlvr ARGS`` in-process (``rlvr.cli.main`` with ``sys.argv`` set: the command's own code path
+    without a Python start) -> ``(exit code, stdout, stderr)``."""
+    import sys
+
+    from rlvr.cli import main
+
+    def run(*args):
+        old, sys.argv = sys.argv, ["rlvr", *map(str, args)]
+        try:
+            main()
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        finally:
+            sys.argv = old
+        cap = capsys.readouterr()
+        return code, cap.out, cap.err
+
+    return run

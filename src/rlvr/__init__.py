@@ -69,13 +69,14 @@ def eval(model: str, tasks: str, *, n: int = 1, temperature: float = 1.0, max_ne
     (``system_prompt``: a text, False for none, None for the one in its prompt_format.json) and scoring
     (``rewards``: ``module:function`` rewards, or ``recipe`` [+ ``stage``]: an RL stage's rewards — a pass is
     then a summed reward >= 1; ``verifier``: each task's verifier). Returns the result dict written to
-    ``out`` (every completion in ``samples``)."""
+    ``out`` (every completion in ``samples``; ``outcomes`` counts the verdicts, all ``infra`` when the
+    verifier failed on every one). Bad arguments and tasks no verifier can judge raise RlvrError."""
     _env()
     from rlvr.commands.evaluate import eval_command
 
     return eval_command(model, tasks, n, temperature, max_new_tokens, out, workers, quiet=quiet, max_turns=max_turns,
                         batch_size=batch_size, system_prompt=system_prompt, rewards=rewards, recipe=recipe,
-                        stage=stage, verifier=verifier)
+                        stage=stage, verifier=verifier, fail_unjudged=False)
 
 
 def generate(model: str, tasks: str, out: str, *, n: int = 1, temperature: float = 0.0, max_new_tokens: int = 64,

@@ -7,6 +7,10 @@ Errors: a user error (:class:`rlvr.errors.RlvrError`) or a usage error (unknown 
 missing argument, bad value) is printed as one paragraph with exit status 2; ``--debug`` shows the
 traceback instead. typer (pinned in pyproject.toml) vendors its own click, whose exceptions derive
 from ``typer.TyperException``: that is the class caught here.
+
+Exit status: 0 done; 2 a usage or input error (nothing was run); 3 nothing was judged (every verdict
+``infra``: ``rlvr verify``, ``rlvr eval``, ``rlvr screen``); 130 interrupted (SIGINT/SIGTERM: the stage
+wrote a checkpoint and the resume command is printed).
 """
 
 from __future__ import annotations
@@ -191,7 +195,10 @@ def eval_(model: str = typer.Option(..., "--model", help="Model folder (HF forma
           stage: str | None = typer.Option(None, "--stage", help="With --recipe: the RL stage whose rewards score."),
           verifier: bool = flag("--verifier", "Score with each task's verifier, whatever the checkpoint saved.")
           ) -> None:
-    """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks, in the checkpoint's prompt format."""
+    """Greedy pass@1 and sampled pass@k (unbiased estimator) on held-out tasks, in the checkpoint's prompt format.
+
+    Exit status: 3 when every verdict is 'infra' (nothing was judged; the results are still written),
+    2 on bad input (a flag out of range, tasks their verifier cannot judge)."""
     from rlvr.commands.checkpoint_format import system_prompt_choice
     from rlvr.commands.evaluate import eval_command
 
@@ -277,16 +284,25 @@ def main() -> None:
         if STATE["debug"]:
             raise
         typer.secho(f"error: {e}", fg="red", err=True)
-        sys.exit(2)
+        sys.exit(e.exit_code)
     except Interrupted as e:  # SIGINT/SIGTERM: a checkpoint was written at the step boundary
         typer.secho(f"stopped: stage {e.stage} at step {e.step}, checkpoint {e.checkpoint}\n"
                     f"resume with: {resume_hint(sys.argv[1:])}", fg="yellow", err=True)
-        sys.exit(0)
+        sys.exit(130)
     except KeyboardInterrupt:
         typer.secho("interrupted", fg="yellow", err=True)
         sys.exit(130)
     except typer.Exit as e:
         sys.exit(e.exit_code)
+    except ValueError as e:  # a pydantic ValidationError from a value no command checked: still one paragraph
+        if STATE["debug"] or type(e).__name__ != "ValidationError":
+            raise
+        first = e.errors()[0]  # type: ignore[attr-defined]
+        where = ".".join(map(str, first["loc"])) or e.title  # type: ignore[attr-defined]
+        msg = first["msg"].removeprefix("Value error, ")
+        typer.secho(f"error: {where}: {msg} (got {first.get('input')!r}); run with --debug for the traceback",
+                    fg="red", err=True)
+        sys.exit(2)
     except typer.Abort:
         sys.exit(1)
     except typer.TyperException as e:  # usage errors (vendored click): one paragraph, exit 2

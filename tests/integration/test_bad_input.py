@@ -208,5 +208,4 @@ def test_math_tasks_without_an_answer_under_the_correct_reward(capsys, tmp_path,
     """Demonstrations only ({prompt, completion}) as GRPO data: every verification would be infra (the
     tutorial shipped that way until the infra pause stopped its GRPO stage at step 1)."""
     p = data_file(tmp_path, '{"prompt": "1+1=?", "completion": "\\\\boxed{2}"}\n')
-    refused(capsys, tmp_path, tiny_dir, grpo_on(p), "r.yaml:", "stages.0.data.path", "gold 'answer'",
-            "1 task(s) have none", "tasks.jsonl:1")
+    refused(capsys, tmp_path, tiny_dir, grpo_on(p), "r.yaml:", "stages.0.data.path", f"{p}:1: missing field 'answer'")

@@ -141,9 +141,11 @@ def test_generate_then_verify_and_eval_keeps_every_completion(tiny_dir, tmp_path
 
 def test_verify_exits_non_zero_when_every_verdict_is_infra(tmp_path):
     tasks = tmp_path / "t.jsonl"
-    tasks.write_text('{"id": "s", "kind": "sql", "prompt": "q", "database": "missing.sqlite", "gold_sql": "SELECT 1"}\n')
+    # a judgeable-looking task whose gold query fails on its database: every verdict is infra
+    tasks.write_text('{"id": "s", "kind": "sql", "prompt": "q", "schema_sql": "CREATE TABLE t (a INT)", '
+                     '"gold_sql": "SELECT nope FROM t"}\n')
     comp = tmp_path / "c.jsonl"
-    comp.write_text('{"task_id": "s", "completion": "SELECT 1"}\n')
+    comp.write_text('{"task_id": "s", "completion": "```sql\\nSELECT a FROM t\\n```"}\n')
     r = cli("verify", "--tasks", str(tasks), "--completions", str(comp), "--out", str(tmp_path / "v.jsonl"),
             "--workers", "0")
-    assert r.returncode != 0 and "infra" in r.stderr
+    assert r.returncode == 3 and "infra" in r.stderr

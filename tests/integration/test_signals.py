@@ -1,4 +1,4 @@
-"""SIGTERM to a real `rlvr sft` process: a checkpoint at the next step boundary, exit 0, the resume command
+"""SIGTERM to a real `rlvr sft` process: a checkpoint at the next step boundary, exit 130, the resume command
 printed; running that command (in-process) finishes the stage with every step logged once."""
 
 import json
@@ -22,7 +22,7 @@ stages:
 """
 
 
-def test_sigterm_checkpoints_exits_0_and_prints_the_resume_command(tiny_dir, tmp_path):
+def test_sigterm_checkpoints_exits_130_and_prints_the_resume_command(tiny_dir, tmp_path):
     p = tmp_path / "r.yaml"
     p.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -36,7 +36,7 @@ def test_sigterm_checkpoints_exits_0_and_prints_the_resume_command(tiny_dir, tmp
         time.sleep(0.02)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 130, err[-3000:]  # interrupted, not finished: a script must not go on
     err = " ".join(err.split())
     assert "received SIGTERM" in err and "stopped: stage sft at step" in err
     hint = err.split("resume with: ")[1].strip()

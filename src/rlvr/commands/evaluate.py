@@ -7,64 +7,116 @@ import json
 from rich.table import Table
 
 from rlvr.console import make_console
-from rlvr.errors import ConfigError, DataError
+from rlvr.errors import ConfigError, DataError, NothingJudged
+
+TASK_SPECS = ("a tasks JSONL, an HF save_to_disk folder, humaneval, builtin:FAMILY[,FAMILY...][:N] or "
+              "builtin_env:ENV[:N]")
 
 
 def parse_tasks_arg(spec: str):
     """A JSONL path, a ``save_to_disk`` folder, ``humaneval``, ``builtin:FAMILY[,FAMILY...][:N]`` or
-    ``builtin_env:ENV[:N]`` (held-out split)."""
+    ``builtin_env:ENV[:N]`` (held-out split). A malformed spec, an unknown family or environment, or a path
+    that does not exist is a DataError naming the spec and what is allowed."""
+    import os
+
+    from pydantic import ValidationError
+
     from rlvr.config.data import BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks
     from rlvr.data.hf import is_saved_dataset
 
-    if spec.startswith("builtin_env:"):
-        parts = spec.split(":")
-        envs = BuiltinEnvTasks.model_fields["env"].annotation.__args__
-        if parts[1] not in envs:
-            raise DataError(f"--tasks {spec!r}: unknown environment {parts[1]!r}; choose from {', '.join(envs)}")
+    head, _, rest = spec.partition(":")
+    if head in ("builtin", "builtin_env") and not os.path.exists(spec):
+        parts = rest.split(":")
+        example = "builtin:add2,mul21:200" if head == "builtin" else "builtin_env:calculator:200"
+        if len(parts) > 2 or not parts[0]:
+            raise DataError(f"--tasks {spec!r}: expected {head}:{'FAMILY[,FAMILY...]' if head == 'builtin' else 'ENV'}"
+                            f"[:N], e.g. {example}")
+        if len(parts) == 2 and not (parts[1].strip().isdigit() and int(parts[1]) >= 1):
+            raise DataError(f"--tasks {spec!r}: N must be a whole number >= 1, got {parts[1]!r}")
+        n = int(parts[1]) if len(parts) == 2 else 200
         try:
-            n = int(parts[2]) if len(parts) > 2 else 200
-        except ValueError:
-            raise DataError(f"--tasks {spec!r}: N must be an integer") from None
-        return BuiltinEnvTasks(env=parts[1], n=n, split="heldout", seed=1234)
-
-    if spec.startswith("builtin:"):
-        parts = spec.split(":")
-        fams = [f for f in parts[1].split(",") if f]
-        if not fams:
-            raise DataError(f"--tasks {spec!r}: name at least one family, e.g. builtin:add2,mul21:200")
-        try:
-            n = int(parts[2]) if len(parts) > 2 else 200
-        except ValueError:
-            raise DataError(f"--tasks {spec!r}: N must be an integer") from None
-        return BuiltinArithmetic(families=fams, n=n, split="heldout", seed=1234)
+            if head == "builtin":
+                return BuiltinArithmetic(families=[f for f in parts[0].split(",") if f], n=n, split="heldout",
+                                         seed=1234)
+            return BuiltinEnvTasks(env=parts[0], n=n, split="heldout", seed=1234)
+        except ValidationError as e:
+            why = "; ".join(f"{'.'.join(map(str, x['loc'])) or head}: {x['msg'].removeprefix('Value error, ')}"
+                            for x in e.errors())
+            raise DataError(f"--tasks {spec!r}: {why}") from None
     if spec == "humaneval":
         return HumanEvalTasks()
     if is_saved_dataset(spec):
         return HFTasks(path=spec)
+    if not os.path.isfile(spec):
+        what = "a folder that is not an HF save_to_disk dataset" if os.path.isdir(spec) else "no such file"
+        raise DataError(f"--tasks {spec!r}: {what}; expected {TASK_SPECS}")
     return JsonlTasks(path=spec)
+
+
+def load_tasks_arg(spec: str, judged: bool = True) -> list:
+    """The tasks ``--tasks`` names; with ``judged`` (they are scored by their kind's verifier), each one that
+    verifier can judge (else a DataError naming the file, line and missing field or file, before any model is
+    loaded)."""
+    from rlvr.data.sources import load_task_source
+    from rlvr.verifiers.registry import refuse_unjudgeable
+
+    tasks = load_task_source(parse_tasks_arg(spec))
+    return refuse_unjudgeable(tasks) if judged else tasks
+
+
+def require_model_dir(path: str, flag: str = "--model") -> None:
+    """ModelLoadError naming ``flag`` unless ``path`` is a model folder (config.json or adapter_config.json)."""
+    from pathlib import Path
+
+    from rlvr.errors import ModelLoadError
+
+    p = Path(path)
+    if not p.is_dir():
+        raise ModelLoadError(f"{flag} {path!r} does not exist (models load from local folders only)")
+    if not (p / "config.json").exists() and not (p / "adapter_config.json").exists():
+        raise ModelLoadError(f"{flag} {path!r}: no config.json nor adapter_config.json: not a model folder")
+
+
+def refuse_greedy_repeats(n: int, temperature: float) -> None:
+    """``--n`` > 1 samples at temperature 0 would be one greedy completion repeated: refused where it is set."""
+    if n > 1 and temperature == 0:
+        raise DataError(f"--n {n} with --temperature 0 would repeat one greedy completion; set a temperature")
+
+
+def require_judged(outcomes: dict[str, int], what: str) -> None:
+    """NothingJudged (exit 3) when every one of the verdicts counted in ``outcomes`` is ``infra``."""
+    n = sum(outcomes.values())
+    if n and outcomes.get("infra", 0) == n:
+        raise NothingJudged(f"every verdict ({n}) of {what} is 'infra': the verifier itself failed on every "
+                            "completion, so nothing was judged and the scores above mean nothing; see the "
+                            "samples' outcomes (--out) or run 'rlvr verify --details' on them")
 
 
 def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tokens: int, out: str | None,
                  workers: int, quiet: bool = False, max_turns: int = 8, *, batch_size: int | None = None,
                  system_prompt: str | bool | None = None, rewards: list[str] | None = None,
-                 recipe: str | None = None, stage: str | None = None, verifier: bool = False) -> dict:
+                 recipe: str | None = None, stage: str | None = None, verifier: bool = False,
+                 fail_unjudged: bool = True) -> dict:
     """Evaluate ``model`` on ``tasks`` in its prompt format (:mod:`rlvr.commands.checkpoint_format`:
     ``system_prompt`` a text, False for none, None for the checkpoint's) with its scoring (``rewards`` /
     ``recipe`` + ``stage`` / ``verifier`` override it), at ``batch_size`` (default: the run's evaluation
-    batch size, else 512) in the dtype the run evaluated with."""
+    batch size, else 512) in the dtype the run evaluated with. With ``fail_unjudged`` (the CLI),
+    NothingJudged (exit 3) after the results are written and printed when every verdict is ``infra``."""
     from rlvr.commands.checkpoint_format import apply_format, eval_rewards, format_line, resolve_format, say
     from rlvr.config.agent import AgentLoopConfig
+    from rlvr.config.limits import BatchSize, Count, NewTokens, Samples, Temperature, Workers, check_flags
+    from rlvr.data.encodable import refuse_unencodable
     from rlvr.data.jsonl import write_json_atomic
-    from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
     from rlvr.monitoring.evaluate import evaluate
     from rlvr.monitoring.scoring import describe_scoring, eval_judge
     from rlvr.rollout.hf_engine import HFEngine
 
-    if n < 1:
-        raise DataError(f"--n must be >= 1, got {n}")
-    if batch_size is not None and batch_size < 1:
-        raise DataError(f"--batch-size must be >= 1, got {batch_size}")
+    check_flags(("--n", n, Samples), ("--temperature", temperature, Temperature),
+                ("--max-new-tokens", max_new_tokens, NewTokens), ("--workers", workers, Workers),
+                ("--max-turns", max_turns, Count), ("--batch-size", 1 if batch_size is None else batch_size, BatchSize))
+    refuse_greedy_repeats(n, temperature)
+    require_model_dir(model)
     fallback = None
     if recipe is not None and system_prompt is None:
         from rlvr.config.load import load_recipe
@@ -72,8 +124,10 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
         fallback = load_recipe(recipe).system_prompt
     fmt = resolve_format(model, system_prompt, fallback)
     terms, scoring_source = eval_rewards(fmt, rewards, recipe, stage, verifier)
-    task_list = apply_format(load_task_source(parse_tasks_arg(tasks)), fmt)
+    judged = terms is None or any(t.name == "correct" for t in terms)  # the task's verifier scores
+    task_list = apply_format(load_tasks_arg(tasks, judged), fmt)
     mdl, tok = load_pretrained(model, fmt["dtype"])
+    refuse_unencodable(tok, task_list)
     max_pos = getattr(mdl.config, "max_position_embeddings", 4096)
     loop = AgentLoopConfig(max_turns=max_turns, max_new_tokens=max_new_tokens, max_total_tokens=min(4096, max_pos))
     bs = batch_size or fmt.get("eval_batch_size") or 512
@@ -103,6 +157,8 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
         write_json_atomic(out, res)
     if not quiet:
         _print(res, n)
+    if fail_unjudged:
+        require_judged(res.get("outcomes", {}), f"{model} on {tasks}")
     return res
 
 
@@ -112,21 +168,22 @@ def generate_command(model: str, tasks: str, out: str, n: int = 1, temperature: 
     ``rlvr verify --completions``, prompted in the checkpoint's format (``system_prompt``: a text, False for
     none, None for the checkpoint's); returns the records."""
     from rlvr.commands.checkpoint_format import apply_format, format_line, resolve_format, say
+    from rlvr.config.limits import NewTokens, Samples, Temperature, check_flags
     from rlvr.data.chat import encode_prompt, stop_token_ids
+    from rlvr.data.encodable import refuse_unencodable
     from rlvr.data.jsonl import write_jsonl_atomic
-    from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
     from rlvr.rollout.engine import SamplingParams
     from rlvr.rollout.hf_engine import HFEngine
 
-    if n < 1 or max_new_tokens < 1 or temperature < 0:
-        raise DataError(f"--n and --max-new-tokens must be >= 1 and --temperature >= 0 (got {n}, "
-                        f"{max_new_tokens}, {temperature})")
-    if n > 1 and temperature == 0:
-        raise DataError(f"--n {n} with --temperature 0 would repeat one greedy completion; set a temperature")
+    check_flags(("--n", n, Samples), ("--temperature", temperature, Temperature),
+                ("--max-new-tokens", max_new_tokens, NewTokens))
+    refuse_greedy_repeats(n, temperature)
+    require_model_dir(model)
     fmt = resolve_format(model, system_prompt)
-    task_list = apply_format(load_task_source(parse_tasks_arg(tasks)), fmt)
+    task_list = apply_format(load_tasks_arg(tasks), fmt)
     mdl, tok = load_pretrained(model, fmt["dtype"])
+    refuse_unencodable(tok, task_list)
     say(format_line(fmt))
     params = SamplingParams(n=n, greedy=temperature == 0, temperature=temperature or 1.0,
                             max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids(tok), seed=seed)

@@ -21,8 +21,6 @@ from typing import List, Optional
 
 import typer
 
-from rlvr.errors import ConfigError
-
 
 def _tasks(source, n: int) -> list:
     from rlvr.data.sources import load_task_source
@@ -241,10 +239,10 @@ def plan_command(
 ) -> None:
     """Before spending: probe the verifiers, check they are deterministic, screen the starting checkpoint (or
     each finished stage's), estimate agent horizons, and say what to do."""
-    if n_tasks < 1:
-        raise ConfigError(f"--n-tasks must be >= 1, got {n_tasks}")
     from rlvr.commands.checkpoint_format import system_prompt_choice
+    from rlvr.config.limits import Count, check_flags
 
+    check_flags(("--n-tasks", n_tasks, Count))
     rep = plan(recipe, list(set_ or []), n_tasks, run_dir, system_prompt_choice(system_prompt, no_system_prompt))
     if as_json:
         typer.echo(json.dumps(rep, indent=1, default=str))

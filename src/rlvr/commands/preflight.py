@@ -6,20 +6,26 @@ stage starts), SFT demonstrations present, stage inputs (a PPO reward model, a p
 RM backbone), batch arithmetic (micro-batch larger than the batch, RL groups of one), custom reward
 functions importable, and held-out safety: evaluation tasks marked ``split: train``, training tasks
 marked ``split: heldout``, and evaluation prompts that also occur in a stage's training tasks (by a
-hash of the prompt's content). Each problem names its key, the recipe file and the key's line.
+hash of the prompt's content), tasks their kind's verifier cannot judge (where they are judged: the
+held-out tasks, the data of a stage scored by the verifier), and text the model's tokenizer cannot encode
+(``rlvr.data.encodable``). Each problem names its key, the recipe file and the key's line.
+
+The checks are the list :data:`CHECKS`, each a function of the :class:`DryRun` returning every problem it
+finds, so none hides another. When the recipe's schema itself fails, :mod:`rlvr.commands.preflight_raw`
+runs those that need no valid recipe on the YAML as read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlvr.config.recipe import Recipe, task_sources, with_system_prompt
-from rlvr.errors import ConfigError, RlvrError
-
+from rlvr.errors import ConfigError, RlvrError, listing
 
 
 @dataclass
@@ -49,29 +55,51 @@ def _source_key(key: str, src: Any) -> str:
     return f"{key}.path" if getattr(src, "path", None) is not None else key
 
 
-def check_model(recipe: Recipe, init_path: str | None) -> list[Problem]:
+@dataclass
+class DryRun:
+    """What the checks of one dry run share: the recipe (with its system prompt in every task source), the
+    options of the command, and what earlier checks loaded (the tokenizer, each task source's tasks)."""
+
+    recipe: Recipe | None
+    only: str | None = None
+    init_path: str | None = None
+    allow_unprobed_judge: bool = False
+    tokenizer: Any = None
+    tasks: dict[str, list] = field(default_factory=dict)
+    texts: dict[str, tuple[list, bool]] = field(default_factory=dict)
+    """Problem key -> (tasks or preference records loaded there, whether its demonstrations are trained on)."""
+
+
+def check_model(recipe: Recipe, init_path: str | None, dry: DryRun | None = None) -> list[Problem]:
+    """The starting model exists and its tokenizer loads (kept on ``dry`` for the text check)."""
     path, key = (init_path, "--model") if init_path else (recipe.model.path, "model.path")
     if path is None:
-        return (
-            []
-            if recipe.model.tiny is not None
-            else [Problem("model", "set model.path (a local HF folder) or model.tiny")]
-        )
+        if recipe.model.tiny is None:
+            return [Problem("model", "set model.path (a local HF folder) or model.tiny")]
+        if dry is not None:
+            from rlvr.models.tokenizer import build_char_tokenizer
+
+            dry.tokenizer = build_char_tokenizer()
+        return []
+    return check_model_folder(path, key, recipe.model.chat_template, dry)
+
+
+def check_model_folder(path: str, key: str, template: str = "required", dry: DryRun | None = None) -> list[Problem]:
     p = Path(path)
     if not p.exists():
         return [Problem(key, f"{path!r} does not exist (models load from local folders only)")]
     if (p / "config.json").exists():
-        return check_tokenizer(p, key, recipe.model.chat_template)
-    if (p / "adapter_config.json").exists():
+        return check_tokenizer(p, key, template, dry)
+    if (p / "adapter_config.json").exists():  # a LoRA adapter runs with its base model's tokenizer
         from rlvr.models.load import adapter_base
 
         probs: list[Problem] = []
-        _try(probs, key, lambda: adapter_base(p))
-        return probs
+        base = _try(probs, key, lambda: adapter_base(p))
+        return probs if base is None else check_model_folder(str(base), key, template, dry)
     return [Problem(key, f"{path!r} has no config.json nor adapter_config.json: not a model folder")]
 
 
-def check_tokenizer(path: Path, key: str, template: str) -> list[Problem]:
+def check_tokenizer(path: Path, key: str, template: str, dry: DryRun | None = None) -> list[Problem]:
     """The folder's tokenizer has a chat template (unless ``model.chat_template: plain``) and fits the model's
     vocabulary (a token id past the embedding table would crash mid-run, or silently read another row)."""
     from rlvr.models.hf import import_transformers
@@ -83,6 +111,8 @@ def check_tokenizer(path: Path, key: str, template: str) -> list[Problem]:
         tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except Exception as e:  # noqa: BLE001 - reported as a problem of the key
         return [Problem(key, f"{str(path)!r}: the tokenizer does not load ({type(e).__name__}: {str(e)[:200]})")]
+    if dry is not None:
+        dry.tokenizer = tok
     out = []
     if template == "required" and not getattr(tok, "chat_template", None):
         out.append(Problem(key, f"{str(path)!r}: the tokenizer has no chat template (tokenizer_config.json "
@@ -182,24 +212,26 @@ def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
     return out
 
 
-def check_pairs(i: int, st: Any) -> list[Problem]:
+def check_pairs(i: int, st: Any, dry: DryRun | None = None) -> list[Problem]:
     pairs = getattr(st, "pairs", None)
     if pairs is None or not hasattr(pairs, "path"):
         return []
     from rlvr.data.preference import PreferencePair, load_preferences
 
     out: list[Problem] = []
-    for field in ("path", "heldout_path"):
-        path = getattr(pairs, field)
+    for name in ("path", "heldout_path"):
+        path = getattr(pairs, name)
         recs = (
-            _try(out, f"stages.{i}.pairs.{field}", lambda path=path: load_preferences(path)) if path else None
+            _try(out, f"stages.{i}.pairs.{name}", lambda path=path: load_preferences(path)) if path else None
         )
+        if recs and dry is not None:
+            dry.texts[f"stages.{i}.pairs.{name}"] = (recs, True)
         loss = getattr(getattr(st, "loss", None), "type", None)
         if recs and loss not in (None, "kto") and any(not isinstance(r, PreferencePair) for r in recs):
             bad = next(r for r in recs if not isinstance(r, PreferencePair))
             out.append(
                 Problem(
-                    f"stages.{i}.pairs.{field}",
+                    f"stages.{i}.pairs.{name}",
                     f"{bad.source}: loss {loss} needs pairs "
                     "{prompt, chosen, rejected}; this line is an unpaired label (use type: kto)",
                 )
@@ -207,39 +239,54 @@ def check_pairs(i: int, st: Any) -> list[Problem]:
     return out
 
 
-def check_tasks(recipe: Recipe) -> list[Problem]:
-    """Load every task source; demonstrations for SFT; split fields; eval/train overlap by content hash."""
+def judged_sources(recipe: Recipe) -> set[str]:
+    """Keys of the task sources whose tasks are judged by their kind's verifier: the held-out tasks, and the
+    data of a stage that scores with it (an RL stage's ``correct`` reward, PPO against the verifier,
+    rejection sampling, distillation) or builds pairs with it."""
+    keys = {"eval.tasks"}
+    for i, st in enumerate(recipe.stages):
+        rewards = getattr(st, "rewards", None) or ()
+        if st.type in ("rft", "distill", "onpolicy_distill") or any(r.name == "correct" for r in rewards) \
+                or getattr(st, "reward", None) == "verifier":
+            keys.add(f"stages.{i}.data")
+        pairs = getattr(st, "pairs", None)
+        if getattr(pairs, "scorer", None) == "verifier":
+            keys.add(f"stages.{i}.pairs.tasks")
+    return keys
+
+
+def check_tasks(recipe: Recipe, dry: DryRun | None = None) -> list[Problem]:
+    """Load every task source; tasks their verifier cannot judge (where they are judged); demonstrations for
+    SFT; split fields; eval/train overlap by content hash. The loaded tasks are kept on ``dry``."""
     from rlvr.data.sources import load_task_source
+    from rlvr.verifiers.registry import unjudgeable
 
     out: list[Problem] = []
-    loaded: dict[str, list] = {}
+    loaded: dict[str, list] = dry.tasks if dry is not None else {}
+    judged = judged_sources(recipe)
+    demonstrated = {f"stages.{i}.{f}" for i, st in enumerate(recipe.stages) if st.type == "sft" for f in ("data", "heldout")}
     for key, src in task_sources(recipe):
-        tasks = _try(out, _source_key(key, src), lambda src=src: load_task_source(src, strict=True))
-        if tasks is not None:
-            loaded[key] = tasks
+        tasks = _try(out, _source_key(key, src), lambda src=src: load_task_source(src))
+        if tasks is None:
+            continue
+        loaded[key] = tasks
+        if dry is not None:
+            dry.texts[_source_key(key, src)] = (tasks, key in demonstrated)
+        bad = unjudgeable(tasks) if key in judged else []
+        if bad:
+            out.append(Problem(_source_key(key, src), listing(bad, "tasks cannot be judged by their kind's verifier "
+                                                                   "(every completion would be 'infra')")))
     for i, st in enumerate(recipe.stages):
-        for field in ("data", "heldout") if st.type == "sft" else ():
-            missing = [t.id for t in loaded.get(f"stages.{i}.{field}", []) if not t.solution]
+        for name in ("data", "heldout") if st.type == "sft" else ():
+            missing = [t.id for t in loaded.get(f"stages.{i}.{name}", []) if not t.solution]
             if missing:
                 out.append(
                     Problem(
-                        _source_key(f"stages.{i}.{field}", getattr(st, field)),
+                        _source_key(f"stages.{i}.{name}", getattr(st, name)),
                         f"SFT needs a demonstration ('completion', 'solution', or a final assistant turn "
                         f"in 'messages') on every task; {len(missing)} have none (first: {missing[0]!r})",
                     )
                 )
-    for i, st in enumerate(recipe.stages):
-        verified = st.type in ("rft", "distill") or any(r.name == "correct" for r in getattr(st, "rewards", ()) or ())
-        missing = [t.id for t in loaded.get(f"stages.{i}.data", []) if verified and t.kind == "math"
-                   and not str(t.gold.get("answer", "")).strip()]
-        if missing:
-            out.append(
-                Problem(
-                    _source_key(f"stages.{i}.data", st.data),
-                    f"the math verifier (reward 'correct') needs each task's gold 'answer'; {len(missing)} "
-                    f"task(s) have none (first: {missing[0]!r}), so every completion would be infra",
-                )
-            )
     ev = loaded.get("eval.tasks", [])
     marked = [t.id for t in ev if t.split == "train"]
     if marked:
@@ -311,18 +358,48 @@ def check_judges(i: int, st: Any, allow_unprobed: bool) -> list[Problem]:
     return out
 
 
+def stage_checks(dry: DryRun) -> list[Problem]:
+    """Per stage this command runs: batch arithmetic, stage inputs, pairs files, model judges."""
+    out: list[Problem] = []
+    earlier_rm = False
+    for i, st in enumerate(dry.recipe.stages):
+        if dry.only is None or st.type == dry.only:
+            out += check_batches(i, st, dry.recipe.distributed) + check_stage_inputs(i, st, earlier_rm)
+            out += check_pairs(i, st, dry) + check_judges(i, st, dry.allow_unprobed_judge)
+        earlier_rm = earlier_rm or st.type == "reward_model"
+    return out
+
+
+def check_text(dry: DryRun) -> list[Problem]:
+    """Text the model's tokenizer cannot encode (it would read ``<unk>``) in what the checks before loaded:
+    prompts and chat messages (the system prompt among them), SFT demonstrations, pairs' answers."""
+    if dry.tokenizer is None:
+        return []
+    from rlvr.data.encodable import CharCheck, unencodable
+
+    check, out = CharCheck(dry.tokenizer), []
+    for key, (items, demonstrations) in dry.texts.items():
+        bad = unencodable(dry.tokenizer, items, demonstrations, check)
+        if bad:
+            out.append(Problem(key, listing(bad, "fields hold text the model's tokenizer cannot encode")))
+    return out
+
+
+CHECKS: list[Callable[[DryRun], list[Problem]]] = [
+    lambda d: check_model(d.recipe, d.init_path, d),
+    stage_checks,
+    lambda d: check_tasks(d.recipe, d),
+    check_text,
+]
+"""The dry run, one function per concern, each returning every problem it finds (none stops the others);
+later checks read what earlier ones loaded (the tokenizer, the tasks). A new check is one entry here."""
+
+
 def check_recipe(recipe: Recipe, only: str | None = None, init_path: str | None = None,
                  allow_unprobed_judge: bool = False) -> list[Problem]:
     """Every problem of a recipe (resolved with its system prompt); ``only``: the stage type a stage command runs."""
-    r = with_system_prompt(recipe)
-    probs = check_model(r, init_path)
-    earlier_rm = False
-    for i, st in enumerate(r.stages):
-        if only is None or st.type == only:
-            probs += check_batches(i, st, r.distributed) + check_stage_inputs(i, st, earlier_rm) + check_pairs(i, st)
-            probs += check_judges(i, st, allow_unprobed_judge)
-        earlier_rm = earlier_rm or st.type == "reward_model"
-    return probs + check_tasks(r)
+    dry = DryRun(with_system_prompt(recipe), only, init_path, allow_unprobed_judge)
+    return [p for check in CHECKS for p in check(dry)]
 
 
 def format_problem(p: Problem, source: str | None, text: str) -> str:

@@ -82,6 +82,9 @@ def probe_command(
     model judge (``rlvr probe judge --judge-model DIR``: exit 1 if an attack moves its score)."""
     if kind == "judge":
         from rlvr.commands.probe_judge import run_judge_probe
+        from rlvr.config.limits import Count, check_flags
+
+        check_flags(("--n", n, Count))
 
         code = run_judge_probe(judge_model, rubric, families, n, threshold, min_mass, out)
         if code:

@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from rlvr.config.load import load_recipe, override_recipe
+from rlvr.config.load import override_recipe
 from rlvr.config.recipe import Recipe
 from rlvr.console import Heartbeat, make_console, note_output, phase
 from rlvr.errors import ConfigError, ModelLoadError
@@ -27,8 +27,9 @@ STAGE_COMMANDS = {"sft": "sft", "rl": "grpo", "preference": "dpo", "reward_model
 def validate_command(recipe: str, overrides: list[str], allow_unprobed_judge: bool = False) -> list[str]:
     """Load + dry-run a recipe; prints ``ok`` and any warnings, raises ConfigError listing every problem."""
     from rlvr.commands.preflight import preflight
+    from rlvr.commands.preflight_raw import load_recipe_listing
 
-    r = load_recipe(recipe, overrides)
+    r = load_recipe_listing(recipe, overrides)
     warnings = preflight(r, recipe, allow_unprobed_judge=allow_unprobed_judge)
     console = make_console()
     for w in warnings:
@@ -63,7 +64,9 @@ def resolve(
     elif isinstance(recipe, Recipe):
         loaded = override_recipe(recipe, overrides)
     else:
-        loaded = load_recipe(recipe, overrides)
+        from rlvr.commands.preflight_raw import load_recipe_listing
+
+        loaded = load_recipe_listing(recipe, overrides)
     if not resume:
         return loaded, source, {}
     target = run_dir if run_dir is not None else loaded.run_dir

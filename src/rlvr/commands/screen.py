@@ -38,12 +38,16 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
     with the ``prompt_format`` line it was screened in."""
     from rlvr.commands.checkpoint_format import apply_format, format_line, resolve_format
     from rlvr.commands.evaluate import parse_tasks_arg
+    from rlvr.config.limits import NewTokens, check_flags
+    from rlvr.data.encodable import refuse_unencodable
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
     from rlvr.monitoring.scoring import describe_scoring, eval_judge, reward_terms
     from rlvr.monitoring.screen import rank_for_rl, screen_model
     from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.verifiers.registry import refuse_unjudgeable
 
+    check_flags(("--max-new-tokens", max_new_tokens, NewTokens))
     if not checkpoints:
         raise ConfigError("rlvr screen needs at least one checkpoint folder")
     if group_size < 2:
@@ -63,9 +67,14 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
         else:
             source, budget = default_tasks(ckpt)
         key = source.model_dump_json()
-        task_list = apply_format(cache.setdefault(key, load_task_source(source)), fmt)
-        model, tok = load_pretrained(ckpt, fmt["dtype"])
         terms = reward_terms(fmt["rewards"])
+        if key not in cache:
+            loaded = load_task_source(source)
+            judged = terms is None or any(t.name == "correct" for t in terms)  # the task's verifier scores
+            cache[key] = refuse_unjudgeable(loaded) if judged else loaded
+        task_list = apply_format(cache[key], fmt)
+        model, tok = load_pretrained(ckpt, fmt["dtype"])
+        refuse_unencodable(tok, task_list)
         judge = eval_judge(terms, workers, tok, max_new_tokens or budget)
         row = screen_model(HFEngine(model, tok), tok, task_list, judge, group_size, temperature,
                            max_new_tokens or budget, seed)
@@ -114,8 +123,12 @@ def screen_command(
                                           "checkpoint's prompt_format.json says.", metavar=""),
 ) -> None:
     """Screen checkpoints for RL: pass@1, sampled p and entropy, group signal vs p*(G), rank, usable G (each
-    checkpoint in its own prompt format)."""
+    checkpoint in its own prompt format).
+
+    Exit status: 3 when every verdict on a checkpoint is 'infra' (nothing was judged: its row means nothing),
+    2 on bad input (a flag out of range, tasks their verifier cannot judge)."""
     from rlvr.commands.checkpoint_format import system_prompt_choice
+    from rlvr.commands.evaluate import require_judged
 
     rows = screen_checkpoints(checkpoints, tasks, group_size, temperature, max_new_tokens, seed,
                               system_prompt=system_prompt_choice(system_prompt, no_system_prompt))
@@ -123,6 +136,8 @@ def screen_command(
         typer.echo(json.dumps(rows, indent=1))
     else:
         print_screen(rows)
+    for r in rows:
+        require_judged(r.get("outcomes", {}), r["path"])
 
 
 def register(app: typer.Typer) -> None:

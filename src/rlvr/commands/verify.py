@@ -19,23 +19,27 @@ from typing import Any
 
 import typer
 
+from rlvr.config.limits import Seconds, Workers, check_flags
 from rlvr.data.jsonl import load_tasks, read_jsonl, require, write_jsonl_atomic
 from rlvr.data.types import Completion, Task
-from rlvr.errors import ConfigError, DataError
+from rlvr.errors import ConfigError, DataError, NothingJudged
 from rlvr.verifiers.base import Verdict
 from rlvr.verifiers.pool import outcome_counts, verify_batch
-from rlvr.verifiers.registry import TaskRouter, get_verifier
+from rlvr.verifiers.registry import TaskRouter, get_verifier, refuse_unjudgeable
 
 PROGRESS_MIN_ITEMS = 50  # show a progress bar for batches at least this long
 
 
-def load_task_source(tasks: str) -> list[Task]:
-    """Tasks from a JSONL file, or HumanEval when ``tasks == "humaneval"`` and no such file exists."""
+def load_task_source(tasks: str, judged: bool = True) -> list[Task]:
+    """Tasks from a JSONL file, or HumanEval when ``tasks == "humaneval"`` and no such file exists; with
+    ``judged`` (each task's verifier scores them), a task its kind's verifier cannot judge is a DataError naming
+    its line (:func:`refuse_unjudgeable`)."""
     if tasks == "humaneval" and not os.path.exists(tasks):
         from rlvr.data.humaneval import load_humaneval
 
         return load_humaneval()
-    return load_tasks(tasks)
+    loaded = load_tasks(tasks)
+    return refuse_unjudgeable(loaded) if judged else loaded
 
 
 def read_completions(path: str | os.PathLike, tasks: dict[str, Task], tasks_name: str) -> list[tuple[Task, Any]]:
@@ -92,11 +96,8 @@ def run_verify(tasks: str, completions: str, out: str, workers: int = 2, timeout
     from rlvr.console import make_console
 
     console = console or make_console()
-    if workers < 0:
-        raise DataError(f"--workers must be >= 0, got {workers}")
-    if timeout_s <= 0:
-        raise DataError(f"--timeout must be > 0 seconds, got {timeout_s}")
-    task_list = load_task_source(tasks)
+    check_flags(("--workers", workers, Workers), ("--timeout", timeout_s, Seconds))
+    task_list = load_task_source(tasks, judged=not rewards or "correct" in rewards)  # python rewards need no gold
     pairs = read_completions(completions, {t.id: t for t in task_list}, tasks)
     for kind, opts in (options or {}).items():  # bad options fail here, before any work
         try:
@@ -164,14 +165,15 @@ def verify_command(
     reward: list[str] | None = typer.Option(None, "--reward", help="A python reward module:function to judge with "
                                             "(repeatable; 'correct' adds the task's verifier), as a run's rewards."),
 ) -> None:
-    """Judge completions against tasks with the verifiers; write one verdict line per completion."""
+    """Judge completions against tasks with the verifiers; write one verdict line per completion.
+
+    Exit status: 3 when every verdict is 'infra' (nothing was judged; the verdicts are still written),
+    2 on bad input (a flag out of range, tasks their verifier cannot judge)."""
     summary = run_verify(tasks, completions, out, workers=workers, timeout_s=timeout, details=details,
                          options=parse_verifier_options(option), rewards=reward)
     if summary["n"] and summary["counts"].get("infra", 0) == summary["n"]:
-        typer.secho(f"error: every verdict ({summary['n']}) is 'infra': the verifier{' or a reward' if reward else ''} "
-                    "itself failed on every completion, so nothing was judged; run with --details to see why",
-                    fg="red", err=True)
-        raise SystemExit(3)
+        raise NothingJudged(f"every verdict ({summary['n']}) is 'infra': the verifier{' or a reward' if reward else ''} "
+                            "itself failed on every completion, so nothing was judged; run with --details to see why")
 
 
 def register(app: typer.Typer) -> None:

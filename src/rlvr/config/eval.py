@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import field_validator
 
 from rlvr.config.agent import AgentLoopConfig
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.rl import RewardTerm
+from rlvr.config.limits import BatchSize, NewTokens, Samples, Temperature, Workers
 
 
 class EvalConfig(Section):
@@ -17,15 +18,15 @@ class EvalConfig(Section):
 
     tasks: TaskSource = BuiltinArithmetic(families=["add2"], n=200, split="heldout", seed=1234)
     """Held-out tasks (must not overlap the training split)."""
-    k: int = Field(1, ge=1)
+    k: Samples = 1
     """Samples per task for pass@k (1 = greedy only)."""
-    temperature: float = Field(1.0, ge=0)
+    temperature: Temperature = 1.0
     """Sampling temperature for the k samples (greedy pass@1 is always computed)."""
-    max_new_tokens: int = Field(64, ge=1)
+    max_new_tokens: NewTokens = 64
     """Generation budget per completion."""
-    batch_size: int = Field(256, ge=1)
+    batch_size: BatchSize = 256
     """Prompts per generation batch."""
-    workers: int = Field(0, ge=0)
+    workers: Workers = 0
     """Verifier worker processes (0 = inline; arithmetic needs none)."""
     overlap: Literal["error", "warn"] = "error"
     """Evaluation tasks whose prompt also appears in a stage's training tasks (by content hash): refuse the run, or warn with the count."""

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
+from rlvr.config.limits import BatchSize, micro_batch_divides
 from rlvr.config.optim import OptimConfig
 
 
@@ -163,10 +164,11 @@ class PreferenceStage(Section):
     """Passes over the pairs."""
     max_steps: int | None = Field(None, ge=1)
     """Stop after N optimizer steps (None: epochs decide)."""
-    batch_size: int = Field(32, ge=1)
+    batch_size: BatchSize = Field(32)
     """Pairs per optimizer step."""
-    micro_batch_size: int = Field(32, ge=1)
+    micro_batch_size: BatchSize = Field(32)
     """Pairs per forward (chosen+rejected concatenated)."""
+    _micro_batch_divides = field_validator("micro_batch_size")(micro_batch_divides)
     max_length: int = Field(256, ge=2)
     """Truncate prompt+response to this many tokens."""
     save_every: int = Field(0, ge=0)

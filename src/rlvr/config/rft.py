@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
+from rlvr.config.limits import BatchSize, micro_batch_divides
 from rlvr.config.optim import OptimConfig
 
 
@@ -51,10 +52,11 @@ class SampleSFTBase(Section):
     """Tasks sampled each round (fresh ones, in the data's seeded order)."""
     steps_per_round: int = Field(20, ge=1)
     """SFT optimizer steps on each round's kept samples."""
-    batch_size: int = Field(64, ge=1)
+    batch_size: BatchSize = Field(64)
     """Sequences per SFT step."""
-    micro_batch_size: int = Field(64, ge=1)
+    micro_batch_size: BatchSize = Field(64)
     """Sequences per forward pass."""
+    _micro_batch_divides = field_validator("micro_batch_size")(micro_batch_divides)
     max_length: int = Field(256, ge=2)
     """Truncate prompt+completion to this many tokens."""
     bucketing: bool = True

@@ -10,6 +10,7 @@ from rlvr.config.agent import RolloutConfig
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
+from rlvr.config.limits import NewTokens, Samples, TopK, TopP
 from rlvr.config.methods import (
     DoubleRolloutConfig,
     EdenConfig,
@@ -296,16 +297,16 @@ class RewardTerm(Section):
 class SamplingConfig(Section):
     """Rollout generation."""
 
-    group_size: int = Field(8, ge=1)
+    group_size: Samples = 8
     """G: samples per task."""
     temperature: float = 1.0
     """Sampling temperature (> 0: training divides the logits by it, so T = 0 / greedy cannot be trained on)."""
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    """Nucleus sampling threshold (1: off). The behaviour logprobs and every logprob the update compares (ratio,
+    top_p: TopP = 1.0
+    """Nucleus sampling threshold (> 0 and <= 1; 1: off). The behaviour logprobs and every logprob the update compares (ratio,
     old, reference, mismatch correction) are those of the renormalised nucleus (``rlvr.models.truncation``)."""
-    top_k: int = Field(0, ge=0)
+    top_k: TopK = 0
     """Sample from the k most probable tokens only (0: off), applied before ``top_p``; logprobs as for top_p."""
-    max_new_tokens: int = Field(64, ge=1)
+    max_new_tokens: NewTokens = 64
     """Generation budget per completion."""
     stop: list[str] = []
     """Extra stop strings (a completion ends with the token that completes one; finish reason ``stop``)."""

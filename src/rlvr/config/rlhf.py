@@ -9,6 +9,7 @@ from pydantic import Field, field_validator
 from rlvr.config.base import Section
 from rlvr.config.data import BuiltinArithmetic, TaskSource
 from rlvr.config.health import HealthConfig
+from rlvr.config.limits import BatchSize, micro_batch_divides
 from rlvr.config.optim import OptimConfig
 from rlvr.config.preference import PairBuilder, PairsFile
 from rlvr.config.rl import SamplingConfig
@@ -28,7 +29,7 @@ class RewardModelStage(Section):
     """Optimiser and schedule."""
     epochs: int = Field(2, ge=1)
     """Passes over the pairs."""
-    batch_size: int = Field(32, ge=1)
+    batch_size: BatchSize = Field(32)
     """Pairs per optimizer step."""
     margin: float = 0.0
     """Margin in the BT loss."""
@@ -36,8 +37,9 @@ class RewardModelStage(Section):
     """Penalty on mean squared reward (keeps rewards centred)."""
     max_steps: int | None = Field(None, ge=1)
     """Stop after N optimizer steps (None: epochs decide)."""
-    micro_batch_size: int = Field(32, ge=1)
+    micro_batch_size: BatchSize = Field(32)
     """Pairs per forward (chosen+rejected concatenated)."""
+    _micro_batch_divides = field_validator("micro_batch_size")(micro_batch_divides)
     max_length: int = Field(256, ge=2)
     """Truncate prompt+response to this many tokens."""
     save_every: int = Field(0, ge=0)

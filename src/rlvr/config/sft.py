@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
+from rlvr.config.limits import BatchSize, micro_batch_divides
 from rlvr.config.optim import OptimConfig
 
 
@@ -47,10 +48,11 @@ class SFTStage(Section):
     max_minutes: float | None = None
     """Stop early after this much training wall time.
     A stage it cuts before ``max_steps`` says so (console, summary.json: steps done of planned)."""
-    batch_size: int = Field(64, ge=1)
+    batch_size: BatchSize = Field(64)
     """Sequences per optimizer step."""
-    micro_batch_size: int = Field(64, ge=1)
+    micro_batch_size: BatchSize = Field(64)
     """Sequences per forward pass (accumulation = batch_size / micro_batch_size)."""
+    _micro_batch_divides = field_validator("micro_batch_size")(micro_batch_divides)
     max_length: int = Field(256, ge=2)
     """Truncate prompt+completion to this many tokens."""
     bucketing: bool = True

@@ -133,7 +133,7 @@ def task_from_record(obj: dict[str, Any], where: str, base_dir: Path | None = No
         id=str(tid), prompt=prompt, kind=kind, gold=gold, messages=messages,
         family=obj.get("family", kind), difficulty=int(obj.get("difficulty", 1)),
         split=obj.get("split", ""), answer_format=obj.get("answer_format", _default_format(kind)),
-        solution=solution, meta=meta,
+        solution=solution, meta=meta, source=where,
     )
 
 
@@ -149,38 +149,15 @@ def _resolve(value: Any, base_dir: Path) -> Any:
     return value
 
 
-def payload_problem(task: Task) -> str | None:
-    """What a task's verifier needs and the task lacks (None when complete): a code task's tests, a SQL
-    task's gold query and databases (which must exist)."""
-    g = task.gold
-    if task.kind == "code" and not any(g.get(k) for k in ("tests", "io_tests", "hidden_tests")):
-        return ("field 'tests': a code task needs 'tests' (asserts or check() source) or 'io_tests' "
-                "([{input, output}]): without them nothing can judge a completion")
-    if task.kind == "sql":
-        if not g.get("gold_sql"):
-            return "field 'gold_sql': a SQL task needs the gold query"
-        dbs = g.get("databases") or ([g["database"]] if g.get("database") else [])
-        if not dbs and not g.get("schema_sql"):
-            return "field 'database': a SQL task needs 'database', 'databases' or 'schema_sql'"
-        key = "databases" if g.get("databases") else "database"
-        missing = [d for d in dbs if not os.path.isfile(d)]
-        if missing:
-            return f"field {key!r}: database file {missing[0]} not found (relative paths start at the JSONL's folder)"
-    return None
-
-
-def load_tasks(path: str | os.PathLike, strict: bool = False) -> list[Task]:
-    """Load tasks from a JSONL file; relative database paths resolve against the file's folder. ``strict``
-    (a recipe's dry run): a task its verifier cannot judge (:func:`payload_problem`) is an error too."""
+def load_tasks(path: str | os.PathLike) -> list[Task]:
+    """Load tasks from a JSONL file; relative database paths resolve against the file's folder. Each task's
+    ``source`` is its ``file:line``. Whether a task's verifier can judge it is checked by the caller
+    (:func:`rlvr.verifiers.registry.refuse_unjudgeable`: this layer does not know the verifiers)."""
     p = Path(path)
     lines = list(read_jsonl(p))
     if not lines:
         raise DataError(f"{p}: no tasks: the file is empty (one JSON object per line expected, see docs/data.md)")
     tasks = [task_from_record(obj, f"{p}:{ln}", p.parent) for ln, obj in lines]
-    for (ln, _), t in zip(lines, tasks) if strict else ():
-        why = payload_problem(t)
-        if why:
-            raise DataError(f"{p}:{ln}: {why}")
     seen: dict[str, int] = {}
     for (ln, _), t in zip(lines, tasks):
         if t.id in seen:

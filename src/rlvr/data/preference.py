@@ -51,7 +51,7 @@ class PreferencePair:
 
     def task(self) -> Task:
         """The prompt as a Task (so it renders through the same chat template as training tasks)."""
-        return Task(id=self.id or "pair", prompt=self.prompt, messages=self.messages)
+        return Task(id=self.id or "pair", prompt=self.prompt, messages=self.messages, source=self.source)
 
     def to_record(self) -> dict[str, Any]:
         optional = ("messages", "id", "chosen_score", "rejected_score", "votes", "meta")
@@ -72,7 +72,7 @@ class UnpairedExample:
     source: str = ""
 
     def task(self) -> Task:
-        return Task(id=self.id or "example", prompt=self.prompt, messages=self.messages)
+        return Task(id=self.id or "example", prompt=self.prompt, messages=self.messages, source=self.source)
 
 
 Record = PreferencePair | UnpairedExample

@@ -20,13 +20,13 @@ def register_env_tasks(env: str, generate: Callable[..., list[Task]]) -> None:
     ENV_TASK_GENERATORS[env] = generate
 
 
-def load_task_source(src, strict: bool = False) -> list[Task]:
-    """Materialise the tasks a source config names (with its system prompt, if any). ``strict``: a JSONL
-    task its verifier cannot judge (no tests, missing database) is an error (the recipe's dry run)."""
-    return with_system(_load(src, strict), getattr(src, "system_prompt", None))
+def load_task_source(src) -> list[Task]:
+    """Materialise the tasks a source config names (with its system prompt, if any). Whether each task can be
+    judged is the verifiers' check (:func:`rlvr.verifiers.registry.refuse_unjudgeable`)."""
+    return with_system(_load(src), getattr(src, "system_prompt", None))
 
 
-def _load(src, strict: bool = False) -> list[Task]:
+def _load(src) -> list[Task]:
     if isinstance(src, BuiltinArithmetic):
         from rlvr.data.arithmetic import generate
 
@@ -37,7 +37,7 @@ def _load(src, strict: bool = False) -> list[Task]:
     if isinstance(src, JsonlTasks):
         from rlvr.data.jsonl import load_tasks
 
-        return _filter_split(load_tasks(src.path, strict), src.split, src.path)[: src.limit]
+        return _filter_split(load_tasks(src.path), src.split, src.path)[: src.limit]
     if isinstance(src, HumanEvalTasks):
         from rlvr.data.humaneval import load_humaneval
 

@@ -25,7 +25,9 @@ class Task:
     (``{"answer": ...}``, ``{"tests": ..., "entry_point": ...}``, ``{"gold_sql": ..., "database": ...}``);
     family/difficulty: for curricula and per-family breakdowns; split: train or heldout ("" when a file does not say);
     answer_format: how the final answer is extracted from a completion;
-    solution: a worked demonstration for SFT (optional).
+    solution: a worked demonstration for SFT (optional);
+    source: where the task was read, for messages (``file:line`` of a JSONL file, ``dir[split]#row`` of a
+    dataset; "" for generated tasks); not part of the task's identity.
     """
 
     id: str
@@ -39,6 +41,12 @@ class Task:
     answer_format: str = "boxed"
     solution: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    source: str = field(default="", compare=False)
+
+    @property
+    def where(self) -> str:
+        """How messages name this task: its ``source`` (file:line) when it has one, else its id."""
+        return self.source or f"task {self.id!r}"
 
     def __getattr__(self, name: str) -> Any:
         """Only reached for a name that is not an attribute: say what a Task has (a reward reading

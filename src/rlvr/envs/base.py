@@ -310,15 +310,25 @@ class ToolEnv:
     def done(self) -> bool:
         return self._done
 
+    @classmethod
+    def check_gold(cls, gold: dict[str, Any]) -> None:
+        """DataError when ``gold`` cannot start an episode of this environment: another ``env``, a bad
+        ``init`` / ``goal`` (:meth:`validate_gold`), or a ``budget`` outside [0, 1000]."""
+        if gold.get("env") != cls.name:
+            raise DataError(f"gold['env'] is {gold.get('env')!r}, expected {cls.name!r}")
+        cls.validate_gold(gold)
+        budget = gold.get("budget", 0)
+        if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= 1000:
+            raise DataError(f"gold['budget'] must be an integer in [0, 1000], got {budget!r}")
+
     def reset(self, task: Task) -> Observation:
         """Start an episode on ``task``; ``task.gold`` must hold ``env``, ``init`` and ``goal``."""
         gold = task.gold or {}
-        if gold.get("env") != self.name:
-            raise DataError(f"task {task.id}: gold['env'] is {gold.get('env')!r}, expected {self.name!r}")
-        self.validate_gold(gold)
+        try:
+            self.check_gold(gold)
+        except DataError as e:
+            raise DataError(f"task {task.id}: {e}") from None
         budget = gold.get("budget", self.limits.tool_budget)
-        if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= 1000:
-            raise DataError(f"task {task.id}: gold['budget'] must be an integer in [0, 1000], got {budget!r}")
         self._task, self.budget, self._done = task, budget, False
         self.turns = self.tool_calls = 0
         self.violations: list[Violation] = []

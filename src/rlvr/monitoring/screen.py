@@ -83,7 +83,7 @@ def screen_model(engine, tokenizer, tasks: list[Task], judge, group_size: int, t
             "signal_frac_observed": float(np.mean((per_task > 0) & (per_task < 1))) if len(per_task) else 0.0,
             "p_star": ps, "below_threshold": p < ps, "above_threshold": p > 1.0 - ps,
             "usable_group_size": usable_group_size(p), "group_size": group_size, "temperature": temperature,
-            "n_tasks": len(tasks), "mean_length": float(np.mean([len(c) for c in ro.completion_ids]))
+            "n_tasks": len(tasks), "outcomes": greedy["outcomes"], "mean_length": float(np.mean([len(c) for c in ro.completion_ids]))
             if ro.completion_ids else 0.0}
 
 

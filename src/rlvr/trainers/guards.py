@@ -8,7 +8,7 @@ calls these): non-finite numbers, stop signals, and a checkpoint that is not wha
   the last good checkpoint. A NaN never reaches a checkpoint (``models.checkpoint`` refuses such weights).
 * **SIGINT / SIGTERM**: :class:`SignalLatch` turns the first signal into a request; the lifecycle writes a
   checkpoint at the next step boundary and raises :class:`~rlvr.errors.Interrupted` (the CLI prints the
-  resume command and exits 0). A second signal stops at once (``KeyboardInterrupt``).
+  resume command and exits 130). A second signal stops at once (``KeyboardInterrupt``).
 * **Failing verifier or reward**: every ``infra`` verdict's error (type, message, the user's file:line and
   traceback, with the task id and the completion) is appended to the stage's ``reward_errors.jsonl`` (the
   first :data:`MAX_REWARD_ERRORS` of the stage); when a step has more than ``max_infra_frac`` of them the

@@ -166,6 +166,21 @@ class CodeVerifier:
             tree_limits=self.tree_limits,
         )
 
+    @staticmethod
+    def check_task(task: Task) -> str | None:
+        """Why no completion of ``task`` could be judged (None when one can): no tests, or tests that cannot be
+        turned into a check (no assert, a syntax error, no entry point)."""
+        gold = task.gold or {}
+        try:
+            blocks, io_tests = CodeVerifier._plan(gold, gold.get("entry_point"))
+        except TaskFormatError as e:
+            given = [k for k in ("tests", "io_tests", "hidden_tests") if gold.get(k) is not None]
+            return f"field {' / '.join(map(repr, given))}: {e}"
+        if not blocks and not io_tests:
+            return ("missing field 'tests': a code task needs 'tests' (asserts or check() source) or 'io_tests' "
+                    "([{input, output}]): without them nothing can judge a completion")
+        return None
+
     def verify(self, task: Task, completion: str) -> Verdict:
         t0 = time.monotonic()
         try:
@@ -217,7 +232,8 @@ class CodeVerifier:
                 return Verdict(0.0, False, outcome, details)
         return Verdict(1.0, True, "pass", details)
 
-    def _plan(self, gold: dict, entry_point: str | None) -> tuple[list, list]:
+    @staticmethod
+    def _plan(gold: dict, entry_point: str | None) -> tuple[list, list]:
         """Test blocks for the harness (with implied entry points) and stdin/stdout cases."""
         blocks, io_tests = [], []
         if gold.get("tests") is not None:

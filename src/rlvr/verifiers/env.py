@@ -39,7 +39,7 @@ from typing import Any
 
 from rlvr.data.types import Task
 from rlvr.envs.base import EnvLimits, ToolEnv
-from rlvr.envs.registry import make_env
+from rlvr.envs.registry import ENVIRONMENTS, make_env
 from rlvr.envs.tools import ToolCallError, split_transcript
 from rlvr.errors import DataError
 from rlvr.verifiers.base import Verdict
@@ -89,6 +89,20 @@ class EnvPredicateVerifier:
         self.max_completion_chars = max_completion_chars
         self.limits = limits or EnvLimits()
         self.reward = reward
+
+    @staticmethod
+    def check_task(task: Task) -> str | None:
+        """Why no trajectory of ``task`` could be judged (None when one can): ``gold`` names no known
+        environment, or its ``init`` / ``goal`` / ``budget`` do not fit that environment."""
+        gold = task.gold if isinstance(task.gold, dict) else {}
+        if gold.get("env") not in ENVIRONMENTS:
+            return (f"field 'gold': an env task needs gold {{'env', 'init', 'goal'}} with env one of "
+                    f"{sorted(ENVIRONMENTS)}; got env {gold.get('env')!r}")
+        try:
+            ENVIRONMENTS[gold["env"]].check_gold(gold)
+        except Exception as e:  # noqa: BLE001 - a malformed gold is the task's problem, named here
+            return f"field 'gold': {e if isinstance(e, DataError) else f'{type(e).__name__}: {e}'}"
+        return None
 
     def verify(self, task: Task, completion: str) -> Verdict:
         t0 = time.perf_counter()

@@ -96,6 +96,17 @@ class MathVerifier:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    @staticmethod
+    def check_task(task: Task) -> str | None:
+        """Why no completion of ``task`` could be judged (None when one can): its gold ``answer`` is missing,
+        blank, or holds nothing the answer parser reads."""
+        if "answer" not in task.gold:
+            return "missing field 'answer': a math task needs its gold final answer"
+        text = _gold_text(task.gold["answer"])
+        if not text or not parse_answer(text).items:
+            return f"field 'answer' is {task.gold['answer']!r}: no final answer the math verifier can compare with"
+        return None
+
     def verify(self, task: Task, completion: str) -> Verdict:
         t0 = time.perf_counter()
         outcome, details = self._judge(task, completion)

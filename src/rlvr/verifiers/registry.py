@@ -4,6 +4,11 @@ Kinds: ``math`` (:class:`~rlvr.verifiers.math.MathVerifier`), ``sql``
 (:class:`~rlvr.verifiers.sql.SqlVerifier`), ``code`` (``rlvr.verifiers.code``) and ``env``
 (``rlvr.verifiers.env``); code and env are imported only when asked for. Other names can be added
 with :func:`register_verifier`.
+
+What a task must hold for its kind's verifier to judge it is each verifier class's ``check_task(task)``
+(None, or why not: math needs ``answer``; code ``tests`` / ``io_tests``; sql ``gold_sql`` and a database
+that exists; env a ``gold`` its environment accepts). :func:`refuse_unjudgeable` applies it where a task
+file is read, so such a task is refused naming its file and line, not judged ``infra`` row after row.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlvr.data.types import Task
-from rlvr.errors import ConfigError
+from rlvr.errors import ConfigError, DataError, listing
 from rlvr.verifiers.base import Verdict, Verifier
 from rlvr.verifiers.extract import extract_answer
 
@@ -67,6 +72,33 @@ def get_verifier(kind_or_name: str, **options: Any) -> Verifier:
         return cls(**options)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"verifier {kind_or_name!r}: bad options {sorted(options)} ({e})") from e
+
+
+def task_problem(task: Task) -> str | None:
+    """Why the verifier of ``task.kind`` cannot judge ``task`` (None when it can, or when the verifier
+    declares no ``check_task``); a kind no verifier judges is a problem too."""
+    factory: Any = _CUSTOM.get(task.kind)
+    if factory is None:
+        try:
+            factory = verifier_class(task.kind)
+        except ConfigError as e:
+            return f"field 'kind': {e}"
+    check = getattr(factory, "check_task", None)
+    return check(task) if callable(check) else None
+
+
+def unjudgeable(tasks: list[Task]) -> list[str]:
+    """``"<file:line>: <why>"`` for each task its kind's verifier cannot judge (:func:`task_problem`)."""
+    return [f"{t.where}: {why}" for t in tasks if (why := task_problem(t))]
+
+
+def refuse_unjudgeable(tasks: list[Task]) -> list[Task]:
+    """``tasks`` unchanged, or DataError naming (file, line, field or file) every task its verifier cannot
+    judge: before any completion is generated or judged, not as one ``infra`` verdict per row."""
+    problems = unjudgeable(tasks)
+    if problems:
+        raise DataError(listing(problems, "tasks cannot be judged"))
+    return tasks
 
 
 def verifier_for_task(task: Task) -> Verifier:

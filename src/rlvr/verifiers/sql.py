@@ -132,6 +132,23 @@ class SqlVerifier:
         self._runs = itertools.count()
 
     # ------------------------------------------------------------------ public
+    @staticmethod
+    def check_task(task: Task) -> str | None:
+        """Why no completion of ``task`` could be judged (None when one can): no gold query, no database, or a
+        database file that does not exist."""
+        gold_sql = task.gold.get("gold_sql")
+        if not isinstance(gold_sql, str) or not gold_sql.strip():
+            return "field 'gold_sql': a SQL task needs the gold query (a non-empty string)"
+        try:
+            sources = database_sources(task.gold)
+        except ValueError as e:
+            return f"field 'database': {e}"
+        missing = [v for kind, v in sources if kind == "file" and not os.path.isfile(v)]
+        if missing:
+            key = "databases" if task.gold.get("databases") else "database"
+            return f"field {key!r}: database file {missing[0]} not found (relative paths start at the task file's folder)"
+        return None
+
     def verify(self, task: Task, completion: str) -> Verdict:
         t0 = time.perf_counter()
         try:
