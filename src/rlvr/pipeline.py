@@ -185,15 +185,11 @@ def with_eval_scoring(recipe: Recipe) -> Recipe:
 
 
 def unjudgeable(task) -> bool:
-    """The task's kind has no verifier, or the task lacks the gold payload its verifier needs."""
-    from rlvr.data.jsonl import payload_problem
-    from rlvr.verifiers.registry import available_kinds
+    """The task's kind has no verifier, or the task lacks the gold payload its verifier needs
+    (:func:`rlvr.verifiers.registry.task_problem`; environment tasks are judged by their goal predicate)."""
+    from rlvr.verifiers.registry import task_problem
 
-    if task.kind == "env":
-        return False
-    if task.kind not in available_kinds() or (task.kind == "math" and "answer" not in task.gold):
-        return True
-    return payload_problem(task) is not None
+    return task.kind != "env" and task_problem(task) is not None
 
 
 def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None, state: dict,

@@ -19,10 +19,10 @@ def test_eval_exits_3_when_every_verdict_is_infra_and_still_writes_the_results(r
                                                                               monkeypatch):
     """A verifier that fails on every completion (its worker cannot start, say): the tiny model's text never
     reaches a real verifier's infra path before its format check, so the judge itself is replaced."""
-    import rlvr.monitoring.evaluate as ev
+    import rlvr.monitoring.scoring as scoring
     from rlvr.verifiers.base import Verdict
 
-    monkeypatch.setattr(ev, "default_judge", lambda workers=0: lambda tasks, texts: [Verdict.infra("down")
+    monkeypatch.setattr(scoring, "default_judge", lambda workers=0: lambda tasks, texts: [Verdict.infra("down")
                                                                                       for _ in texts])
     out = tmp_path / "res.json"
     code, _, err = rlvr_cli("eval", "--model", tiny_dir, "--tasks", "builtin:add2:3", "--max-new-tokens", 2,
