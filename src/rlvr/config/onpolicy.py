@@ -31,7 +31,7 @@ class OnPolicyDistillStage(Section):
     max_steps: int = Field(200, ge=1)
     """Steps (one batch of student samples each)."""
     max_minutes: float | None = None
-    """Stop early after this much wall time."""
+    """Stop early after this much wall time; a cap that cuts the stage is printed and logged (event ``time_cap``)."""
     tasks_per_step: int = Field(16, ge=1)
     """Prompts per step."""
     micro_batch_size: int = Field(64, ge=1)

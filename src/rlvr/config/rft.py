@@ -65,7 +65,7 @@ class SampleSFTBase(Section):
     optim: OptimConfig = OptimConfig(lr=1e-4, warmup_steps=5, schedule="constant")
     """Optimiser and schedule (over all rounds' steps)."""
     max_minutes: float | None = None
-    """Stop early after this much training wall time (sampling included)."""
+    """Stop early after this much training wall time (sampling included); a cap that cuts the stage is printed and logged (event ``time_cap``)."""
     save_every: int = Field(0, ge=0)
     """Write a checkpoint every N steps (0: only at the end); a checkpoint holds the round's kept samples."""
     keep_last: int = Field(2, ge=0)

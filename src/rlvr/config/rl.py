@@ -379,7 +379,7 @@ class RLStage(Section):
     max_steps: int = Field(200, ge=1)
     """RL steps (one rollout batch each)."""
     max_minutes: float | None = None
-    """Stop early after this much wall time."""
+    """Stop early after this much wall time; a cap that cuts the stage is printed and logged (event ``time_cap``)."""
     tasks_per_step: int = Field(16, ge=1)
     """Tasks (groups) per rollout batch."""
     ppo_epochs: int = Field(1, ge=1)

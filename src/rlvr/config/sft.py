@@ -45,7 +45,7 @@ class SFTStage(Section):
     max_steps: int = Field(1000, ge=1)
     """Optimizer steps."""
     max_minutes: float | None = None
-    """Stop early after this much training wall time."""
+    """Stop early after this much training wall time; a cap that cuts the stage is printed and logged (event ``time_cap``)."""
     batch_size: int = Field(64, ge=1)
     """Sequences per optimizer step."""
     micro_batch_size: int = Field(64, ge=1)

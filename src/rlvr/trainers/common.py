@@ -515,7 +515,14 @@ def _ships_healthy(run: StageRun) -> bool:
 def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None) -> StageResult:
     """Close the writer and the bar, save ``final/`` (``model``, default the stage's; or ``final()``, a
     callable that writes it and returns its path, e.g. SFT's keep-best; after a health ``stop`` action, the
-    last healthy snapshot) and return the result."""
+    last healthy snapshot) and return the result. A ``max_minutes`` cap that ended the stage before its steps
+    is logged (event ``time_cap``) and printed."""
+    minutes = getattr(run.cfg, "max_minutes", None)
+    if minutes is not None and run.step < run.n_steps and run.seconds >= minutes * 60:
+        run.writer.log(run.step, {"event": "time_cap", "max_minutes": minutes, "step": run.step, "of": run.n_steps})
+        if _is_main(run):
+            run.progress.console.print(f"stage {run.cfg.name}: stopped by max_minutes: {minutes:g} at step "
+                                       f"{run.step}/{run.n_steps}", markup=False)
     run.writer.close()
     run.progress.stop()
     if run.latch is not None:
