@@ -59,6 +59,7 @@ from rlvr.trainers.guards import (
     skip_update,
 )
 from rlvr.trainers.heap import cap_ideep_cache, release_free_heap, stage_memory_settings
+from rlvr.trainers.time_cap import time_cap_event, time_capped
 
 
 def setup_threads(threads: int | None) -> None:
@@ -352,8 +353,7 @@ class StageRun:
 
     def done(self) -> bool:
         """The stage has run its steps (or its ``max_minutes`` of training time)."""
-        minutes = getattr(self.cfg, "max_minutes", None)
-        return self.step >= self.n_steps or (minutes is not None and self.seconds >= minutes * 60)
+        return self.step >= self.n_steps or time_capped(self)
 
 
 def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoint: Path | None = None,
@@ -515,18 +515,8 @@ def _ships_healthy(run: StageRun) -> bool:
 def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None) -> StageResult:
     """Close the writer and the bar, save ``final/`` (``model``, default the stage's; or ``final()``, a
     callable that writes it and returns its path, e.g. SFT's keep-best; after a health ``stop`` action, the
-    last healthy snapshot) and return the result. A ``max_minutes`` cap that ended the stage before its steps
-    is logged (event ``time_cap``) and printed."""
-    minutes = getattr(run.cfg, "max_minutes", None)
-    if minutes is not None and run.step < run.n_steps and run.seconds >= minutes * 60:
-        run.writer.log(run.step, {"event": "time_cap", "max_minutes": minutes, "step": run.step, "of": run.n_steps})
-        if _is_main(run):
-            run.progress.console.print(f"stage {run.cfg.name}: stopped by max_minutes: {minutes:g} at step "
-                                       f"{run.step}/{run.n_steps}", markup=False)
-    run.writer.close()
-    run.progress.stop()
-    if run.latch is not None:
-        run.latch.restore()
+    last healthy snapshot) and return the result. A ``max_minutes`` cap that cut the stage is logged and printed."""
+    _shut(run, time_cap_event(run, _is_main(run)))
     path = run.out / "final"
     if _ships_healthy(run):
         final = lambda: copy_checkpoint_atomic(run.out / "healthy", path)
@@ -544,9 +534,10 @@ def _save(run: StageRun, full: dict) -> Path:
                                     full, run.cfg.keep_last)
 
 
-def _shut(run: StageRun, event: dict) -> None:
-    """Stop the stage before its end (signal, non-finite streak): log why, close the writer and the bar."""
-    run.writer.log(run.step, event)
+def _shut(run: StageRun, event: dict | None) -> None:
+    """Stop the stage (its end, a signal, a non-finite streak): log ``event`` if any, close the writer and the bar."""
+    if event:
+        run.writer.log(run.step, event)
     run.writer.close()
     run.progress.stop()
     if run.latch is not None:
