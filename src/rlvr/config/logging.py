@@ -32,6 +32,6 @@ class LoggingConfig(Section):
     wandb: WandbConfig | None = None
     """Also log to Weights & Biases (None: off)."""
     samples_every: int = Field(10, ge=0)
-    """RL stages: write sample completions with their verdicts to ``<stage>/samples.jsonl`` every N steps (0: never)."""
+    """RL stages: write sample completions with their verdicts to ``<stage>/samples.jsonl`` at the first step and every N steps (0: never)."""
     samples: int = Field(4, ge=1)
     """How many completions each time (the first of as many groups)."""

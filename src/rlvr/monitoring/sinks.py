@@ -138,10 +138,12 @@ def open_sinks() -> list[Any]:
 
 
 def log_samples(step: int, ro: Any) -> None:
-    """Every ``logging.samples_every`` steps: one completion of each of the first ``logging.samples`` groups
-    of a rollout batch, with its reward and verdict, to ``<stage>/samples.jsonl`` (and the sinks)."""
+    """At a stage's first step and every ``logging.samples_every`` steps: one completion of each of the first
+    ``logging.samples`` groups of a rollout batch, with its reward and verdict, to ``<stage>/samples.jsonl``
+    (and the sinks). The first step's rows mean even a stage shorter than ``samples_every`` leaves some."""
     ctx = active()
-    if ctx is None or not ctx.cfg.samples_every or step % ctx.cfg.samples_every or not ro.num_groups:
+    every = ctx.cfg.samples_every if ctx is not None else 0
+    if not every or (step != 1 and step % every) or not ro.num_groups:
         return
     rows = []
     for g in range(min(ctx.cfg.samples, ro.num_groups)):

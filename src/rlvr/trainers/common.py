@@ -291,8 +291,7 @@ class StageRun:
 
     def done(self) -> bool:
         """The stage has run its steps (or its ``max_minutes`` of training time)."""
-        minutes = getattr(self.cfg, "max_minutes", None)
-        return self.step >= self.n_steps or (minutes is not None and self.seconds >= minutes * 60)
+        return self.step >= self.n_steps or time_cap_cut(self) is not None
 
 
 def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoint: Path | None = None,
@@ -492,14 +491,10 @@ def close_stage(run: StageRun, model=None, extra: dict | None = None, final=None
     extra = dict(extra or {})
     if cut is not None:
         extra["time_cap"] = cut
-        run.writer.log(run.step, {"event": "time_cap", **cut})
-    run.writer.close()
-    run.progress.stop()
+    _shut(run, {"event": "time_cap", **cut} if cut is not None else None)
     if cut is not None and _is_main(run):
         say(f"{run.name} stopped by its time cap (max_minutes {cut['max_minutes']}) after step {cut['steps_done']} "
             f"of {cut['steps_planned']} planned", run.progress.console)
-    if run.latch is not None:
-        run.latch.restore()
     path = run.out / "final"
     if _ships_healthy(run):
         final = lambda: copy_checkpoint_atomic(run.out / "healthy", path)
@@ -518,9 +513,10 @@ def _save(run: StageRun, full: dict) -> Path:
                                         full, run.cfg.keep_last)
 
 
-def _shut(run: StageRun, event: dict) -> None:
-    """Stop the stage before its end (signal, non-finite streak): log why, close the writer and the bar."""
-    run.writer.log(run.step, event)
+def _shut(run: StageRun, event: dict | None) -> None:
+    """Stop the stage (its end, a signal, a non-finite streak): log ``event`` if any, close the writer and the bar."""
+    if event:
+        run.writer.log(run.step, event)
     run.writer.close()
     run.progress.stop()
     if run.latch is not None:

@@ -62,3 +62,14 @@ def test_every_shipped_recipe_validates():
     assert recipes, "no recipes shipped"
     for p in recipes:
         load_recipe(p)
+
+
+def test_every_shipped_recipe_ends_its_stages_by_step_counts():
+    """A time cap makes the documented figures depend on the machine's speed; users may still set one."""
+    from pathlib import Path
+
+    import yaml
+
+    for p in sorted(Path(__file__).resolve().parents[3].joinpath("recipes").rglob("*.yaml")):
+        for i, st in enumerate(yaml.safe_load(p.read_text()).get("stages", [])):
+            assert st.get("max_minutes") is None, f"{p.name}: stage {st.get('name', i)} stops by max_minutes"

@@ -1,6 +1,7 @@
 """SFT: completion-only loss, exact resume (N == N/2 + resume + N/2), accumulation invariance."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -76,3 +77,18 @@ def test_demos_without_solution_are_rejected(tiny_dir, tmp_path):
     p.write_text('{"id": "a", "prompt": "1+1=?", "answer": "2"}\n')
     with pytest.raises(DataError, match="no demonstration"):
         train_sft(stage(data=JsonlTasks(path=str(p))), ModelConfig(path=tiny_dir), tmp_path / "r")
+
+
+def test_a_time_cap_that_cuts_the_stage_is_reported(tiny_dir, tmp_path, capsys):
+    res = train_sft(stage(max_steps=50, max_minutes=1e-6, save_every=0), ModelConfig(path=tiny_dir), tmp_path / "r")
+    assert res.steps == 1
+    events = [json.loads(x) for x in Path(res.metrics_path).read_text().splitlines()]
+    cut = [e for e in events if e.get("event") == "time_cap"]
+    assert cut and cut[0]["max_minutes"] == 1e-6 and cut[0]["steps_done"] == 1 and cut[0]["steps_planned"] == 50
+    assert "stopped by its time cap (max_minutes 1e-06) after step 1 of 50 planned" in capsys.readouterr().out
+
+
+def test_a_stage_that_runs_its_steps_reports_no_time_cap(tiny_dir, tmp_path, capsys):
+    res = train_sft(stage(max_steps=2, max_minutes=60, save_every=0), ModelConfig(path=tiny_dir), tmp_path / "r")
+    assert res.steps == 2 and "time_cap" not in Path(res.metrics_path).read_text()
+    assert "max_minutes" not in capsys.readouterr().out
