@@ -16,6 +16,7 @@ if [ -n "${RLVR_TEST_VENV:-}" ]; then
   VENV="$RLVR_TEST_VENV"
 else
   VENV="$(mktemp -d "${TMPDIR:-/tmp}/rlvr-test-venv.XXXXXX")"
+  chmod 755 "$VENV"  # mktemp makes it 0700: the code sandbox's unprivileged uid must read its site-packages
   trap 'rm -rf "$VENV"' EXIT
 fi
 

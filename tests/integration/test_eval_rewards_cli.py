@@ -16,7 +16,7 @@ RECIPE = """\
 model: {{path: {model}}}
 stages:
   - {{type: sft, name: warm, data: {{families: [add2], n: 8}}}}
-  - {{type: rl, name: rl, rewards: [{{name: python, function: "my_rewards:full"}}], data: {{families: [add2], n: 8}}}}
+  - {{type: rl, name: rl, rewards: [{{name: python, function: "eval_cli_rewards:full"}}], data: {{families: [add2], n: 8}}}}
 """
 
 
@@ -27,22 +27,22 @@ def test_eval_scores_with_a_reward_or_a_recipes_stage(tiny_dir, tmp_path, monkey
     from rlvr.commands.evaluate import eval_command
     from rlvr.errors import ConfigError
 
-    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    (tmp_path / "eval_cli_rewards.py").write_text(REWARDS)
     (tmp_path / "r.yaml").write_text(RECIPE.format(model=tiny_dir))
     p = rlvr("eval", "--model", tiny_dir, "--tasks", "builtin:add2:4", "--max-new-tokens", "4",
-             "--reward", "my_rewards:partial", "--out", "a.json", cwd=tmp_path)
+             "--reward", "eval_cli_rewards:partial", "--out", "a.json", cwd=tmp_path)
     a = json.loads((tmp_path / "a.json").read_text())
     assert a["pass_at_1"] == 0.0 and all(s["reward"] == 0.5 for s in a["samples"])
     assert "a pass is a summed reward >= 1" in p.stdout.replace("\n", "")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     b = eval_command(tiny_dir, "builtin:add2:4", 1, 1.0, 4, None, 0, quiet=True, recipe="r.yaml")
-    assert b["pass_at_1"] == 1.0 and "my_rewards:full" in b["scoring"]
+    assert b["pass_at_1"] == 1.0 and "eval_cli_rewards:full" in b["scoring"]
     with pytest.raises(ConfigError, match="only RL stages have rewards"):
         eval_command(tiny_dir, "builtin:add2:4", 1, 1.0, 4, None, 0, quiet=True, recipe="r.yaml", stage="warm")
     with pytest.raises(ConfigError, match="each choose the scoring"):
         eval_command(tiny_dir, "builtin:add2:4", 1, 1.0, 4, None, 0, quiet=True, recipe="r.yaml",
-                     rewards=["my_rewards:full"])
+                     rewards=["eval_cli_rewards:full"])
     with pytest.raises(ConfigError, match="contradict"):
         system_prompt_choice("x", True)
 
