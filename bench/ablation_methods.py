@@ -6,9 +6,9 @@ afterwards the pipeline evaluates greedy pass@1 on the WHOLE mul31 held-out set 
 seed one JSON line is appended to ``OUT/results.jsonl`` (pass@1, steps done, zero-variance fraction and
 policy entropy averaged over the last 5 steps); rows already there are skipped (resumable).
 
-    PYTHONPATH=src OMP_NUM_THREADS=1 python bench/ablation_methods.py --sft /work/runs/i16/qs/sft/final \\
-        --out /work/runs/i16/ablation --seeds 0 1 --minutes 2
-    python bench/ablation_methods.py --out /work/runs/i16/ablation --table     # the markdown table
+    PYTHONPATH=src OMP_NUM_THREADS=1 python bench/ablation_methods.py --sft runs/qs_sft/sft/final \\
+        --out runs/ablation --seeds 0 1 --minutes 2
+    python bench/ablation_methods.py --out runs/ablation --table     # the markdown table
 
 Rows that need a teacher (residual advantage, on-policy distillation) use the ``grpo`` row's final policy of
 the same seed (stronger than the SFT student on mul31), so they run after it.
@@ -125,8 +125,8 @@ def table(out: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sft", default="/work/runs/i16/qs/sft/final")
-    ap.add_argument("--out", type=Path, default=Path("/work/runs/i16/ablation"))
+    ap.add_argument("--sft", default="runs/qs_sft/sft/final")
+    ap.add_argument("--out", type=Path, default=Path("runs/ablation"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--rows", nargs="+", default=list(ROWS))

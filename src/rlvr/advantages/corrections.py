@@ -1,4 +1,4 @@
-"""The 2026 "second-order corrections" of group-relative advantages (seed 004, second half).
+"""The 2026 "second-order corrections" of group-relative advantages.
 
 - :func:`sign_balance` — SignBalance (RIT + Adobe Research, 2026-09): keep the verifier's sign, replace the
   group's std normalisation by a global magnitude, restore a zero mean by per-class rescaling.

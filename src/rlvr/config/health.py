@@ -1,9 +1,9 @@
 """Training-health rules (``rlvr.monitoring.health``): their thresholds, and what each status does.
 
-Every threshold says where its default comes from. "The seed table" is the entropy-collapse panel of
-``/work/shared/seeds/000_*`` (step / pass rate / entropy / KL / status: 1.83 nats healthy, 1.51 healthy,
+Every threshold says where its default comes from. "The seed table" is a reference entropy-collapse panel
+(step / pass rate / entropy / KL / status: 1.83 nats healthy, 1.51 healthy,
 1.02 "entropy trending down", 0.48 "ENTROPY COLLAPSE", 0.11 with KL 0.19 -> 0.28 -> 0.44 "stalled + KL
-drifting"); "the screening paper" is arXiv:2606.18487 as summarised in ``seeds/004_*`` (expected group
+drifting"); "the screening paper" is arXiv:2606.18487 (expected group
 advantage variance p(1-p)(G-1)/G, threshold p*(G), p*(8) = 0.083).
 """
 
@@ -58,7 +58,7 @@ class HealthActions(Section):
 
 
 class CodeTestSplit(Section):
-    """Held-out tests and verifier rotation for code tasks (``rlvr.verifiers.test_split``)."""
+    """Held-out tests and verifier rotation for code tasks (``rlvr.verifiers.heldout_split``)."""
 
     heldout_frac: float = Field(0.0, ge=0, lt=1)
     """Share of each code task's list-shaped tests (asserts or stdin/stdout cases) the training verifier
@@ -142,7 +142,7 @@ class HealthConfig(Section):
     """length_blowup: smoothed mean completion length above this multiple of its starting value."""
     length_corr_max: float = 0.5
     """reward_length_corr: smoothed within-batch Pearson correlation of reward and completion length above
-    this while the mean length grew by ``length_corr_rise`` (the DPO length bias of seeds/003_*)."""
+    this while the mean length grew by ``length_corr_rise`` (the DPO length bias)."""
     length_corr_rise: float = 1.2
     """reward_length_corr: see ``length_corr_max``."""
     tool_collapse_frac: float = 0.5
@@ -164,7 +164,7 @@ class HealthConfig(Section):
     temperature_max: float = Field(1.5, gt=0)
     """raise_temperature: cap."""
     beta_start: float = Field(0.02, gt=0)
-    """adaptive_beta: β when it was 0 (PPO's usual KL coefficient 0.01-0.05, seeds/003_*)."""
+    """adaptive_beta: β when it was 0 (PPO's usual KL coefficient 0.01-0.05)."""
     beta_factor: float = Field(2.0, gt=1)
     """adaptive_beta: multiplier per firing."""
     beta_max: float = Field(0.5, gt=0)

@@ -1,4 +1,4 @@
-"""Options of the RL stage that change its rollouts or its advantages, whatever the loss (seed 004, 2026 methods).
+"""Options of the RL stage that change its rollouts or its advantages, whatever the loss (the 2026 methods).
 
 Each is off by default and enabled by one line of the stage, e.g. ``eden: {enabled: true}``. Combinations
 that make no sense are rejected by ``rlvr validate`` from the loss variant's flags

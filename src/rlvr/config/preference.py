@@ -121,7 +121,7 @@ class NoWeighting(Section):
 
 
 class UniDPOWeighting(Section):
-    """Uni-DPO (seed 004): quality-aware x performance-aware (focal) pair weights, optional calibrated NLL."""
+    """Uni-DPO: quality-aware x performance-aware (focal) pair weights, optional calibrated NLL."""
 
     type: Literal["uni_dpo"] = "uni_dpo"
     eta: float = 0.7

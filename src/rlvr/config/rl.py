@@ -135,7 +135,7 @@ class SignBalanceLoss(PolicyLossBase):
 
     ``A_i = c · s_i · λ_{s_i}``, ``s_i = sign(r_i − mean_g r)``, ``λ_+ = N / (2 N_+)``, ``λ_− = N / (2 N_−)``
     over the batch's informative samples: the batch mean is 0 and a (possibly guessed) correct answer's
-    magnitude no longer depends on how rare it is in its own group (``rlvr.advantages.signbalance``)."""
+    magnitude no longer depends on how rare it is in its own group (``rlvr.advantages.corrections.sign_balance``)."""
 
     type: Literal["sign_balance"] = "sign_balance"
     eps: float = 0.2
@@ -330,8 +330,7 @@ class SamplingConfig(Section):
     """Intra-op CPU threads while the in-process engine generates (restored afterwards). None: torch's
     setting; "auto": one thread when a decode batch is small on the CPU (rows × parameters below
     ``hf_engine.SINGLE_THREAD_DECODE_WORK``), else torch's setting. A small model's decode ops last tens of
-    microseconds, so waking a second thread for each costs more than it saves (docs/benchmarks.md,
-    Generation); measure with bench/generate_ab.py."""
+    microseconds, so waking a second thread for each costs more than it saves; measure with bench/grpo_vs_trl.py --rlvr-decode-threads N."""
 
 
 class MismatchCorrection(Section):

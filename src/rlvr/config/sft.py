@@ -19,7 +19,7 @@ class NLLSFT(Section):
 
 
 class TrimSFT(Section):
-    """TrimSFT (entropy-preserving SFT, seed 004 ch. 9: the token-confidence layer): tokens the model already
+    """TrimSFT (entropy-preserving SFT: the token-confidence layer): tokens the model already
     predicts with probability >= ``confidence`` get no gradient (still counted in the denominator), so SFT
     stops sharpening what it has learned and leaves sampling entropy for RL (``rlvr.losses.sft``)."""
 

@@ -52,12 +52,9 @@ MICRO_ACTIVATION_BUDGET = {"cpu": 2048 * 256 * 6}
 the 5m tiny model, 6144 of the 1m; padded tokens, or, where the packed forward runs an RL update, the tokens
 it computes (a group's prompt once: ``plan_micro_batches(shared=...)``). Activation memory grows with a
 micro-batch's tokens and the model's width and depth, while a cut costs a call's fixed cost and the prompt a
-group no longer shares, so the budget in tokens shrinks as the model grows. Doubled from 512 × 256 × 6 in
-session 12, once a training process no longer imported transformers' model code and dynamo (~85 MB): GRPO 1m
-step 0.61 → 0.50× TRL's and DPO 5m 0.47 → 0.40×, every peak RSS ≤ 0.61× TRL's. Doubled again in session 20
-(fused RoPE; the RL budget in computed tokens), when one micro-batch instead of three cut the GRPO 5m bench's
-reference pass 0.079 → 0.067 s and its update 0.243 → 0.209 s (in-process A/B) for ~+15 MB of peak RSS. See
-docs/packed_forward.md and docs/benchmarks.md for the measured trade-off."""
+group no longer shares, so the budget in tokens shrinks as the model grows. At this budget the
+GRPO 5m bench batch is one micro-batch instead of three at half of it: reference pass 0.079 → 0.067 s, update
+0.243 → 0.209 s (in-process A/B) for ~+15 MB of peak RSS. See docs/packed_forward.md for the trade-off."""
 
 
 def micro_token_budget(model) -> int | None:

@@ -46,7 +46,7 @@ def uni_dpo_quality_weight(quality_margin: Tensor, eta: float = 0.7) -> Tensor:
     """Uni-DPO quality-aware weight ``w_qual = sigma(eta * (s_w - s_l))`` -> ``[B]`` (detached).
 
     ``quality_margin = s_w - s_l``: the external score margin of the pair (verifier reward, judge or RM
-    score). Pairs with a larger quality gap get more weight. (Seed 004 says the opposite — "larger gap,
+    score). Pairs with a larger quality gap get more weight. (Some summaries say the opposite — "larger gap,
     lower weight"; the paper and its code weight *up* large margins, which is what we do.)
     With binary verifier rewards every correct-vs-wrong pair has margin 1: the weight is a constant.
     """
@@ -149,7 +149,7 @@ def rgpo_weights(
     it did not vote. Annotators may be humans, LLM judges, reward models or verifiers.
 
     Source: Huang et al., ICML 2026, "Reliability-Aware LLM Alignment from Inconsistent Human Feedback"
-    (RGPO), summarised in seed 004 — the paper's equations were not available to us, only its
+    (RGPO) — the paper's equations were not available to us, only its
     abstract: "estimate annotator reliability and infer latent ground-truth labels" and "modulate the
     objective by the consensus level". This is our concrete reading of it:
 

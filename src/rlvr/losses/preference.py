@@ -240,7 +240,7 @@ def kto(
 
     i.e. ``lambda_y - v(x, y)`` with the Kahneman-Tversky value v. ``z0 = kl_ref_point`` comes from
     :func:`kto_reference_point` and is treated as a constant. The paper advises
-    ``lambda_d n_d / (lambda_u n_u)`` in [1, 4/3]. (Seed 004 writes KTO without z0; we follow the paper.)
+    ``lambda_d n_d / (lambda_u n_u)`` in [1, 4/3]. (Some summaries write KTO without z0; we follow the paper.)
 
     Metrics: rewards/chosen (mean ``beta r`` over desirable examples), rewards/rejected (over
     undesirable), rewards/margin (their difference; only when both kinds are present — a key is left
@@ -327,7 +327,7 @@ def cpo(
 
     DPO without the reference model (a uniform reference), plus a behaviour-cloning NLL on the chosen
     response (``chosen_nll [B]``: the token-mean NLL as in TRL's CPOTrainer, ``alpha`` = its
-    ``cpo_alpha``). This is *Contrastive* PO; the *Constrained* PO mentioned in seed 004 is unrelated.
+    ``cpo_alpha``). This is *Contrastive* PO; the *Constrained* PO of some surveys is unrelated.
     Implicit rewards: ``beta * logp``.
     """
     _check("cpo", pc=policy_chosen_logprobs, pr=policy_rejected_logprobs, nll=chosen_nll)

@@ -6,7 +6,7 @@ group whose samples all pass or all fail (probability p^G + (1-p)^G), so
   signal_frac(p, G) = 1 - p^G - (1-p)^G          expected fraction of groups that carry signal
   adv_var(p, G)     = p (1-p) (G-1) / G          expected within-group advantage variance (the seeds' form)
   p*(G)             = 1 - 2^(-1/G)               the rate under which most groups are dead: signal_frac < 1/2
-                                                 (p*(8) = 0.083, the screening paper's value, seeds/004_*)
+                                                 (p*(8) = 0.083, the screening paper's value)
 
 Both peak at p = 1/2: more SFT raises p (and greedy pass@1) but lowers the sampled entropy, so the
 signal can rise or fall with SFT length depending on where p starts. Greedy pass@1 measures the ceiling at

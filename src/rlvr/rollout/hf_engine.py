@@ -58,10 +58,10 @@ COMPACT_FRACTION = 0.1
 SINGLE_THREAD_DECODE_WORK = 1.5e8
 """``decode_threads: auto`` with idle threads that sleep at once (``OMP_WAIT_POLICY=PASSIVE``, ``rlvr.omp_wait``):
 a CPU decode batch of fewer than this many (rows × model parameters) runs on one thread. Measured with 2
-threads available (``bench/generate_ab.py --threads 1 2``, 64 rows, 2026-12-02, load ~3): the 1m tiny model
+threads available (64 rows, load ~3): the 1m tiny model
 (0.87M parameters, 5.5e7) generates 1.19× faster on one thread; the 5m one (4.8M, 3.1e8) 1.10× faster on two.
 When idle threads spin first (the default of a run with the cores to itself) two threads win at both sizes
-(2026-12-03, idle, 10 pairs: 1m 0.123 vs 0.176 s, 5m 0.435 vs 0.569 s, the same samples), so the threshold
+(idle, 10 pairs: 1m 0.123 vs 0.176 s, 5m 0.435 vs 0.569 s, the same samples), so the threshold
 applies only to the passive policy."""
 
 

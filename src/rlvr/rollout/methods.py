@@ -1,4 +1,4 @@
-"""Rollout-side 2026 methods of the RL stage (seed 004): EDEN, OC-GRPO, Double-Rollout, GA-GRPO guidance,
+"""Rollout-side 2026 methods of the RL stage: EDEN, OC-GRPO, Double-Rollout, GA-GRPO guidance,
 and the teacher forward of Residual Advantage. Each is an option of the stage (``rlvr.config.methods``)
 that changes which samples a group holds or what they are worth; the loss is untouched.
 

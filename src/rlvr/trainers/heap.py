@@ -19,7 +19,7 @@ around the update, 2026-12-04).
   0.868 s against 0.979 s (docs/benchmarks.md).
 - ``trim``: ``malloc_trim(0)`` between the micro-batches of a step (:func:`release_free_heap`). The next
   micro-batch takes fresh pages rather than fragments, so the peak is one micro-batch's activations over
-  the baseline (measured on the 1m GRPO bench: ``VmHWM`` 485 -> 475 MB, ``bench/memory/peak_rss.py``), but
+  the baseline (measured on the 1m GRPO bench: ``VmHWM`` 485 -> 475 MB), but
   it re-faults every page: the quickstart's DPO step took 0.305-0.352 s with it and 0.254-0.275 s under
   glibc's defaults (2026-12-02, idle host, 60-step runs from the same SFT checkpoint).
 - ``glibc``: leave glibc's defaults alone.
@@ -103,10 +103,10 @@ def release_free_heap(device_type: str) -> bool:
 IDEEP_CACHE = 4
 """``LRU_CACHE_CAPACITY`` (ideep's cache of oneDNN computations, the CPU bf16 matmuls': 1024 by default) when a
 CPU stage opens and the environment does not set it. Each cached entry keeps buffers for its shape; a bf16 GRPO
-step on the 5m tiny model meets a few dozen shapes. Measured: at 16 entries against 1024 (``/work/runs/prof15/
-grpo_parts.py 5m`` under ``autocast_bf16: train``, two A/B pairs, 2026-12-04) peak RSS 674 -> 654-659 MB, step time
-unchanged (0.512-0.530 s vs 0.516-0.517 s); at 4 or 2 entries against 16 (``bench/grpo_phases.py --size 5m``, the
-bench's GRPO stage in its own process, ``auto``: bf16 training and generation, six alternating runs, 2026-12-05)
+step on the 5m tiny model meets a few dozen shapes. Measured: at 16 entries against 1024 (the 5m
+GRPO step under ``autocast_bf16: train``, two A/B pairs) peak RSS 674 -> 654-659 MB, step time
+unchanged (0.512-0.530 s vs 0.516-0.517 s); at 4 or 2 entries against 16 (the
+bench's GRPO stage in its own process, ``auto``: bf16 training and generation, six alternating runs)
 ``VmHWM`` 557-559 MB against 562-576 MB, and bf16 matmuls cycling through 15 training-sized or 20 decode-sized
 shapes took the same time with 2 entries as with 16 (a miss rebuilds a primitive oneDNN's own cache still holds);
 the DPO 1m step, four alternating pairs, +1.4% on average (0.128 vs 0.126 s, within the host's noise). oneDNN's own

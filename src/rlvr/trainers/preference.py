@@ -11,7 +11,7 @@ computed with the adapters disabled (the base). Reference-free losses (simpo, or
 reference either: the same one pass gives the "start" logprobs that the likelihood-displacement monitor
 compares against. A resumed run reads the cache back (``reference_logprobs.pt``), so resume is exact.
 
-Pathologies (seed 004): ``pathology/likelihood_displacement`` is 1 when the chosen *and* the rejected
+Pathologies: ``pathology/likelihood_displacement`` is 1 when the chosen *and* the rejected
 log-probabilities of the step's pairs both fell below their start by more than ``displacement_tol``;
 ``pathology/length_bias`` is 1 when (policy sample length / chosen length) on a fixed probe set rose
 by more than ``length_bias_tol`` since the start.

@@ -11,9 +11,9 @@ import torch
 from rlvr.config.health import CodeTestSplit, HealthConfig
 from rlvr.data.types import Task
 from rlvr.monitoring.health import HealthMonitor
-from rlvr.monitoring.test_guard import TestGuard
+from rlvr.monitoring.heldout_guard import TestGuard
 from rlvr.verifiers.judge import default_judge
-from rlvr.verifiers.test_split import heldout_task, split_tests, training_task
+from rlvr.verifiers.heldout_split import heldout_task, split_tests, training_task
 
 FUNCS = {"double": "x * 2", "square": "x * x", "inc": "x + 1"}
 

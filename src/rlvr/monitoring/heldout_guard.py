@@ -1,10 +1,10 @@
 """The RL trainer's side of held-out tests for code tasks (``health.code_tests``, see
-:mod:`rlvr.verifiers.test_split`): hand the training verifier the training pool (rotated), then run the
+:mod:`rlvr.verifiers.heldout_split`): hand the training verifier the training pool (rotated), then run the
 completions that passed it on the held-out tests."""
 
 from __future__ import annotations
 
-from rlvr.verifiers.test_split import heldout_task, training_task
+from rlvr.verifiers.heldout_split import heldout_task, training_task
 
 
 class TestGuard:
