@@ -9,7 +9,7 @@ torch's CPU kernels run on a libgomp thread team. Between two parallel ops an id
   2.8 s with a 10k spin, 17 s with a 100k spin).
 - ``spin`` (``GOMP_SPINCOUNT`` = :data:`SPIN_COUNT`, no wait policy): spin that many rounds (about a
   millisecond here), then sleep. On cores the run has to itself the training step's many small ops stop
-  paying a wake-up each: the same GRPO update 1.1-1.3 s passive, 0.6-0.8 s with the spin (``docs/benchmarks.md``).
+  paying a wake-up each: the same GRPO update 1.1-1.3 s passive, 0.6-0.8 s with the spin.
 
 A recipe's ``omp_wait: auto`` (the default) picks ``spin`` unless the run shares the cores with other
 work by design (:func:`shares_cores`) or other processes keep the cores busy when it starts

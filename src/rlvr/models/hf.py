@@ -5,7 +5,7 @@ each is installed (``is_scipy_available`` / ``is_accelerate_available``, cached 
 modules import them only where that answer is yes. When installed, loading a causal LM pulls
 ``scipy.optimize`` (for the object-detection losses' Hungarian matching, via ``modeling_utils`` →
 ``loss_utils``) and ``accelerate`` (device maps, disk offload, ``dispatch_model``), about 55 MB resident
-together (39 + 16, measured: ``docs/benchmarks.md``, "Memory"), in every trainer process. rlvr loads
+together (39 + 16, measured), in every trainer process. rlvr loads
 models whole on one device and never uses either through transformers.
 
 :func:`import_transformers` runs transformers' first import with both hidden from the import system

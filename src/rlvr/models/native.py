@@ -3,8 +3,8 @@ folders, without importing transformers' modeling code.
 
 Why: a process that imports ``transformers.LlamaForCausalLM`` pays ~95 MB resident for modules a training
 run never calls (``transformers.masking_utils`` pulls ``torch._dynamo`` and sympy, ``modeling_utils`` pulls
-``torch.distributed.tensor``, the quantizers, the generation utilities, ...: measured in
-``docs/benchmarks.md``, "Memory"). rlvr never runs HF's forward on a supported model anyway: training takes the
+``torch.distributed.tensor``, the quantizers, the generation utilities, ...: measured).
+rlvr never runs HF's forward on a supported model anyway: training takes the
 packed forward (``rlvr.models.packed_forward``), generation the lean decoder (``rlvr.rollout.fast_decode``),
 and both read only the module tree and the config. :class:`NativeCausalLM` is that tree — ``model.embed_tokens``,
 ``model.layers[i].self_attn.{q,k,v,o}_proj``, ``.mlp.{gate,up,down}_proj``, the two RMSNorms, ``model.norm``,

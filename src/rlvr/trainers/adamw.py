@@ -3,7 +3,7 @@
 torch's optimizers wrap ``step``, ``zero_grad``, ``add_param_group``, ``state_dict`` and ``load_state_dict`` so that
 ``torch.compile`` does not trace into them (``torch._disable_dynamo``, ``_use_grad_for_differentiable``); those
 wrappers import ``torch._dynamo`` when first called, and with it sympy and the symbolic-shape machinery: ~70 MB
-resident in every training process (measured in ``docs/benchmarks.md``, "Memory"), for a guard that only matters
+resident in every training process, for a guard that only matters
 under ``torch.compile``, which rlvr does not use. :class:`AdamW` is ``torch.optim.AdamW`` calling the same methods
 unwrapped (``inspect.unwrap``: the functions the decorators wrap): the same update, bit for bit, and the same
 ``state_dict`` (checkpoints written by either load in the other). ``tests/unit/trainers/test_adamw.py`` checks both,

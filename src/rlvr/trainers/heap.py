@@ -16,7 +16,7 @@ around the update, 2026-12-04).
   413-416 MB, 5m 528-534 MB both ways. The speed gain is small and noisy: a first A/B read rlvr's step at
   0.461 / 0.547 of TRL's with it and 0.514 / 0.608 without (two interleaved rounds, 1m; 5m 0.567 vs 0.613), a
   later one at 1m 0.527-0.538 with it and 0.527-0.571 without (within noise); on an AMX host's 20m SFT step
-  0.868 s against 0.979 s (docs/benchmarks.md).
+  0.868 s against 0.979 s (bench/grpo_vs_trl.py).
 - ``trim``: ``malloc_trim(0)`` between the micro-batches of a step (:func:`release_free_heap`). The next
   micro-batch takes fresh pages rather than fragments, so the peak is one micro-batch's activations over
   the baseline (measured on the 1m GRPO bench: ``VmHWM`` 485 -> 475 MB), but

@@ -25,15 +25,15 @@ TEXT_SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".json", ".json
 ALLOWED_LINE = re.compile(r"rlvr-probe-sentinel")
 
 RULES = {
-    "session number": re.compile(r"\bsession\s+\d", re.I),
+    "session number": re.compile(r"\bsession\s+\d", re.IGNORECASE),
     "development-machine path": re.compile(
         r"(?<![\w.])/(?:work|root)/"                      # the working copies and home of the dev machine
         r"|(?<![\w.])/home/[a-z_][\w-]*/"                  # a user's home
         r"|(?<![\w.])/tmp/(?:venv|pytest-of-)"              # the shared venv, pytest's run folders
         r"|(?<![\w.])/tmp/[\w.-]*_[a-z0-9_]{8}(?![\w])"    # tempfile.mkdtemp run folders
     ),
-    "internal issue number": re.compile(r"\bissues?\s*#?\d+|(?<![\w&#/])#\d{1,4}\b(?![\w-])", re.I),
-    "research-seed id": re.compile(r"\bseeds?\s*[/ ]?\s*00\d", re.I),
+    "internal issue number": re.compile(r"\bissues?\s*#?\d+|(?<![\w&#/])#\d{1,4}\b(?![\w-])", re.IGNORECASE),
+    "research-seed id": re.compile(r"\bseeds?\s*[/ ]?\s*00\d", re.IGNORECASE),
 }
 # a 7-10 hex-digit word with a digit and a letter: a commit hash (not checked in C sources or recorded JSON)
 COMMIT = re.compile(r"(?<![\w.])(?=[0-9a-f]{7,10}\b)(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,10}\b")
@@ -62,7 +62,7 @@ def offending_lines(path: Path, text: str) -> list[str]:
             continue
         for name, rule in RULES.items():
             if name == "internal issue number" and path.suffix in NO_HASH_NUMBER_CHECK:
-                rule = re.compile(r"\bissues?\s*#?\d+", re.I)
+                rule = re.compile(r"\bissues?\s*#?\d+", re.IGNORECASE)
             m = rule.search(line)
             if m:
                 bad.append(f"{path.relative_to(ROOT)}:{n}: {name} {m.group(0)!r}")
