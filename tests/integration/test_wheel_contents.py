@@ -6,6 +6,7 @@ recipe files, the C sources the native kernels compile from, and ``py.typed``.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -20,8 +21,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def wheel_names(tmp_path_factory) -> set[str]:
     pytest.importorskip("setuptools")
     out = tmp_path_factory.mktemp("wheel")
+    # build from a clean copy, as from a fresh clone: a checkout's build/ folder can hold stale files that
+    # setuptools would pack into the wheel
+    src = tmp_path_factory.mktemp("checkout")
+    junk = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+    for name in ("pyproject.toml", "README.md", "src", "recipes"):
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, symlinks=True, ignore=junk)
+        else:
+            shutil.copy2(path, src / name)
+    assert (src / "src" / "rlvr" / "recipes").is_symlink()
     proc = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)],
         capture_output=True, text=True, timeout=300, check=False,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
