@@ -104,6 +104,14 @@ class BuiltinEnvTasks(Section):
     environment ends an episode at 32)."""
 
 
+def no_draw_keys(config: dict) -> dict:
+    """``config`` unchanged, or ValueError when it sets what the source itself sets (seed, size)."""
+    bad = sorted(set(config) & {"seed", "size"})
+    if bad:
+        raise ValueError(f"config keys {bad} are set by rlvr (use the source's 'seed' and 'n')")
+    return config
+
+
 class GymDataset(Section):
     """One dataset of a reasoning-gym mix."""
 
@@ -114,7 +122,10 @@ class GymDataset(Section):
     weight: float = Field(1.0, gt=0)
     """Share of the mix's items drawn from this dataset."""
 
-    _no_draw_keys = field_validator("config")(classmethod(lambda cls, v: ReasoningGymTasks._no_draw_keys(v)))
+    @field_validator("config")
+    @classmethod
+    def _no_draw_keys(cls, v: dict) -> dict:
+        return no_draw_keys(v)
 
 
 class ReasoningGymTasks(Section):
@@ -145,10 +156,7 @@ class ReasoningGymTasks(Section):
     @field_validator("config")
     @classmethod
     def _no_draw_keys(cls, v: dict) -> dict:
-        bad = sorted(set(v) & {"seed", "size"})
-        if bad:
-            raise ValueError(f"config keys {bad} are set by rlvr (use the source's 'seed' and 'n')")
-        return v
+        return no_draw_keys(v)
 
     @model_validator(mode="after")
     def _one_form(self):
