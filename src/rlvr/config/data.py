@@ -150,6 +150,9 @@ class ReasoningGymTasks(Section):
     answer: Literal["auto", "boxed", "answer_tag", "last_line", "raw"] = "auto"
     """Which part of a completion is scored (docs/data.md): auto = the last ``\\boxed{}``, else the last
     ``<answer>`` tag, else the last non-empty line."""
+    partial: Literal["clip", "binary", "raw"] = "clip"
+    """Reward below a score of 1.0: clip = the score unless the answer contains the oracle (padding earns 0);
+    binary = 0; raw = the scorer's number (gameable, for measurement)."""
     system_prompt: str | None = None
     """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
 

@@ -97,12 +97,13 @@ def mix_counts(weights: list[float], n: int) -> list[int]:
     return counts
 
 
-def to_task(name: str, config: dict[str, Any], entry: dict[str, Any], i: int, split: str, answer: str) -> Task:
+def to_task(name: str, config: dict[str, Any], entry: dict[str, Any], i: int, split: str, answer: str = "auto",
+            partial: str = "clip") -> Task:
     """One entry as a task: prompt = the question; gold = the dataset's entry and configuration."""
     return Task(id=f"rg-{name}-{split}-{i}", prompt=entry["question"], kind=KIND, family=name, split=split,
                 answer_format="raw",
                 gold={"answer": str(entry.get("answer")), "dataset": name, "config": dict(config),
-                      "entry": entry, "extract": answer})
+                      "entry": entry, "extract": answer, "partial": partial})
 
 
 def load_reasoning_gym(src) -> list[Task]:
@@ -116,7 +117,7 @@ def load_reasoning_gym(src) -> list[Task]:
     for k, (name, config, count) in enumerate(parts):
         seed = src.seed + k * 7919  # each dataset of a mix its own stream
         for i, entry in enumerate(split_entries(name, config, count, seed, src.split)):
-            tasks.append(to_task(name, config, entry, i, src.split, src.answer))
+            tasks.append(to_task(name, config, entry, i, src.split, src.answer, src.partial))
     if len(parts) > 1:
         random.Random(src.seed).shuffle(tasks)
     return tasks

@@ -1,6 +1,6 @@
 """Verifier for reasoning-gym tasks: the dataset's own ``score_answer(answer, entry)``.
 
-Which part of the completion is the answer (``extract``, per verifier or per task in ``gold["extract"]``):
+Which part of the completion is the answer (``extract``; a task's ``gold["extract"]`` wins):
 ``auto`` (default) the content of the last ``\\boxed{...}``, else of the last ``<answer>...</answer>``,
 else the last non-empty line; ``boxed`` / ``answer_tag`` / ``last_line`` only that rule; ``raw`` the
 whole completion, stripped. No answer found -> outcome ``format``.
@@ -10,7 +10,8 @@ pays ``len(oracle) / len(answer)`` when the oracle appears inside a longer answe
 with candidates (``3 4 5 6 7``) would outscore one plain wrong guess. ``clip`` (default) keeps a score
 below 1.0 as the reward only when the answer does not contain the oracle (a dataset's real partial
 credit, e.g. a near-miss); a padded superstring of the oracle scores 0. ``binary`` pays 1.0 or 0.0;
-``raw`` pays the scorer's number unchanged (gameable: for measurement only).
+``raw`` pays the scorer's number unchanged (gameable: for measurement only). A task's
+``gold["partial"]`` wins over the verifier's own setting.
 
 A scorer that raises, or returns something that is not a number in [0, 1], is ``infra`` (never a
 reward). Run it through :func:`rlvr.verifiers.pool.verify_batch` for the hard per-item timeout.
@@ -68,8 +69,9 @@ def extract(completion: str, mode: str = "auto") -> str | None:
 class ReasoningGymVerifier:
     """Verifier for ``kind == "reasoning_gym"`` tasks (``rlvr.data.reasoning_gym``).
 
-    extract: default answer rule (a task's ``gold["extract"]`` overrides it); partial: ``clip`` |
-    ``binary`` | ``raw`` (module doc); max_answer_chars: a longer answer is ``wrong`` without scoring.
+    extract: default answer rule (a task's ``gold["extract"]`` overrides it); partial: default ``clip`` |
+    ``binary`` | ``raw`` (module doc; a task's ``gold["partial"]`` overrides it); max_answer_chars: a
+    longer answer is ``wrong`` without scoring.
     """
 
     name = "reasoning_gym"
@@ -99,6 +101,8 @@ class ReasoningGymVerifier:
         mode = gold.get("extract", "auto")
         if mode not in EXTRACT_MODES:
             return f"field 'gold.extract': {mode!r} is not one of {EXTRACT_MODES}"
+        if gold.get("partial", "clip") not in PARTIAL_MODES:
+            return f"field 'gold.partial': {gold['partial']!r} is not one of {PARTIAL_MODES}"
         return None
 
     def scorer(self, task: Task):
@@ -132,15 +136,16 @@ class ReasoningGymVerifier:
             return Verdict.infra(f"score_answer returned {score!r}, not a number in [0, 1]", time.perf_counter() - t0)
         score = float(score)
         passed = score == 1.0
-        reward = self.reward(score, answer, entry)
+        reward = self.reward(score, answer, entry, task.gold.get("partial") or self.partial)
         details = {"answer": answer[:200], "score": score}
         return Verdict(reward, passed, "pass" if passed else "wrong", details, time.perf_counter() - t0)
 
-    def reward(self, score: float, answer: str, entry: dict[str, Any]) -> float:
+    @staticmethod
+    def reward(score: float, answer: str, entry: dict[str, Any], partial: str = "clip") -> float:
         """The reward for a score under ``partial`` (module doc)."""
-        if score == 1.0 or self.partial == "raw":
+        if score == 1.0 or partial == "raw":
             return score
-        if self.partial == "binary":
+        if partial == "binary":
             return 0.0
         oracle = str(entry.get("answer", "")).strip()
         return 0.0 if oracle and oracle in answer else score

@@ -2,6 +2,7 @@
 every registry entry but the committed slow ones), padded answers earn nothing, a raising scorer is infra."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ def test_verdicts_equal_the_datasets_own_scorer_on_gold_and_corrupted_answers():
         ds = make_dataset(name, {}, seed=0, size=2)
         for i in range(2):
             entry = ds[i]
-            task = to_task(name, {}, entry, i, "train", "raw")
+            task = to_task(name, {}, entry, i, "train", "raw", "raw")
             gold = str(entry["answer"]).strip() if entry["answer"] is not None else ""
             for ans in {gold, _corrupt(gold)} - {""}:
                 got = v.verify(task, ans)
@@ -55,7 +56,8 @@ def test_padding_with_candidates_never_outscores_a_single_wrong_answer():
     v = ReasoningGymVerifier()
     single = v.verify(task, f"\\boxed{{{int(oracle) + 1}}}")
     padded = v.verify(task, f"\\boxed{{0 1 {oracle} 2 3}}")
-    assert ReasoningGymVerifier(partial="raw").verify(task, f"\\boxed{{0 1 {oracle} 2 3}}").reward > 0  # the hack
+    raw_task = replace(task, gold={**task.gold, "partial": "raw"})
+    assert v.verify(raw_task, f"\\boxed{{0 1 {oracle} 2 3}}").reward > 0  # the hack the clip closes
     assert padded.reward == 0 <= single.reward and not padded.passed and padded.outcome == "wrong"
     assert v.verify(task, f"work...\n\\boxed{{{oracle}}}").reward == 1.0
 
