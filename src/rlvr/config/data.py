@@ -147,6 +147,9 @@ class ReasoningGymTasks(Section):
     """Which side: train draws from ``seed``; heldout from a distant seed, minus training questions."""
     seed: int = 0
     """Seed of the training draw (the held-out draw derives its own from it)."""
+    train_n: int | None = Field(None, ge=1)
+    """heldout: drop every question of the training draw of this size (default ``n``): set it to the
+    training source's ``n`` when the two differ."""
     answer: Literal["auto", "boxed", "answer_tag", "last_line", "raw"] = "auto"
     """Which part of a completion is scored (docs/data.md): auto = the last ``\\boxed{}``, else the last
     ``<answer>`` tag, else the last non-empty line."""

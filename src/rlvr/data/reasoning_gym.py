@@ -2,8 +2,8 @@
 
 reasoning-gym builds item ``i`` of a dataset from ``Random(seed + i)``, so two draws whose seeds are
 close share most of their items. The held-out split therefore draws from a seed far from the training
-seed (:data:`HELDOUT_SEED_OFFSET`) and drops every question that the training draw of the same size
-holds, and any repeated question; a configuration with fewer distinct questions than asked is refused
+seed (:data:`HELDOUT_SEED_OFFSET`) and drops every question that the training draw (of ``train_n``
+items, default the same ``n``) holds, and any repeated question; a configuration with fewer distinct questions than asked is refused
 (:func:`distinct_entries` says how many it found). Each task carries the dataset's own entry in
 ``gold["entry"]`` for the dataset's ``score_answer`` (``rlvr.verifiers.reasoning_gym``).
 """
@@ -78,12 +78,13 @@ def distinct_entries(name: str, config: dict[str, Any], seed: int, n: int,
                     "ask for fewer or widen the configuration")
 
 
-def split_entries(name: str, config: dict[str, Any], n: int, seed: int, split: str) -> list[dict[str, Any]]:
+def split_entries(name: str, config: dict[str, Any], n: int, seed: int, split: str,
+                  train_n: int | None = None) -> list[dict[str, Any]]:
     """``n`` entries of one side: train from ``seed``; heldout from a distant seed, minus the questions the
-    training draw of the same ``n`` and ``seed`` holds."""
+    training draw of ``train_n`` (default ``n``) items from ``seed`` holds."""
     if split == "train":
         return distinct_entries(name, config, seed, n)
-    train_q = {e["question"] for e in distinct_entries(name, config, seed, n)}
+    train_q = {e["question"] for e in distinct_entries(name, config, seed, train_n or n)}
     return distinct_entries(name, config, seed + HELDOUT_SEED_OFFSET, n, exclude=train_q)
 
 
@@ -109,14 +110,16 @@ def to_task(name: str, config: dict[str, Any], entry: dict[str, Any], i: int, sp
 def load_reasoning_gym(src) -> list[Task]:
     """Tasks for a ``ReasoningGymTasks`` config (one dataset or a weighted mix, shuffled by seed)."""
     if src.name is not None:
-        parts = [(src.name, dict(src.config), src.n)]
+        parts = [(src.name, dict(src.config), src.n, src.train_n)]
     else:
-        counts = mix_counts([d.weight for d in src.datasets], src.n)
-        parts = [(d.name, dict(d.config), c) for d, c in zip(src.datasets, counts) if c > 0]
+        weights = [d.weight for d in src.datasets]
+        counts = mix_counts(weights, src.n)
+        train = mix_counts(weights, src.train_n) if src.train_n else counts
+        parts = [(d.name, dict(d.config), c, t) for d, c, t in zip(src.datasets, counts, train) if c > 0]
     tasks = []
-    for k, (name, config, count) in enumerate(parts):
+    for k, (name, config, count, train_n) in enumerate(parts):
         seed = src.seed + k * 7919  # each dataset of a mix its own stream
-        for i, entry in enumerate(split_entries(name, config, count, seed, src.split)):
+        for i, entry in enumerate(split_entries(name, config, count, seed, src.split, train_n or None)):
             tasks.append(to_task(name, config, entry, i, src.split, src.answer, src.partial))
     if len(parts) > 1:
         random.Random(src.seed).shuffle(tasks)

@@ -28,6 +28,15 @@ def test_heldout_shares_no_question_with_training_even_with_a_nearby_training_se
     refuse_unjudgeable(held)
 
 
+def test_heldout_drops_the_questions_of_a_larger_training_draw():
+    small = {"min_value": 1, "max_value": 40}  # 1600 pairs: two draws of a few hundred share some by chance
+    train = {t.prompt for t in load_task_source(ReasoningGymTasks(name="gcd", config=small, n=300))}
+    held = load_task_source(ReasoningGymTasks(name="gcd", config=small, n=40, split="heldout", train_n=300))
+    assert len(held) == 40 and not train & {t.prompt for t in held}
+    unguarded = load_task_source(ReasoningGymTasks(name="gcd", config=small, n=40, split="heldout"))
+    assert train & {t.prompt for t in unguarded}  # why train_n exists: the default drops only 40 training questions
+
+
 def test_a_configuration_too_small_for_the_split_is_refused_with_its_count():
     small = {"min_value": 1, "max_value": 6}  # gcd of two numbers <= 6: at most 36 questions
     with pytest.raises(DataError, match=r"'gcd'.*max_value.*found \d+ in"):
