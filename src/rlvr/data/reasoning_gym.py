@@ -100,9 +100,11 @@ def mix_counts(weights: list[float], n: int) -> list[int]:
 
 def to_task(name: str, config: dict[str, Any], entry: dict[str, Any], i: int, split: str, answer: str = "auto",
             partial: str = "clip") -> Task:
-    """One entry as a task: prompt = the question; gold = the dataset's entry and configuration."""
+    """One entry as a task: prompt = the question; gold = the dataset's entry and configuration; solution =
+    the dataset's answer alone (an answer-only demonstration; None where the dataset gives no answer)."""
+    answer_text = None if entry.get("answer") is None else str(entry["answer"])
     return Task(id=f"rg-{name}-{split}-{i}", prompt=entry["question"], kind=KIND, family=name, split=split,
-                answer_format="raw",
+                answer_format="raw", solution=answer_text,
                 gold={"answer": str(entry.get("answer")), "dataset": name, "config": dict(config),
                       "entry": entry, "extract": answer, "partial": partial})
 
