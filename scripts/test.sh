@@ -27,7 +27,7 @@ fi
 # shellcheck disable=SC1091
 source "$VENV/bin/activate"
 python -m pip install -q torch==2.13.0            # pinned; docs/install.md has the CPU and CUDA index commands
-python -m pip install -q -e ".[dev]"
+python -m pip install -q -e ".[dev,gym]"   # gym: reasoning-gym, an optional extra the tests use
 python -m pip check
 
 # bubblewrap gives the code sandbox its namespaces; without it rlvr falls back (and says so).

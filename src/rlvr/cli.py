@@ -168,8 +168,9 @@ def distill(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeO
 
 
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
-                                             "builtin:FAMILY[,FAMILY][:N], or builtin_env:ENV[:N] (held-out "
-                                             "environment tasks, run in the closed loop).")
+                                             "builtin:FAMILY[,FAMILY][:N], builtin_env:ENV[:N] (held-out "
+                                             "environment tasks, run in the closed loop), or "
+                                             "reasoning_gym:NAME[:N] (held-out reasoning-gym tasks; extra 'gym').")
 
 SystemPromptOpt = typer.Option(None, "--system-prompt", metavar="TEXT", help="Put this system message before every prompt "
                                                             "(default: the checkpoint's, from prompt_format.json).")
@@ -227,7 +228,9 @@ def generate(model: str = typer.Option(..., "--model", help="Model folder (HF fo
 @app.command("build-tiny")
 def build_tiny(out: str = typer.Argument(..., help="Output folder."),
                size: str = typer.Option("1m", "--size", help="test, 0.5m, 1m, 2m, 5m, 20m."),
-               seed: int = typer.Option(0, "--seed")) -> None:
+               seed: int = typer.Option(0, "--seed"),
+               tokenizer: str = typer.Option("char", "--tokenizer", help="char (printable ASCII) or bytes "
+                                             "(any text, byte fallback).")) -> None:
     """Write the tiny from-scratch model + tokenizer in HF format."""
     from rlvr.errors import ConfigError
     from rlvr.models.tiny import SIZES, num_params
@@ -235,7 +238,11 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
 
     if size not in SIZES:
         raise ConfigError(f"--size {size!r}: unknown tiny size; choose one of {', '.join(SIZES)}")
-    model, _ = _build(out, size=size, seed=seed)
+    from rlvr.models.tokenizer import TOKENIZER_KINDS
+
+    if tokenizer not in TOKENIZER_KINDS:
+        raise ConfigError(f"--tokenizer {tokenizer!r}: choose one of {', '.join(TOKENIZER_KINDS)}")
+    model, _ = _build(out, size=size, seed=seed, tokenizer=tokenizer)
     typer.echo(f"wrote {out} ({num_params(model):,} parameters)")
 
 

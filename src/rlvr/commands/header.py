@@ -90,9 +90,9 @@ def model_params(cfg: ModelConfig, init_path: str | None = None) -> int | None:
         return None
     import torch
 
-    from rlvr.models.tiny import LlamaForCausalLM, build_char_tokenizer, num_params, tiny_config
+    from rlvr.models.tiny import LlamaForCausalLM, build_tokenizer, num_params, tiny_config
 
-    tok = build_char_tokenizer()
+    tok = build_tokenizer(cfg.tiny.tokenizer)
     with torch.device("meta"):
         model = LlamaForCausalLM(tiny_config(cfg.tiny.size, vocab_size=len(tok), max_positions=cfg.tiny.max_positions))
     return num_params(model)

@@ -77,9 +77,9 @@ def check_model(recipe: Recipe, init_path: str | None, dry: DryRun | None = None
         if recipe.model.tiny is None:
             return [Problem("model", "set model.path (a local HF folder) or model.tiny")]
         if dry is not None:
-            from rlvr.models.tokenizer import build_char_tokenizer
+            from rlvr.models.tokenizer import build_tokenizer
 
-            dry.tokenizer = build_char_tokenizer()
+            dry.tokenizer = build_tokenizer(recipe.model.tiny.tokenizer)
         return []
     return check_model_folder(path, key, recipe.model.chat_template, dry)
 

@@ -65,7 +65,7 @@ def run_template_probe(model_dir: str | None, tool_role: str = "tool", console: 
 
 
 def probe_command(
-    kind: str = typer.Argument("all", help="Which probes: code, math, sql, env, all, or template."),
+    kind: str = typer.Argument("all", help="Which probes: code, math, sql, env, reasoning_gym, all, or template."),
     model_dir: str = typer.Argument(None, help="template: the model folder whose chat template is checked."),
     flaky: bool = typer.Option(False, "--flaky", help="Verify every probe twice and report disagreements.", metavar=""),
     tool_role: str = typer.Option("tool", "--tool-role", help="template: the role of tool messages."),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.base import Section, typed_union
 
@@ -104,4 +104,74 @@ class BuiltinEnvTasks(Section):
     environment ends an episode at 32)."""
 
 
-TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks, default="builtin")
+def no_draw_keys(config: dict) -> dict:
+    """``config`` unchanged, or ValueError when it sets what the source itself sets (seed, size)."""
+    bad = sorted(set(config) & {"seed", "size"})
+    if bad:
+        raise ValueError(f"config keys {bad} are set by rlvr (use the source's 'seed' and 'n')")
+    return config
+
+
+class GymDataset(Section):
+    """One dataset of a reasoning-gym mix."""
+
+    name: str
+    """reasoning-gym dataset name (any entry of its registry)."""
+    config: dict = {}
+    """Generator options passed through to reasoning-gym unchanged (its own defaults where omitted)."""
+    weight: float = Field(1.0, gt=0)
+    """Share of the mix's items drawn from this dataset."""
+
+    @field_validator("config")
+    @classmethod
+    def _no_draw_keys(cls, v: dict) -> dict:
+        return no_draw_keys(v)
+
+
+class ReasoningGymTasks(Section):
+    """Procedural tasks from the ``reasoning-gym`` package (extra ``gym``), judged by each dataset's own scorer.
+
+    Either ``name`` (+ ``config``) or ``datasets`` (a weighted mix). The held-out split is drawn from a seed
+    far from the training seed and keeps no question that the training draw of the same size holds."""
+
+    type: Literal["reasoning_gym"] = "reasoning_gym"
+    name: str | None = None
+    """reasoning-gym dataset name (e.g. one listed by ``reasoning_gym.factory.DATASETS``)."""
+    config: dict = {}
+    """Generator options of ``name`` passed through to reasoning-gym unchanged."""
+    datasets: list[GymDataset] | None = None
+    """A weighted mix of datasets instead of ``name``."""
+    n: int = Field(1000, ge=1)
+    """Number of distinct tasks (a configuration with fewer distinct questions is refused)."""
+    split: Literal["train", "heldout"] = "train"
+    """Which side: train draws from ``seed``; heldout from a distant seed, minus training questions."""
+    seed: int = 0
+    """Seed of the training draw (the held-out draw derives its own from it)."""
+    train_n: int | None = Field(None, ge=1)
+    """heldout: drop every question of the training draw of this size (default ``n``): set it to the
+    training source's ``n`` when the two differ."""
+    answer: Literal["auto", "boxed", "answer_tag", "last_line", "raw"] = "auto"
+    """Which part of a completion is scored (docs/data.md): auto = the last ``\\boxed{}``, else the last
+    ``<answer>`` tag, else the last non-empty line."""
+    partial: Literal["clip", "binary", "raw"] = "clip"
+    """Reward below a score of 1.0: clip = the score unless the answer contains the oracle (padding earns 0);
+    binary = 0; raw = the scorer's number (gameable, for measurement)."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
+
+    @field_validator("config")
+    @classmethod
+    def _no_draw_keys(cls, v: dict) -> dict:
+        return no_draw_keys(v)
+
+    @model_validator(mode="after")
+    def _one_form(self):
+        if (self.name is None) == (self.datasets is None):
+            raise ValueError("set exactly one of 'name' (one dataset) and 'datasets' (a weighted mix)")
+        if self.datasets is not None and not self.datasets:
+            raise ValueError("'datasets' is empty")
+        return self
+
+
+TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks,
+                         ReasoningGymTasks, default="builtin")

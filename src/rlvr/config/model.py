@@ -22,6 +22,8 @@ class TinyModel(Section):
     """Initialisation seed."""
     max_positions: int = Field(512, ge=16)
     """Context length (position embeddings): raise it for long multi-turn trajectories (kvchain: 3072)."""
+    tokenizer: Literal["char", "bytes"] = "char"
+    """char: printable ASCII only (the quickstart's); bytes: also any other character as its UTF-8 bytes."""
 
     @field_validator("size")
     @classmethod

@@ -89,4 +89,4 @@ def refuse_unencodable(tokenizer: Any, items: list, demonstrations: bool = False
     if not problems:
         return items
     raise DataError(f"{listing(problems, 'fields hold text the tokenizer cannot encode')}. Replace those characters (e.g. 'x' for '×', '-' for '−'), or use a model whose "
-                    "tokenizer has them")
+                    "tokenizer has them (the tiny model: model.tiny.tokenizer: bytes, or rlvr build-tiny --tokenizer bytes)")

@@ -1,4 +1,4 @@
-"""Build task lists from a ``TaskSource`` config (built-in, JSONL, HumanEval, HF datasets)."""
+"""Build task lists from a ``TaskSource`` config (built-in, JSONL, HumanEval, HF datasets, reasoning-gym)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from rlvr.config.data import BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks
+from rlvr.config.data import (BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks,
+                              ReasoningGymTasks)
 from rlvr.data.types import Task
 from rlvr.errors import DataError
 
@@ -50,6 +51,10 @@ def _load(src) -> list[Task]:
             raise DataError(f"builtin_env: no task generator registered for environment {src.env!r} "
                             f"(registered: {sorted(ENV_TASK_GENERATORS)})")
         return gen(src.n, seed=src.seed, split=src.split, **env_options(gen, src))
+    if isinstance(src, ReasoningGymTasks):
+        from rlvr.data.reasoning_gym import load_reasoning_gym
+
+        return load_reasoning_gym(src)
     raise DataError(f"unknown task source {src!r}")
 
 

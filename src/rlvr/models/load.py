@@ -22,7 +22,8 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
             raise ModelLoadError("model: set either model.path (a local HF checkpoint) or model.tiny")
         from rlvr.models.tiny import build_tiny
 
-        model, tok = build_tiny(size=cfg.tiny.size, seed=cfg.tiny.seed, max_positions=cfg.tiny.max_positions)
+        model, tok = build_tiny(size=cfg.tiny.size, seed=cfg.tiny.seed, max_positions=cfg.tiny.max_positions,
+                                tokenizer=cfg.tiny.tokenizer)
         model = model.to(DTYPES[cfg.dtype])
     else:
         impl = cfg.implementation

@@ -2,7 +2,8 @@
 
 ``build_tiny(out_dir, size="1m")`` writes an HF-format model (safetensors) and the character
 tokenizer, so ``AutoModelForCausalLM.from_pretrained(out_dir)`` and ``AutoTokenizer.from_pretrained``
-load it exactly like a hub checkpoint. Sizes run from ~0.5M to ~20M parameters.
+load it exactly like a hub checkpoint. ``tokenizer="bytes"`` gives it the byte-fallback tokenizer
+that encodes any text (reasoning-gym's questions hold characters beyond printable ASCII). Sizes run from ~0.5M to ~20M parameters.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rlvr.models.hf import import_transformers
 import_transformers()
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402 (after import_transformers)
 
-from rlvr.models.tokenizer import build_char_tokenizer
+from rlvr.models.tokenizer import build_tokenizer
 
 # name -> (hidden, layers, heads, intermediate)
 SIZES: dict[str, tuple[int, int, int, int]] = {
@@ -44,9 +45,11 @@ def tiny_config(size: str = "1m", vocab_size: int = 105, max_positions: int = 51
     return LlamaConfig(**cfg)
 
 
-def build_tiny(out_dir: str | Path | None = None, size: str = "1m", seed: int = 0, **overrides):
-    """Build (and optionally save) the tiny model and its tokenizer; returns ``(model, tokenizer)``."""
-    tok = build_char_tokenizer()
+def build_tiny(out_dir: str | Path | None = None, size: str = "1m", seed: int = 0, tokenizer: str = "char",
+               **overrides):
+    """Build (and optionally save) the tiny model and its tokenizer (kind ``tokenizer``: ``char`` or
+    ``bytes``, :func:`rlvr.models.tokenizer.build_tokenizer`); returns ``(model, tokenizer)``."""
+    tok = build_tokenizer(tokenizer)
     cfg = tiny_config(size, vocab_size=len(tok), pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                       bos_token_id=tok.bos_token_id, **overrides)
     gen = torch.random.fork_rng(devices=[])

@@ -1,8 +1,11 @@
-"""A character-level tokenizer built with the `tokenizers` library, with pad/eos and a chat template.
+"""Character-level tokenizers built with the `tokenizers` library, with pad/eos and a chat template.
 
 Every printable ASCII character and newline is one token, so digits are single tokens (what small
-models need to learn arithmetic). Saved with ``save_pretrained`` it loads with
-``AutoTokenizer.from_pretrained`` like any HF tokenizer.
+models need to learn arithmetic). Kinds (:data:`TOKENIZER_KINDS`): ``char`` knows only those
+characters (the quickstart's); ``bytes`` adds the 256 byte tokens ``<0x00>``..``<0xFF>`` and writes
+any other character as its UTF-8 bytes (byte fallback), so every text encodes and decodes back
+unchanged. Saved with ``save_pretrained`` either loads with ``AutoTokenizer.from_pretrained`` like
+any HF tokenizer.
 """
 
 from __future__ import annotations
@@ -29,12 +32,32 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
-    """Build the deterministic character tokenizer (ids: specials first, then sorted characters)."""
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    tok.decoder = decoders.Fuse()
+TOKENIZER_KINDS: tuple[str, ...] = ("char", "bytes")
+BYTE_TOKENS = [f"<0x{b:02X}>" for b in range(256)]
+
+
+def build_tokenizer(kind: str = "char") -> PreTrainedTokenizerFast:
+    """The tokenizer of a kind (:data:`TOKENIZER_KINDS`)."""
+    if kind == "char":
+        return build_char_tokenizer()
+    if kind == "bytes":
+        return build_char_tokenizer(byte_fallback=True)
+    raise ValueError(f"unknown tokenizer kind {kind!r}; choose one of {list(TOKENIZER_KINDS)}")
+
+
+def build_char_tokenizer(byte_fallback: bool = False) -> PreTrainedTokenizerFast:
+    """Build the deterministic character tokenizer (ids: specials first, then sorted characters, then --
+    with ``byte_fallback`` -- the 256 byte tokens that spell any other character in UTF-8)."""
+    split = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    if byte_fallback:
+        vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS + BYTE_TOKENS)}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>", byte_fallback=True))
+        tok.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Fuse()])
+    else:
+        vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+        tok.decoder = decoders.Fuse()
+    tok.pre_tokenizer = split
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", bos_token="<bos>", unk_token="<unk>",
         additional_special_tokens=SPECIAL_TOKENS[4:], padding_side="left",

@@ -2,7 +2,8 @@
 
 Kinds: ``math`` (:class:`~rlvr.verifiers.math.MathVerifier`), ``sql``
 (:class:`~rlvr.verifiers.sql.SqlVerifier`), ``code`` (``rlvr.verifiers.code``) and ``env``
-(``rlvr.verifiers.env``); code and env are imported only when asked for. Other names can be added
+(``rlvr.verifiers.env``) and ``reasoning_gym`` (``rlvr.verifiers.reasoning_gym``, the dataset's own
+scorer); code, env and reasoning_gym are imported only when asked for. Other names can be added
 with :func:`register_verifier`.
 
 What a task must hold for its kind's verifier to judge it is each verifier class's ``check_task(task)``
@@ -30,6 +31,7 @@ BUILTIN: dict[str, tuple[str, str | None]] = {
     "sql": ("rlvr.verifiers.sql", "SqlVerifier"),
     "code": ("rlvr.verifiers.code", "CodeVerifier"),
     "env": ("rlvr.verifiers.env", "EnvPredicateVerifier"),
+    "reasoning_gym": ("rlvr.verifiers.reasoning_gym", "ReasoningGymVerifier"),
 }
 _CUSTOM: dict[str, Callable[..., Verifier]] = {}
 _SHARED: dict[str, Verifier] = {}

@@ -19,7 +19,7 @@ from typing import Any
 from rlvr.verifiers.base import Verdict, Verifier
 from rlvr.verifiers.probes.base import Probe
 
-KINDS: tuple[str, ...] = ("math", "sql", "code", "env")
+KINDS: tuple[str, ...] = ("math", "sql", "code", "env", "reasoning_gym")
 
 
 @dataclass
