@@ -113,7 +113,7 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
     from rlvr.data.jsonl import write_json_atomic
     from rlvr.models.load import load_pretrained
     from rlvr.monitoring.evaluate import evaluate
-    from rlvr.monitoring.scoring import describe_scoring, eval_judge
+    from rlvr.monitoring.scoring import describe_scoring, eval_judge, verifier_scores
     from rlvr.rollout.hf_engine import HFEngine
 
     check_flags(("--n", n, Samples), ("--temperature", temperature, Temperature),
@@ -128,7 +128,7 @@ def eval_command(model: str, tasks: str, n: int, temperature: float, max_new_tok
         fallback = load_recipe(recipe).system_prompt
     fmt = resolve_format(model, system_prompt, fallback)
     terms, scoring_source = eval_rewards(fmt, rewards, recipe, stage, verifier)
-    judged = terms is None or any(t.name == "correct" for t in terms)  # the task's verifier scores
+    judged = verifier_scores(terms)
     task_list = apply_format(load_tasks_arg(tasks, judged), fmt)
     mdl, tok = load_pretrained(model, fmt["dtype"])
     refuse_unencodable(tok, task_list)

@@ -42,7 +42,7 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
     from rlvr.data.encodable import refuse_unencodable
     from rlvr.data.sources import load_task_source
     from rlvr.models.load import load_pretrained
-    from rlvr.monitoring.scoring import describe_scoring, eval_judge, reward_terms
+    from rlvr.monitoring.scoring import describe_scoring, eval_judge, reward_terms, verifier_scores
     from rlvr.monitoring.screen import rank_for_rl, screen_model
     from rlvr.rollout.hf_engine import HFEngine
     from rlvr.verifiers.registry import refuse_unjudgeable
@@ -70,7 +70,7 @@ def screen_checkpoints(checkpoints: list[str], tasks: str | None, group_size: in
         terms = reward_terms(fmt["rewards"])
         if key not in cache:
             loaded = load_task_source(source)
-            judged = terms is None or any(t.name == "correct" for t in terms)  # the task's verifier scores
+            judged = verifier_scores(terms)
             cache[key] = refuse_unjudgeable(loaded) if judged else loaded
         task_list = apply_format(cache[key], fmt)
         model, tok = load_pretrained(ckpt, fmt["dtype"])

@@ -66,6 +66,12 @@ class RewardScorer:
         return out
 
 
+def verifier_scores(rewards) -> bool:
+    """Whether each task's own verifier takes part in scoring with ``rewards`` (None: it alone scores; reward
+    terms: when one of them is ``correct``), so the tasks must hold what that verifier needs."""
+    return rewards is None or any(t.name == "correct" for t in rewards)
+
+
 def eval_judge(rewards=None, workers: int = 0, tokenizer=None, max_new_tokens: int = 64) -> Judge:
     """The held-out judge: each task's verifier (``rewards`` None or empty), else a :class:`RewardScorer`."""
     if not rewards:
