@@ -194,8 +194,6 @@ def unjudgeable(task) -> bool:
 
 def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init_path: str | None, state: dict,
                      state_path: Path, run_dir: Path, dist) -> dict:
-    from rlvr.monitoring.sinks import stage_logging
-
     summary = {"stages": [], "omp_wait": omp_wait.in_effect()}
     prev = init_path
     reward_model: str | None = None
@@ -214,44 +212,110 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / stage.name / "eval.json").read_text())
             row = _row(stage.name, res, st["wall_s"], str(final), st.get("time_cap"))
-            summary["stages"].append(_label(row, stage))
+            summary["stages"].append(_label(_with_clock(row, st), stage))
             prev = st.get("next_policy", str(final))
             if stage.type == "reward_model":
                 reward_model = str(final)
             continue
-        if not resume:
-            moved, prev = archive_stage_dir(run_dir / stage.name, prev)
-            if moved is not None:
-                _notice(f"{run_dir / stage.name} held an earlier run: moved to {moved}")
-        state["stages"][stage.name] = {"status": "running"}
-        write_json_atomic(state_path, state)
         if stage.type == "ppo" and stage.reward_model_path is None and reward_model is not None:
             stage = stage.model_copy(update={"reward_model_path": reward_model})
-        t0 = time.time()
-        with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name), phase(stage.name):
-            detail("setting up (model, data, optimiser)")  # until the stage's own phases and steps say more
-            result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
-                                               resume=resume, eval_cfg=recipe.eval, judge=judge,
-                                               **({"dist": dist} if stage.type == "rl" else {}))
-        train_wall = time.time() - t0
-        if stage.type == "reward_model":  # not a policy: report its pair accuracy, pass the policy on
-            reward_model, res = result.checkpoint, _rm_eval(result)
-            write_json_atomic(run_dir / stage.name / "eval.json", res)
-            next_policy = result.extra.get("policy") or prev
-        else:
-            with phase(f"{stage.name}: held-out evaluation of its final model"):
-                res = evaluate_checkpoint(recipe, result.checkpoint, run_dir / stage.name / "eval.json", judge)
-            next_policy = result.checkpoint
-        cut = result.extra.get("time_cap")
-        state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
-                                       "checkpoint": result.checkpoint, "next_policy": next_policy,
-                                       **({"time_cap": cut} if cut else {})}
-        write_json_atomic(state_path, state)
-        summary["stages"].append(_label(_row(stage.name, res, train_wall, result.checkpoint, cut), stage))
+        result, res, next_policy = _train_stage(recipe, stage, prev, resume, judge, state, state_path, run_dir, dist)
+        if stage.type == "reward_model":
+            reward_model = result.checkpoint
+        row = _row(stage.name, res, state["stages"][stage.name]["wall_s"], result.checkpoint,
+                   result.extra.get("time_cap"))
+        summary["stages"].append(_label(_with_clock(row, state["stages"][stage.name]), stage))
         prev = next_policy
         write_json_atomic(run_dir / "summary.json", summary)
+    if only is None:
+        _control(recipe, resume, judge, state, state_path, run_dir, dist, summary)
+    elif recipe.eval.control != "none":
+        summary["control"] = {"type": recipe.eval.control, "note": f"no control: only the {only} stages ran"}
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def _train_stage(recipe: Recipe, stage, prev: str | None, resume: bool, judge, state: dict, state_path: Path,
+                 run_dir: Path, dist, **kwargs) -> tuple:
+    """Train one stage not yet done from ``prev`` and evaluate its model; records it in ``state`` (status, wall
+    and training seconds, steps) -> ``(StageResult, its evaluation, the policy the next stage starts from)``."""
+    from rlvr.monitoring.sinks import stage_logging
+
+    if not resume:
+        moved, prev = archive_stage_dir(run_dir / stage.name, prev)
+        if moved is not None:
+            _notice(f"{run_dir / stage.name} held an earlier run: moved to {moved}")
+    state["stages"][stage.name] = {"status": "running"}
+    write_json_atomic(state_path, state)
+    t0 = time.time()
+    with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name), phase(stage.name):
+        detail("setting up (model, data, optimiser)")  # until the stage's own phases and steps say more
+        result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
+                                           resume=resume, eval_cfg=recipe.eval, judge=judge,
+                                           **({"dist": dist} if stage.type == "rl" else {}), **kwargs)
+    train_wall = time.time() - t0
+    if stage.type == "reward_model":  # not a policy: report its pair accuracy, pass the policy on
+        res = _rm_eval(result)
+        write_json_atomic(run_dir / stage.name / "eval.json", res)
+        next_policy = result.extra.get("policy") or prev
+    else:
+        with phase(f"{stage.name}: held-out evaluation of its final model"):
+            res = evaluate_checkpoint(recipe, result.checkpoint, run_dir / stage.name / "eval.json", judge)
+        next_policy = result.checkpoint
+    cut = result.extra.get("time_cap")
+    state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
+                                   "train_s": round(result.train_seconds, 2), "steps": result.steps,
+                                   "checkpoint": result.checkpoint, "next_policy": next_policy,
+                                   **({"time_cap": cut} if cut else {})}
+    write_json_atomic(state_path, state)
+    return result, res, next_policy
+
+
+def _with_clock(row: dict, st: dict) -> dict:
+    """A summary row with the stage's optimizer steps and training seconds (held-out evaluations excluded)."""
+    for k in ("steps", "train_s"):
+        if k in st:
+            row[k] = st[k]
+    return row
+
+
+def _control(recipe: Recipe, resume: bool, judge, state: dict, state_path: Path, run_dir: Path, dist,
+             summary: dict) -> None:
+    """The equal-time SFT control (rlvr.monitoring.control): continue the SFT stage segment by segment, one per
+    later stage, and add its rows and each stage's gain over it to ``summary``."""
+    from rlvr.monitoring.control import add_gains, plan_segments, segment_stage, source_and_later
+
+    if recipe.eval.control == "none":
+        summary["control"] = {"type": "none", "note": "no control (eval.control: none)"}
+        return
+    sft, later, note = source_and_later(recipe.stages)
+    if note is None and dist.world_size > 1:
+        note = "no control: not run under torchrun (run the recipe in one process for it)"
+    if note is not None:
+        summary["control"] = {"type": "sft", "note": note}
+        write_json_atomic(run_dir / "summary.json", summary)
+        return
+    done = {k: v for k, v in state["stages"].items() if v.get("status") == "done"}
+    src = done[sft.name]
+    segments = plan_segments(later, {k: v.get("train_s", v["wall_s"]) for k, v in done.items()})
+    per_step = src.get("train_s", src["wall_s"]) / max(1, src.get("steps", sft.max_steps))
+    prev, offset, steps, seconds = src.get("next_policy", src["checkpoint"]), src.get("steps", sft.max_steps), 0, 0.0
+    summary["control"] = {"type": "sft", "source": sft.name, "rows": [s.name for s in segments]}
+    for seg in segments:
+        stage, st = segment_stage(sft, seg, per_step), state["stages"].get(seg.name, {})
+        final = run_dir / seg.name / "final"
+        if resume and st.get("status") == "done" and final.exists():
+            res = json.loads((run_dir / seg.name / "eval.json").read_text())
+        else:
+            _, res, _ = _train_stage(recipe, stage, prev, resume, judge, state, state_path, run_dir, dist,
+                                     data_offset=offset)
+            st = state["stages"][seg.name]
+        steps, seconds, offset, prev = steps + st["steps"], seconds + st["train_s"], offset + st["steps"], st["checkpoint"]
+        row = _row(seg.name, res, st["wall_s"], st["checkpoint"])
+        row.update(control_for=seg.stage, steps=steps, train_s=round(seconds, 2), budget_s=round(seg.total_s, 2))
+        summary["stages"].append(row)
+        add_gains(summary)
+        write_json_atomic(run_dir / "summary.json", summary)
 
 
 def _check_torchrun_stages(recipe: Recipe, only: str | None) -> None:

@@ -200,23 +200,25 @@ def stage_command(
 
 
 def print_summary(summary: dict, console: Console | None = None) -> None:
-    """The held-out evaluation by stage, then a line for each stage its time cap cut (steps done of planned)."""
+    """The held-out evaluation by stage (the equal-time SFT control's rows among them, each stage's gain over its
+    control), then a line for each stage its time cap cut (steps done of planned) and the control's lines."""
+    from rlvr.monitoring.control import control_lines
+
     table = Table(title="held-out evaluation by stage")
     fams = sorted({f for row in summary["stages"] for f in row["by_family"]})
-    for col in ["stage", "pass@1", *[f"pass@1 {f}" for f in fams], "pass@k", "mean len", "wall s"]:
+    gains = any("gain_over_control" in row for row in summary["stages"])
+    cols = ["stage", "pass@1", *[f"pass@1 {f}" for f in fams], "pass@k", "mean len", "steps", "train s", "wall s",
+            *(["vs control"] if gains else [])]
+    for col in cols:
         table.add_column(col, justify="right" if col != "stage" else "left")
     for row in summary["stages"]:
         pk = [v for k, v in row.items() if k.startswith("pass_at_") and k.endswith("_sampled")]
+        clock = [str(row.get("steps", "-")), f"{row['train_s']:.0f}" if "train_s" in row else "-", f"{row['wall_s']:.0f}"]
+        gain = ([f"{100 * row['gain_over_control']:+.1f}" if "gain_over_control" in row else "-"] if gains else [])
         if row["pass_at_1"] is None:  # a reward model: its held-out pair accuracy
             acc = row.get("heldout_pair_accuracy")
-            table.add_row(
-                row["stage"],
-                f"RM pair acc {acc:.1%}" if acc is not None else "-",
-                *["-"] * len(fams),
-                "-",
-                "-",
-                f"{row['wall_s']:.0f}",
-            )
+            table.add_row(row["stage"], f"RM pair acc {acc:.1%}" if acc is not None else "-", *["-"] * len(fams),
+                          "-", "-", *clock, *gain)
             continue
         table.add_row(
             row["stage"] + (" [RLAIF]" if row.get("reward_source") else "") + (" [time cap]" if row.get("time_cap") else ""),
@@ -224,13 +226,16 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
             f"{pk[-1]:.1%}" if pk else "-",
             f"{row['mean_length']:.1f}",
-            f"{row['wall_s']:.0f}",
+            *clock,
+            *gain,
         )
     console = console or make_console()
     console.print(table)
     for row in summary["stages"]:
         if row.get("time_cap"):
             console.print(time_cap_text(row["stage"], row["time_cap"]), markup=False, highlight=False)
+    for line in control_lines(summary):
+        console.print(line, markup=False, highlight=False)
     note_output()
 
 

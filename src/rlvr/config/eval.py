@@ -34,6 +34,8 @@ class EvalConfig(Section):
     """Score held-out completions with these reward terms (as an RL stage's ``rewards``): a pass is a summed reward of 1 or more. None: each task's verifier; but when the recipe has an RL stage with a python reward and an evaluation task has no verifier or lacks its gold payload (a math task without ``answer``), that stage's rewards."""
     agent: AgentLoopConfig = AgentLoopConfig()
     """Closed-loop limits for environment tasks (``kind: env``), evaluated turn by turn."""
+    control: Literal["sft", "none"] = "none"
+    """The equal-time SFT control: ``sft`` continues the last SFT stage before the later stages on its own demonstrations for each later stage's training seconds and evaluates it at each boundary (rows ``sft-control@STAGE``, docs/evaluation.md); ``none``: no control."""
 
     @field_validator("tasks")
     @classmethod

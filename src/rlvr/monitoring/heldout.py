@@ -70,6 +70,7 @@ class SFTHeldout:
         self.best: float | None = None
         self.best_step: int | None = None
         self.bad = 0
+        self.stopped = False  # patience ran out
 
     def state(self) -> dict:
         return {"heldout_best": self.best, "heldout_best_step": self.best_step, "heldout_bad": self.bad}
@@ -80,6 +81,7 @@ class SFTHeldout:
             st.get("heldout_best_step"),
             st.get("heldout_bad", 0),
         )
+        self.stopped = bool(self.stage.patience) and self.bad >= self.stage.patience
 
     def measure(self, model, step: int, max_steps: int) -> dict:
         """``{"heldout/loss": ...}`` when due at ``step`` (and at step 0 and the last step), else ``{}``."""
@@ -104,7 +106,8 @@ class SFTHeldout:
                 save_pretrained_atomic(model, tokenizer, self.out / "best")
             return False
         self.bad += 1
-        return bool(self.stage.patience) and self.bad >= self.stage.patience
+        self.stopped = bool(self.stage.patience) and self.bad >= self.stage.patience
+        return self.stopped
 
     def final(self, model, tokenizer) -> Path:
         """Write ``final/``: the best model with keep_best (when one was measured), else the current one."""

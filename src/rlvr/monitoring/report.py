@@ -120,23 +120,30 @@ def summary_from_run(run_dir: str | Path) -> dict:
 
 
 def _table(summary: dict) -> str:
+    from rlvr.monitoring.control import control_lines
+
     fams = sorted({f for row in summary["stages"] for f in row["by_family"]})
-    head = "".join(f"<th>{h}</th>" for h in ["stage", "pass@1", *fams, "mean length", "wall s", "checkpoint"])
+    gains = any("gain_over_control" in row for row in summary["stages"])
+    head = "".join(f"<th>{h}</th>" for h in ["stage", "pass@1", *fams, "mean length", "steps", "train s", "wall s",
+                                             *(["vs control (points)"] if gains else []), "checkpoint"])
     rows = []
     for r in summary["stages"]:
         cut = r.get("time_cap")
         if cut:  # a stage its max_minutes cut: steps done of planned
             r = {**r, "stage": f"{r['stage']} (time cap {cut['max_minutes']:g} min: {cut['steps_done']} of "
                                f"{cut['steps_planned']} steps)"}
+        clock = [r.get("steps", "-"), f"{r['train_s']:.0f}" if "train_s" in r else "-", f"{r['wall_s']:.0f}",
+                 *([f"{100 * r['gain_over_control']:+.1f}" if "gain_over_control" in r else "-"] if gains else [])]
         if r["pass_at_1"] is None:
             acc = r.get("heldout_pair_accuracy")
             cells = [r["stage"], f"RM pair accuracy {acc:.1%}" if acc is not None else "-", *["-"] * len(fams), "-",
-                     f"{r['wall_s']:.0f}", r["checkpoint"]]
+                     *clock, r["checkpoint"]]
         else:
             cells = [r["stage"], f"{r['pass_at_1']:.1%}", *[f"{r['by_family'].get(f, 0):.1%}" for f in fams],
-                     f"{r['mean_length']:.1f}", f"{r['wall_s']:.0f}", r["checkpoint"]]
+                     f"{r['mean_length']:.1f}", *clock, r["checkpoint"]]
         rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    notes = "".join(f"<p>{html.escape(line)}</p>" for line in control_lines(summary))
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>{notes}"
 
 
 def write_report(run_dir: str | Path, summary: dict) -> Path:

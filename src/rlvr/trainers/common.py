@@ -276,6 +276,7 @@ class StageRun:
     state: dict = field(default_factory=dict)   # the trainer's own state restored from the checkpoint
     checkpoint: Path | None = None             # resumed from
     evaler: EvalHook | None = None
+    heldout: Any = None                        # SFT's held-out loss / keep-best / patience (monitoring.heldout)
     health: HealthMonitor | None = None
     knobs: dict = field(default_factory=dict)  # the configured values of the knobs health actions may move
     crash_at_step: int | None = None
@@ -337,6 +338,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
             with phase("held-out evaluation at step 0"):
                 rec = run.evaler.run(model, 0)
             run.writer.log(0, {**rec, "perf/minutes": 0.0})
+            run.last.update(rec)
             if run.health is not None:  # held-out progress is read against this baseline
                 run.health.observe_heldout(0, rec.get("eval/pass_at_1"), rec.get("eval/tasks"))
             say(eval_line(run, rec), run.progress.console)
@@ -362,6 +364,10 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
     if run.evaler is not None and run.evaler.due(run.step, run.n_steps):
         with phase(f"held-out evaluation at step {run.step}"):
             rec.update(run.evaler.run(run.model, run.step))
+    if run.heldout is not None:  # measured here, with the eval: off the training clock, before the checkpoint
+        rec.update(run.heldout.measure(run.model, run.step, run.n_steps))
+        run.heldout.observe(run.model, run.tok, run.step, rec)
+        state = {**(state or {}), **run.heldout.state()}
     stop = _health_step(run, rec) if run.health is not None else False
     if run.health is not None:
         info = f"{info} [{run.health.status}]".strip()

@@ -48,8 +48,9 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
               init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
-              judge=None, crash_at_step: int | None = None) -> StageResult:
-    """Run an SFT stage; returns where its final checkpoint is."""
+              judge=None, crash_at_step: int | None = None, data_offset: int = 0) -> StageResult:
+    """Run an SFT stage; returns where its final checkpoint is. ``data_offset``: the data stream starts at this
+    step's batch (a continued stage, e.g. the equal-time control, sees the demonstrations its source would see next)."""
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
@@ -58,19 +59,22 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                      eval_cfg=eval_cfg, judge=judge, crash_at_step=crash_at_step,
                      start={"train_examples": len(examples)})
     heldout.load(run.state)
-    if run.step == 0 and heldout.examples is not None:
-        rec0 = heldout.measure(model, 0, stage.max_steps)
+    run.heldout = heldout  # log_step measures and observes it with the held-out eval, off the training clock
+    if run.step == 0:
+        rec0 = {**run.last, **heldout.measure(model, 0, stage.max_steps)}  # with step 0's eval, when it ran
         heldout.observe(model, tok, 0, rec0)
-        run.writer.log(0, rec0)
-    while not run.done():
-        idx = data_order(len(examples), seed, run.step, stage.batch_size)
+        rec0 = {k: v for k, v in rec0.items() if k.startswith("heldout/")}
+        if rec0:
+            run.writer.log(0, rec0)
+    while not run.done() and not heldout.stopped:
+        idx = data_order(len(examples), seed, data_offset + run.step, stage.batch_size)
         rec = sft_step(model, examples, idx, stage.micro_batch_size, stage.bucketing, tok.pad_token_id,
                        model_cfg.train_bf16, sft_loss_kwargs(stage.loss), packing=stage.packing)
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
-        rec.update(heldout.measure(model, run.step + 1, stage.max_steps))
-        stop = heldout.observe(model, tok, run.step + 1, rec)
-        log_step(run, rec, heldout.state(), info=f"loss {rec['train/loss']:.3f}", ids=[f"row {i}" for i in idx])
-        if stop:  # patience ran out
-            run.writer.log(run.step, {"event": "early_stop", "best_step": heldout.best_step, "best": heldout.best})
-            break
-    return close_stage(run, final=lambda: heldout.final(model, tok))
+        log_step(run, rec, info=f"loss {rec['train/loss']:.3f}", ids=[f"row {i}" for i in idx])
+    extra = {}
+    if heldout.stopped:  # patience ran out
+        extra["early_stop"] = {"step": run.step, "best_step": heldout.best_step, "best": heldout.best,
+                               "metric": stage.best_metric}
+        run.writer.log(run.step, {"event": "early_stop", "best_step": heldout.best_step, "best": heldout.best})
+    return close_stage(run, extra=extra, final=lambda: heldout.final(model, tok))
