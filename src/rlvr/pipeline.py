@@ -6,10 +6,13 @@ Run directory layout::
       config.yaml            the resolved recipe (kept on --resume; see rlvr.config.saved)
       config_changes.jsonl   changes accepted with --resume --allow-config-change
       pipeline.json          stage states (done / running), written atomically
-      summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "checkpoint"}, ...],
-                              "omp_wait": the OpenMP wait policy the run trained with (rlvr.omp_wait)};
-                             a stage its max_minutes cut has "time_cap": {"steps_done", "steps_planned",
-                             "max_minutes"}
+      summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "train_s", "steps",
+                              "checkpoint"}, ...], "control": the equal-time SFT control (rlvr.monitoring.control:
+                              "source" and "rows", or "note": why there is none), "omp_wait": the OpenMP wait
+                              policy the run trained with (rlvr.omp_wait)}; a stage its max_minutes cut has
+                             "time_cap": {"steps_done", "steps_planned", "max_minutes"}, an SFT stage its
+                             patience stopped "early_stop"; the control's rows "control_for", "budget_s" and
+                             the stage read against one "gain_over_control", "gain_by_family"
       report.html            plots of each stage's curves and the summary table
       base/eval.json         the starting model's held-out evaluation (when eval_base)
       <stage>/metrics.jsonl  append-only metrics
@@ -20,6 +23,7 @@ Run directory layout::
       <stage>/eval.json      held-out evaluation after the stage (per problem: completion, outcome, reward)
       <stage>/evals/step-NNNNNN.json   the in-training held-out evaluations (eval_every), same shape
       <stage>/final/prompt_format.json   (and in every checkpoint folder) the run's prompt format and scoring
+      sft-control@<stage>/   a segment of the equal-time SFT control (eval.control: sft), a stage folder like the others
 
 Stage-level resume: a stage marked done in pipeline.json (with its final/ present) is not rerun; the
 stage that was running resumes from its latest checkpoint.
@@ -266,14 +270,16 @@ def _train_stage(recipe: Recipe, stage, prev: str | None, resume: bool, judge, s
     state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
                                    "train_s": round(result.train_seconds, 2), "steps": result.steps,
                                    "checkpoint": result.checkpoint, "next_policy": next_policy,
-                                   **({"time_cap": cut} if cut else {})}
+                                   **({"time_cap": cut} if cut else {}),
+                                   **({"early_stop": result.extra["early_stop"]} if "early_stop" in result.extra else {})}
     write_json_atomic(state_path, state)
     return result, res, next_policy
 
 
 def _with_clock(row: dict, st: dict) -> dict:
-    """A summary row with the stage's optimizer steps and training seconds (held-out evaluations excluded)."""
-    for k in ("steps", "train_s"):
+    """A summary row with the stage's optimizer steps, training seconds (held-out evaluations excluded) and, for
+    an SFT stage its held-out patience stopped, ``early_stop`` (``step``, ``best_step``)."""
+    for k in ("steps", "train_s", "early_stop"):
         if k in st:
             row[k] = st[k]
     return row

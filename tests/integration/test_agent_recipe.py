@@ -24,11 +24,12 @@ def test_agent_recipe_runs_every_stage_in_the_closed_loop(tmp_path):
     p = subprocess.run(args, capture_output=True, text=True, timeout=400, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "grpo"]
+    assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "grpo", "sft-control@grpo"]
     assert set(summary["stages"][1]["by_family"]) == {"calculator/add_mul", "calculator/mul_add",
                                                       "calculator/mul_add_mul", "calculator/mul_sub"}
-    ev = json.loads((tmp_path / "run" / "grpo" / "eval.json").read_text())
-    assert ev["n_tasks"] == 6 and "turns_mean" in ev and "tool_calls_mean" in ev
+    for stage in ("grpo", "sft-control@grpo"):  # the control is read with the same closed-loop evaluation
+        ev = json.loads((tmp_path / "run" / stage / "eval.json").read_text())
+        assert ev["n_tasks"] == 6 and "turns_mean" in ev and "tool_calls_mean" in ev
     rows = [json.loads(x) for x in (tmp_path / "run" / "grpo" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "agent/turns_mean" in r]
     assert len(steps) == 2 and all("horizon/turns_p90" in r and "agent/tool_calls_mean" in r for r in steps)

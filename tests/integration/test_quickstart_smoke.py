@@ -31,11 +31,13 @@ def test_quickstart_runs_every_stage(tmp_path):
     p = subprocess.run(args, capture_output=True, text=True, timeout=400, env={**env, "OMP_NUM_THREADS": "1"})
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     summary = json.loads((tmp_path / "qs" / "summary.json").read_text())
-    assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "dpo", "grpo"]
+    # the equal-time SFT control's rows follow the stages (SFT continued for DPO's, then DPO+GRPO's seconds)
+    assert [s["stage"] for s in summary["stages"]] == ["base", "sft", "dpo", "grpo", "sft-control@dpo",
+                                                       "sft-control@grpo"]
     assert set(summary["stages"][1]["by_family"]) == {"add2", "mul31"}
     # rlvr chose and recorded the policy: spin on an idle machine, passive where other work holds a core at the
     # start (which one this machine gets depends on its load: omp_wait.choose's own tests pin both cases)
     assert summary["omp_wait"] in (f"spin (GOMP_SPINCOUNT={omp_wait.SPIN_COUNT})", "passive")
     html = (tmp_path / "qs" / "report.html").read_text()
     assert "<table>" in html and "grpo" in html
-    assert "held-out evaluation by stage" in p.stdout
+    assert "held-out evaluation by stage" in p.stdout and "grpo vs sft-control@grpo" in p.stdout

@@ -234,6 +234,11 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     for row in summary["stages"]:
         if row.get("time_cap"):
             console.print(time_cap_text(row["stage"], row["time_cap"]), markup=False, highlight=False)
+    for row in summary["stages"]:
+        if row.get("early_stop"):
+            es = row["early_stop"]
+            console.print(f"{row['stage']}: stopped by held-out patience at step {es['step']} (best {es['metric']} at "
+                          f"step {es['best_step']})", markup=False, highlight=False)
     for line in control_lines(summary):
         console.print(line, markup=False, highlight=False)
     note_output()
