@@ -268,7 +268,7 @@ def _train_stage(recipe: Recipe, stage, prev: str | None, resume: bool, judge, s
         next_policy = result.checkpoint
     cut = result.extra.get("time_cap")
     state["stages"][stage.name] = {"status": "done", "wall_s": round(train_wall, 2),
-                                   "train_s": round(result.train_seconds, 2), "steps": result.steps,
+                                   "train_s": round(result.train_seconds + result.extra.get("prep_seconds", 0.0), 2), "steps": result.steps,
                                    "checkpoint": result.checkpoint, "next_policy": next_policy,
                                    **({"time_cap": cut} if cut else {}),
                                    **({"early_stop": result.extra["early_stop"]} if "early_stop" in result.extra else {})}

@@ -6,6 +6,7 @@ and the stage commands)::
     model     tiny 1m (seed 0), 0.87M parameters
     stages    sft (sft): 450 steps, eval every 150; dpo (preference): 4 epochs of its pairs; grpo (rl): 160 steps,
               time cap 4.5 min, eval every 25
+    control   sft continued for the training seconds of dpo, grpo (sft-control@dpo, sft-control@grpo)
     compute   cpu, 2 threads (OpenMP wait: passive), float32 weights, autocast_bf16 auto -> bf16 training forwards
 
 Nothing here loads a model: a tiny model's parameters are counted on the meta device, a checkpoint's from its
@@ -36,6 +37,8 @@ def header_lines(recipe: Recipe, source: str | None, only: str | None = None, in
              f"{Path(recipe.run_dir) / 'config.yaml'} (the run's saved config)" if resume else "a Recipe object"),
             ("model", model_text(recipe.model, init_path, n_params)),
             ("stages", "; ".join(stage_text(s) for s in stages) or "none")]
+    if recipe.eval.control != "none" and only is None:
+        rows.append(("control", control_text(recipe.stages)))
     device = device_name(recipe.model.device)
     threads = torch.get_num_threads()
     rows.append(("compute", f"{device}, {threads} thread{'s' if threads != 1 else ''} "
@@ -49,6 +52,17 @@ def print_header(console, recipe: Recipe, source: str | None, only: str | None =
     """Print :func:`header_lines`, one plain line each."""
     for label, text in header_lines(recipe, source, only, init_path, resume):
         console.print(f"{label:<9} {text}", markup=False, highlight=False, soft_wrap=True)
+
+
+def control_text(stages) -> str:
+    """The equal-time SFT control the run ends with (docs/evaluation.md), or why there is none."""
+    from rlvr.monitoring.control import control_name, source_and_later
+
+    sft, later, note = source_and_later(stages)
+    if note is not None:
+        return note
+    rows = ", ".join(control_name(s.name) for s in later if s.type != "reward_model")
+    return f"{sft.name} continued for the training seconds of {', '.join(s.name for s in later)} ({rows})"
 
 
 def stage_text(stage) -> str:

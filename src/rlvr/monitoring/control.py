@@ -9,7 +9,8 @@ starts fresh, as each later stage's does). It is evaluated at each later stage's
 ``<run>/sft-control@STAGE/``, continuing the segment before it.
 
 The clock is each stage's training seconds (``StageResult.train_seconds``: its steps' wall time, without
-its held-out evaluations, checkpoint saves or model loading), on both sides. This module plans the segments
+its held-out evaluations, checkpoint saves or model loading; a preference stage's pair building and reference
+pass added, ``extra["prep_seconds"]``), on both sides. This module plans the segments
 and writes the summary's lines; the pipeline trains and evaluates them.
 """
 

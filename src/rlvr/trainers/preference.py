@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -371,11 +372,13 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
     bf16 = model_cfg.train_bf16
     judge = judge or default_judge(0)
     ckpt = find_checkpoint(out, resume)
+    t_prep = time.perf_counter()  # pair building and the reference pass: training work before the first step
     data, held, probe, pair_stats = prepare_data(stage, model, tok, judge, out, seed, resumed=ckpt is not None)
     say(f"{stage.name}: {pairs_line(pair_stats)}")
     fresh = (lambda: load_model_and_tokenizer(model_cfg, init_path)[0]) if ckpt is not None else None
     with phase("reference log-probabilities of the training data"):
         ref_source = fill_reference(model, data, held, out, stage.micro_batch_size, tok.pad_token_id, bf16, fresh)
+    prep_s = time.perf_counter() - t_prep
     n_steps = total_steps(stage, len(data))
     opt, sched = build_optimizer(model, stage.optim, n_steps)
     variant = preference_variant(stage.loss)
@@ -388,6 +391,7 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
                      health=stage.health, start=start, crash_at_step=crash_at_step, label=stage.loss.type)
     if ckpt is not None:
         probe.start_ratio = run.state.get("probe_start")
+        prep_s = run.state.get("prep_s", prep_s)  # the first run's, not the resumed one's reload
     step_fn = kto_step if variant.unpaired else paired_step
     while not run.done():
         idx = data_order(len(data), seed, run.step, min(stage.batch_size, len(data)))
@@ -397,8 +401,8 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
         displacement_flag(rec, stage.displacement_tol)
         if (stage.monitor_every and (run.step + 1) % stage.monitor_every == 0) or run.step + 1 == n_steps:
             rec.update(monitor(model, stage, held, probe, tok, bf16))
-        log_step(run, rec, {"probe_start": probe.start_ratio}, ids=[f"row {i}" for i in idx],
+        log_step(run, rec, {"probe_start": probe.start_ratio, "prep_s": prep_s}, ids=[f"row {i}" for i in idx],
                  info=f"loss {rec.get('train/loss', float('nan')):.3f} acc {rec.get('rewards/accuracy', float('nan')):.2f}")
-    extra = {"pairs": pair_stats, "reference": ref_source,
+    extra = {"pairs": pair_stats, "reference": ref_source, "prep_seconds": prep_s,
              **{k: v for k, v in run.last.items() if k.startswith(("heldout/", "pathology/", "length/"))}}
     return close_stage(run, extra=extra)

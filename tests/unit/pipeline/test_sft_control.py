@@ -69,6 +69,9 @@ def test_control_rows_get_the_later_stages_training_seconds_and_the_real_eval(co
         assert ev["n_tasks"] == 4 and ctl["pass_at_1"] == ev["pass_at_1"] and ctl["by_family"] == ev["by_family"]
         assert rows[later[-1]]["gain_over_control"] == pytest.approx(rows[later[-1]]["pass_at_1"] - ctl["pass_at_1"])
     assert rows["sft-control@dpo2"]["steps"] > rows["sft-control@dpo"]["steps"] > 0
+    # a preference stage's clock holds its pairs and reference pass too, not only its steps
+    dpo_steps = sum(r["time/step"] for r in records(run / "dpo" / "metrics.jsonl") if "time/step" in r)
+    assert rows["dpo"]["train_s"] > dpo_steps
     # the demonstrations continue from the SFT stage's cursor, segment after segment
     assert seen == list(range(3 + rows["sft-control@dpo2"]["steps"]))
     assert json.loads((run / "summary.json").read_text())["stages"][-1]["stage"] == "sft-control@dpo2"
@@ -130,3 +133,14 @@ def test_no_sft_stage_before_the_later_stages_says_so(capsys):
     row = {"stage": "dpo", "pass_at_1": 0.5, "by_family": {}, "mean_length": 3.0, "wall_s": 1.0}
     print_summary({"stages": [row], "control": {"type": "sft", "note": "no control: no SFT stage before dpo"}})
     assert "no control: no SFT stage before dpo" in capsys.readouterr().out
+
+
+def test_the_run_header_names_the_control_or_why_there_is_none(tiny_dir, tmp_path):
+    from rlvr.commands.header import header_lines
+
+    r = load_recipe(recipe(tmp_path, tiny_dir))
+    rows = dict(header_lines(r, "r.yaml"))
+    assert rows["control"] == "sft continued for the training seconds of dpo, dpo2 (sft-control@dpo, sft-control@dpo2)"
+    assert dict(header_lines(r.model_copy(update={"stages": r.stages[1:]}), "r.yaml"))["control"] == \
+        "no control: no SFT stage before dpo"
+    assert "control" not in dict(header_lines(r, "r.yaml", only="sft"))
