@@ -308,13 +308,13 @@ def _control(recipe: Recipe, resume: bool, judge, state: dict, state_path: Path,
     prev, offset, steps, seconds = src.get("next_policy", src["checkpoint"]), src.get("steps", sft.max_steps), 0, 0.0
     summary["control"] = {"type": "sft", "source": sft.name, "rows": [s.name for s in segments]}
     for seg in segments:
-        stage, st = segment_stage(sft, seg, per_step), state["stages"].get(seg.name, {})
+        (stage, lr_over), st = segment_stage(sft, seg, per_step), state["stages"].get(seg.name, {})
         final = run_dir / seg.name / "final"
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / seg.name / "eval.json").read_text())
         else:
             _, res, _ = _train_stage(recipe, stage, prev, resume, judge, state, state_path, run_dir, dist,
-                                     data_offset=offset)
+                                     data_offset=offset, lr_over=lr_over)
             st = state["stages"][seg.name]
         steps, seconds, offset, prev = steps + st["steps"], seconds + st["train_s"], offset + st["steps"], st["checkpoint"]
         row = _row(seg.name, res, st["wall_s"], st["checkpoint"])

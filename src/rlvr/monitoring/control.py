@@ -2,8 +2,9 @@
 
 The last SFT stage before the recipe's first other stage is continued from its final checkpoint on its own
 demonstrations (the data stream going on from its cursor, its batch settings) for the training seconds the
-later stages took, at the SFT stage's peak learning rate held constant (its warmup again: the optimiser
-starts fresh, as each later stage's does). It is evaluated at each later stage's cumulative time boundary, so
+later stages took, each segment with the SFT stage's own optimiser schedule (warmup, then its decay) laid over
+the segment's seconds: the optimiser starts fresh, as each later stage's does, and every boundary is read
+annealed. It is evaluated at each later stage's cumulative time boundary, so
 ``dpo`` is read against ``sft-control@dpo`` (the SFT stage continued for DPO's seconds) and ``grpo`` against
 ``sft-control@grpo`` (for DPO's + GRPO's seconds). Each boundary is one segment, its own stage folder
 ``<run>/sft-control@STAGE/``, continuing the segment before it.
@@ -63,13 +64,14 @@ def plan_segments(later, seconds: dict[str, float]) -> list[Segment]:
 
 
 def segment_stage(sft, seg: Segment, seconds_per_step: float):
-    """The SFT stage's config for a segment: its own folder, stopped by ``budget_s`` of training time (steps
-    planned with room to spare), constant lr after its warmup, no in-training evals, keep-best or patience."""
-    est = math.ceil(seg.budget_s / max(seconds_per_step, 1e-6))
-    return sft.model_copy(update={
-        "name": seg.name, "max_steps": max(1, 4 * est + 20), "max_minutes": seg.budget_s / 60,
-        "optim": sft.optim.model_copy(update={"schedule": "constant"}), "eval_every": 0, "heldout": None,
-        "patience": 0, "keep_best": False})
+    """``(the SFT stage's config for a segment, lr_over)``: its own folder, stopped by ``budget_s`` of training
+    time (steps planned with room to spare), no in-training evals, keep-best or patience; ``lr_over``: its own
+    optimiser schedule over the steps the SFT stage's pace fits in the budget, laid over the budget's seconds."""
+    est = max(1, math.ceil(seg.budget_s / max(seconds_per_step, 1e-6)))
+    stage = sft.model_copy(update={
+        "name": seg.name, "max_steps": 4 * est + 20, "max_minutes": seg.budget_s / 60, "eval_every": 0,
+        "heldout": None, "patience": 0, "keep_best": False})
+    return stage, (est, seg.budget_s)
 
 
 def add_gains(summary: dict) -> None:

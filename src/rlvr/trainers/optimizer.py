@@ -52,6 +52,15 @@ def lr_lambda(cfg: OptimConfig, total_steps: int):
     return f
 
 
+def over_seconds(sched, cfg: OptimConfig, steps: int, seconds: float, clock) -> None:
+    """Lay ``sched``'s schedule of ``steps`` steps over ``seconds`` of training time instead: its step is the share
+    of the time spent (``clock()``, the stage's training seconds) times ``steps`` — warmup, then the decay to
+    ``min_lr_ratio`` at ``seconds``, however fast the steps go."""
+    f = lr_lambda(cfg, steps)
+    sched.lr_lambdas = [lambda _step: f(min(steps, int(steps * clock() / max(seconds, 1e-9))))
+                        for _ in sched.lr_lambdas]
+
+
 def clip_grads(model, max_norm: float) -> float:
     params = [p for p in model.parameters() if p.grad is not None]
     if not params:

@@ -28,6 +28,7 @@ from rlvr.trainers.common import (
     optimizer_step,
     sft_step,
 )
+from rlvr.trainers.optimizer import over_seconds
 from rlvr.trainers.variants import sft_loss_kwargs
 
 
@@ -48,9 +49,12 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
               init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
-              judge=None, crash_at_step: int | None = None, data_offset: int = 0) -> StageResult:
+              judge=None, crash_at_step: int | None = None, data_offset: int = 0,
+              lr_over: tuple[int, float] | None = None) -> StageResult:
     """Run an SFT stage; returns where its final checkpoint is. ``data_offset``: the data stream starts at this
-    step's batch (a continued stage, e.g. the equal-time control, sees the demonstrations its source would see next)."""
+    step's batch (a continued stage, e.g. the equal-time control, sees the demonstrations its source would see
+    next). ``lr_over`` ``(steps, seconds)``: the schedule of ``steps`` steps laid over ``seconds`` of training time
+    (a stage its time budget ends, :func:`rlvr.trainers.optimizer.over_seconds`)."""
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
@@ -59,6 +63,8 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                      eval_cfg=eval_cfg, judge=judge, crash_at_step=crash_at_step,
                      start={"train_examples": len(examples)})
     heldout.load(run.state)
+    if lr_over is not None:
+        over_seconds(sched, stage.optim, *lr_over, clock=lambda: run.seconds)
     run.heldout = heldout  # log_step measures and observes it with the held-out eval, off the training clock
     if run.step == 0:
         rec0 = {**run.last, **heldout.measure(model, 0, stage.max_steps)}  # with step 0's eval, when it ran

@@ -2,6 +2,7 @@
 the recipe's eval at each later stage's cumulative boundary; off with ``none``; resumed like any stage."""
 
 import json
+import math
 
 import pytest
 
@@ -144,3 +145,24 @@ def test_the_run_header_names_the_control_or_why_there_is_none(tiny_dir, tmp_pat
     assert dict(header_lines(r.model_copy(update={"stages": r.stages[1:]}), "r.yaml"))["control"] == \
         "no control: no SFT stage before dpo"
     assert "control" not in dict(header_lines(r, "r.yaml", only="sft"))
+
+
+def test_the_control_schedule_runs_over_its_seconds_not_its_steps():
+    import torch
+
+    from rlvr.config.optim import OptimConfig
+    from rlvr.trainers.optimizer import build_optimizer, over_seconds
+
+    cfg = OptimConfig(lr=1.0, warmup_steps=2, schedule="cosine", min_lr_ratio=0.1)
+    model = torch.nn.Linear(2, 2)
+    opt, sched = build_optimizer(model, cfg, 1000)
+    now = [0.0]
+    over_seconds(sched, cfg, 10, 5.0, clock=lambda: now[0])
+    lrs = []
+    for t in (0.0, 2.5, 5.0, 9.0):  # seconds spent: the start, half the budget, the budget, past it
+        now[0] = t
+        opt.step()
+        sched.step()
+        lrs.append(sched.get_last_lr()[0])
+    assert lrs[0] == pytest.approx(1 / 3) and lrs[1] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 8)))
+    assert lrs[2] == pytest.approx(0.1) and lrs[3] == pytest.approx(0.1)
