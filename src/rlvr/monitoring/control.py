@@ -68,9 +68,11 @@ def segment_stage(sft, seg: Segment, seconds_per_step: float):
     time (steps planned with room to spare), no in-training evals, keep-best or patience; ``lr_over``: its own
     optimiser schedule over the steps the SFT stage's pace fits in the budget, laid over the budget's seconds."""
     est = max(1, math.ceil(seg.budget_s / max(seconds_per_step, 1e-6)))
+    warmup = min(sft.optim.warmup_steps, est // 10)  # a short segment still decays: warmup at most a tenth
     stage = sft.model_copy(update={
         "name": seg.name, "max_steps": 4 * est + 20, "max_minutes": seg.budget_s / 60, "eval_every": 0,
-        "heldout": None, "patience": 0, "keep_best": False})
+        "heldout": None, "patience": 0, "keep_best": False,
+        "optim": sft.optim.model_copy(update={"warmup_steps": warmup})})
     return stage, (est, seg.budget_s)
 
 

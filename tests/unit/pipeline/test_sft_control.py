@@ -166,3 +166,14 @@ def test_the_control_schedule_runs_over_its_seconds_not_its_steps():
         lrs.append(sched.get_last_lr()[0])
     assert lrs[0] == pytest.approx(1 / 3) and lrs[1] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 3 / 8)))
     assert lrs[2] == pytest.approx(0.1) and lrs[3] == pytest.approx(0.1)
+
+
+def test_a_segment_shorter_than_the_sft_warmup_still_decays():
+    from rlvr.config.optim import OptimConfig
+    from rlvr.config.sft import SFTStage
+    from rlvr.monitoring.control import Segment, segment_stage
+
+    sft = SFTStage(optim=OptimConfig(warmup_steps=20), max_steps=450, patience=3, eval_every=50)
+    stage, (steps, seconds) = segment_stage(sft, Segment("sft-control@dpo", "dpo", 22.0, 22.0), 1.25)
+    assert (steps, seconds) == (18, 22.0) and stage.optim.warmup_steps == 1 and stage.max_minutes * 60 == 22.0
+    assert stage.max_steps > steps and stage.patience == 0 and stage.eval_every == 0 and stage.name == "sft-control@dpo"
