@@ -23,10 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-
-def staleness(versions: list[int], step: int) -> int:
-    """``step - min(policy_version)`` of a batch (0 when it carries no version: sampled by the live model)."""
-    return max((step - v for v in versions), default=0)
+from rlvr.rollout.source import staleness
 
 
 class Prefetcher:

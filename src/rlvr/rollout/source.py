@@ -21,6 +21,11 @@ from typing import Protocol, runtime_checkable
 from rlvr.data.collate import TrainBatch
 
 
+def staleness(versions: list[int], step: int) -> int:
+    """``step - min(policy_version)`` of a batch (0 when it carries no version: sampled by the live model)."""
+    return max((step - v for v in versions), default=0)
+
+
 @dataclass
 class RolloutBatch(TrainBatch):
     """One step's batch from generation to the update. As a :class:`~rlvr.data.collate.TrainBatch` it holds

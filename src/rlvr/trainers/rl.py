@@ -27,6 +27,7 @@ import contextlib
 import logging
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -38,9 +39,8 @@ from rlvr.config.rl import RLStage
 from rlvr.data.collate import TrainBatch, micro_token_budget, pad_batch, plan_micro_batches, split_overhead
 from rlvr.data.order import TaskStream
 from rlvr.data.sources import load_task_source
-from rlvr.losses.aggregate import aggregate, global_counts
-from rlvr.losses.kl import kl_penalty
-from rlvr.losses.mismatch import mismatch_metrics, mismatch_sums
+from rlvr.losses.aggregate import global_counts
+from rlvr.losses.mismatch import mismatch_metrics
 from rlvr.models import packed_forward
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.packed_fused import reuse_weights
@@ -63,9 +63,10 @@ from rlvr.trainers.common import (
     pause_on_infra,
     reference_model,
 )
+from rlvr.trainers.micro_loss import micro_batch_loss, micro_loss  # noqa: F401
 from rlvr.trainers.parallel import LOCAL, reduce_metrics
 from rlvr.trainers.sources import SourceSetup, build_train_batch, rollout_source, rollout_step  # noqa: F401
-from rlvr.trainers.variants import PolicyInputs, policy_loss, rl_variant
+from rlvr.trainers.variants import rl_variant
 from rlvr.verifiers.judge import reward_judge
 
 log = logging.getLogger(__name__)
@@ -172,42 +173,6 @@ def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: boo
 # ----------------------------------------------------------------------------------------- update
 
 
-def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_policy: bool, bf16: bool = False):
-    """Loss of one micro-batch, already divided by the mini-batch's global denominator."""
-    b = mb.tokens(pad_id, device=model.device)
-    ids, att, lm, old = b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs
-    # the engine's logprobs of the sampled tokens: kept apart when old_logprobs were recomputed (off-policy)
-    sampler = b.sampler_logprobs if b.sampler_logprobs is not None else b.old_logprobs
-    logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
-                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef), wanted=lm,
-                                       truncation=Truncation.of(cfg.sampling))
-    gap_metrics = {}
-    if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
-        gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))
-        gap_metrics = {"rollout/logprob_mismatch_sum": float(gap.sum()),
-                       "rollout/logprob_mismatch_max": float(gap.max())}
-        old = logprobs.detach()
-    per_tok, metrics = policy_loss(cfg.loss, PolicyInputs(logprobs, old, b.advantages, lm, entropy, b.ref_logprobs))
-    metrics.update(gap_metrics)
-    if cfg.correction.enabled:  # sampler/trainer mismatch: truncated IS + geometric-mean sequence mask
-        c = cfg.correction
-        weights, mm = mismatch_sums(old, sampler, lm, c.tis_cap, c.seq_low, c.seq_high)
-        per_tok = per_tok * weights
-        metrics.update(mm)
-    if b.ref_logprobs is not None:  # β > 0, or KL measured for the health monitor (no gradient at β = 0)
-        kl = kl_penalty(logprobs if cfg.kl.beta > 0 else logprobs.detach(), b.ref_logprobs,
-                        kind=cfg.kl.estimator, loss_mask=lm)
-        if cfg.kl.beta > 0:
-            per_tok = per_tok + cfg.kl.beta * kl
-        metrics["kl/ref"] = float((kl.detach() * lm).sum() / lm.sum().clamp(min=1))
-    if cfg.entropy_coef:
-        per_tok = per_tok - cfg.entropy_coef * entropy
-    loss = aggregate(per_tok, lm, cfg.loss.aggregation, **counts_kw)
-    metrics["policy/entropy_sum"] = float((entropy.detach() * lm).sum())
-    metrics["policy/tokens_sum"] = float(lm.sum())
-    return loss, metrics
-
-
 def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False,
                      dist=LOCAL) -> dict:
     """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
@@ -222,7 +187,7 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
     micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
-    met = accumulate(micros, lambda m: micro_loss(model, batch.subset(m), cfg, kw, pad_id, on_policy, bf16), total)
+    met = accumulate(micros, partial(micro_batch_loss, model, batch, cfg, kw, pad_id, on_policy, bf16), total)
     dist.reduce_grads(model)
     return reduce_metrics(met, dist)
 

@@ -28,8 +28,8 @@ from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
 from rlvr.rollout.collector import Rollouts
 from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
-from rlvr.rollout.prefetch import Prefetcher, staleness
-from rlvr.rollout.source import RolloutBatch, RolloutSource
+from rlvr.rollout.prefetch import Prefetcher
+from rlvr.rollout.source import RolloutBatch, RolloutSource, staleness
 from rlvr.trainers.agent import AgentRollout
 
 # ---------------------------------------------------------------------------------------- single turn

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlvr.rollout.prefetch import Prefetcher, staleness
+from rlvr.rollout.prefetch import Prefetcher
+from rlvr.rollout.source import staleness
 
 
 class Workers:
