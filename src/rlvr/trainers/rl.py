@@ -30,14 +30,13 @@ import warnings
 from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
 from rlvr.data.collate import TrainBatch, micro_token_budget, pad_batch, plan_micro_batches, split_overhead
-from rlvr.data.order import TaskStream
+from rlvr.data.order import TaskStream, minibatch_rows
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import global_counts
 from rlvr.losses.mismatch import mismatch_metrics
@@ -104,14 +103,6 @@ def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) 
 def first_update_micros(model, batch: TrainBatch, first_minibatches: list[list[int]], micro: int):
     """The micro-batches (row ids) of the first epoch's updates, mini-batch after mini-batch."""
     return [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, micro)]
-
-
-def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int) -> list[list[list[int]]]:
-    """Per epoch, its mini-batches (row ids): a permutation of the ``n`` rows seeded by (seed, step, epoch),
-    cut into ``mini_batches`` consecutive slices."""
-    size = -(-n // mini_batches)
-    orders = [np.random.default_rng([seed, step, epoch]).permutation(n).tolist() for epoch in range(epochs)]
-    return [[order[s:s + size] for s in range(0, n, size)] for order in orders]
 
 
 @torch.no_grad()
