@@ -168,9 +168,10 @@ def rlvr_precision(a):
 def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     """train_rl with a hook at each step's start (rollout_step) and end (the metrics line)."""
     import rlvr.trainers.rl as rl_mod
+    import rlvr.trainers.sources as sources
     from rlvr.config.model import ModelConfig
 
-    inner_rollout = rl_mod.rollout_step
+    inner_rollout = sources.rollout_step
 
     def rollout_step(*args, **kw):
         baton.begin()
@@ -178,7 +179,7 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
 
     end_rlvr_steps_at_metrics_line(baton)
 
-    rl_mod.rollout_step = rollout_step
+    sources.rollout_step = rollout_step
     stage = rlvr_stage(a, n_tasks)
     pin_threads()
     model_cfg = ModelConfig(path=model_dir, autocast_bf16=rlvr_precision(a),

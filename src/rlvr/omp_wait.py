@@ -47,7 +47,7 @@ def shares_cores(recipe) -> str | None:
         return "torchrun ranks on one machine"
     for st in recipe.stages:
         rollout = getattr(st, "rollout", None)
-        if rollout is not None and getattr(rollout, "mode", None) == "multi_turn":
+        if getattr(rollout, "closed_loop", False):
             return f"stage {st.name}: multi-turn rollouts (environment tools in threads and processes)"
     return None
 

@@ -133,7 +133,7 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
         model, tok = load_pretrained(path, fmt["dtype"]) if path else load_model_and_tokenizer(recipe.model)
         engine = HFEngine(model, tok)
         for st in rl_stages:
-            if st.rollout.mode == "multi_turn":
+            if st.rollout.closed_loop:
                 horizons.append(_horizon(engine, tok, st, label, n_tasks, fmt))
                 continue
             tasks = apply_format(_tasks(st.data, n_tasks), fmt)

@@ -161,3 +161,9 @@ class RolloutConfig(Section):
     """Credit assignment over turns (multi_turn): trajectory, turn, hgpo, arpo, steppo, turn_ppo."""
     guards: AgentGuards = AgentGuards()
     """Penalties and alerts (multi_turn)."""
+
+    @property
+    def closed_loop(self) -> bool:
+        """Whether an environment drives the turns (multi_turn): what the checks outside the rollout sources
+        (``trainers/sources.py``, which picks the source from the mode) read."""
+        return self.mode == "multi_turn"

@@ -34,3 +34,11 @@ class TaskStream:
             out.append(self.tasks[int(perm[off])])
             self.cursor += 1
         return out
+
+
+def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int) -> list[list[list[int]]]:
+    """Per epoch, its mini-batches (row ids): a permutation of the ``n`` rows seeded by (seed, step, epoch),
+    cut into ``mini_batches`` consecutive slices. The one mini-batch shuffle of the RL and PPO updates."""
+    size = -(-n // mini_batches)
+    orders = [np.random.default_rng([seed, step, epoch]).permutation(n).tolist() for epoch in range(epochs)]
+    return [[order[s:s + size] for s in range(0, n, size)] for order in orders]

@@ -1,5 +1,6 @@
 """Scale-out: torchrun ranks (``torch_dist``), Ray rollout workers and verifier actors (``ray_backend``),
-asynchronous bounded-staleness rollouts (``asynchronous``). The only package that imports ray, and only
+whose engines hold their own weights, so the RL stage may prefetch its rollouts (``max_staleness``;
+``rollout/prefetch.py``). The only package that imports ray, and only
 inside ``ray_backend`` when a Ray context is built: importing ``rlvr.distributed`` does not need ray.
 """
 

@@ -34,7 +34,6 @@ import torch
 
 from rlvr import omp_wait
 from rlvr.config.distributed import DistributedConfig
-from rlvr.distributed.asynchronous import Prefetcher
 from rlvr.distributed.torch_dist import chunks, merge_generations, with_row_seeds
 from rlvr.models.export import base_config, plain_state_dict
 from rlvr.rollout.engine import Generation, SamplingParams
@@ -301,7 +300,7 @@ class RayContext(DistContext):
         self._ray, self._started = None, False
         self._engine: RayEngine | None = None
         self._judge: RayJudge | None = None
-        self._prefetch = Prefetcher(cfg.max_staleness) if cfg.max_staleness > 0 else None
+        self.max_staleness = cfg.max_staleness  # the RL stage prefetches its rollouts (trainers/sources.py)
 
     @property
     def ray(self):
@@ -327,9 +326,6 @@ class RayContext(DistContext):
         if self._engine is not None:
             self._engine.sync_weights(model, version)
 
-    def rollouts(self, make, step: int) -> tuple:
-        return self._prefetch.next(make, step) if self._prefetch is not None else make(step)
-
     def step_metrics(self) -> dict:
         restarts, events = 0, []
         for s in (self._engine.workers if self._engine else None, self._judge.actors if self._judge else None):
@@ -337,15 +333,11 @@ class RayContext(DistContext):
                 n, ev = s.take_events()
                 restarts, events = restarts + n, events + ev
         out = {"rollout/worker_restarts": restarts}
-        if self._prefetch is not None:
-            out["rollout/stale_dropped"] = self._prefetch.dropped
         if events:
             out["distributed/events"] = "; ".join(events)
         return out
 
     def close(self) -> None:
-        if self._prefetch is not None:
-            self._prefetch.close()
         for part in (self._engine, self._judge):
             if part is not None:
                 part.close()

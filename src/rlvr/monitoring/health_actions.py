@@ -20,7 +20,7 @@ def rl_knobs(stage) -> dict:
     """The knobs of an RL stage at its configured values (those its rollout path reads)."""
     knobs = {"entropy_coef": stage.entropy_coef, "temperature": stage.sampling.temperature, "beta": stage.kl.beta,
              "group_size": stage.sampling.group_size}
-    if stage.rollout.mode != "multi_turn":
+    if not stage.rollout.closed_loop:
         knobs["dynamic_sampling"] = stage.sampling.dynamic_sampling
     return knobs
 

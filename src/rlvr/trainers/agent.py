@@ -126,13 +126,14 @@ def truncated(tr: Trajectory) -> bool:
 
 
 def build_agent_batch(trajs: list[Trajectory], per_turn: list[list[float]], needs_all: bool,
-                      mask_truncated: bool = False) -> TrainBatch:
+                      mask_truncated: bool = False, into: TrainBatch | None = None) -> TrainBatch:
     """Training rows: exactly the ids of each segment of each valid trajectory (one segment unless the
     template split it), with per-token advantages; rows whose advantages are all 0 are not forwarded
     unless ``needs_all`` (KL, entropy) but still counted in the loss's denominators (``skipped_masks``).
     ``mask_truncated`` (``loss.mask_truncated``, DAPO's overlong filtering): a :func:`truncated` trajectory
-    is not part of the loss at all (its advantages still entered its group's baseline, as in single-turn)."""
-    rows = TrainBatch([], [], [], None, [])
+    is not part of the loss at all (its advantages still entered its group's baseline, as in single-turn).
+    ``into``: an empty batch to fill (the step's carrier) instead of a new one."""
+    rows = TrainBatch([], [], [], None, []) if into is None else into
     for tr, adv in zip(trajs, per_turn):
         if not tr.valid or not tr.turns or (mask_truncated and truncated(tr)):
             continue
@@ -183,6 +184,13 @@ class AgentRollout:
         """One rollout batch -> (training rows, metrics). ``stage``: this step's stage with the health
         actions' knobs applied (temperature, group size, ...); default the stage it was built with."""
         stage = stage or self.stage
+        trajs, rec = self.collect(stream, seed, step, stage)
+        batch, crit = self.credit(trajs, needs_all, stage)
+        return batch, {**rec, **crit}
+
+    def collect(self, stream, seed: int, step: int, stage) -> tuple[list[Trajectory], dict]:
+        """Generate and verify: ``tasks_per_step`` tasks x G trajectories with their turn rewards, and the
+        rollout's metrics."""
         tasks = stream.take(stage.tasks_per_step)
         trajs = self.collector.collect(tasks, stage.sampling.group_size, stage.sampling.temperature,
                                        stage.sampling.top_p, seed=seed * 100003 + step * 97,
@@ -196,16 +204,22 @@ class AgentRollout:
                 raise ConfigError(f"stage {stage.name}: rollout.credit.type steppo needs step scores, but the "
                                   f"environment of task {missing[0]!r} has no process checklist "
                                   "(ToolEnv.checklist); use kvstore, kvchain or calculator, or another credit")
+        rec = {**agent_metrics(trajs), "time/generate": secs["generate"], "time/env": secs["env"],
+               "time/verify": secs["verify"], "rollout/groups_drawn": len(tasks)}
+        if not self.noted_horizon:
+            rec["notes"], self.noted_horizon = horizon_note(rec), True
+        return trajs, rec
+
+    def credit(self, trajs: list[Trajectory], needs_all: bool, stage, into: TrainBatch | None = None
+               ) -> tuple[TrainBatch, dict]:
+        """Advantages: per-turn credit (with the learned critic's values where the credit has one) spread
+        over each turn's tokens, as training rows (written into ``into`` when given); then the critic's fit."""
         values, crit = None, {}
         if self.critic is not None:
             feats = self.critic.features(self.model, trajs, self.pad_id)
             values = self.critic.values(feats)
         batch = build_agent_batch(trajs, turn_advantages(trajs, stage.rollout.credit, values), needs_all,
-                                  stage.loss.mask_truncated)
+                                  stage.loss.mask_truncated, into)
         if self.critic is not None:
             crit = self.critic.fit(trajs, feats, values)
-        rec = {**agent_metrics(trajs), **crit, "time/generate": secs["generate"], "time/env": secs["env"],
-               "time/verify": secs["verify"], "rollout/groups_drawn": len(tasks)}
-        if not self.noted_horizon:
-            rec["notes"], self.noted_horizon = horizon_note(rec), True
-        return batch, rec
+        return batch, crit

@@ -14,8 +14,6 @@ weighs a token on a rank with few tokens more than one on a rank with many.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from rlvr.losses.aggregate import GlobalCounts
 
 
@@ -24,6 +22,9 @@ class DistContext:
 
     rank: int = 0
     world_size: int = 1
+    max_staleness: int = 0
+    """Steps a batch's sampling weights may lag the trained ones (> 0: the RL stage prefetches its rollouts,
+    ``trainers/sources.AsynchronousSource``); only contexts whose engines hold their own weights set it."""
 
     @property
     def is_main(self) -> bool:
@@ -42,10 +43,6 @@ class DistContext:
 
     def publish(self, model, version: int) -> None:
         """Send the trainer's weights (after ``version`` optimizer steps) to engines holding a copy."""
-
-    def rollouts(self, make: Callable[[int], tuple], step: int) -> tuple:
-        """The rollouts training step ``step`` uses: ``make(step)`` (asynchronous contexts prefetch)."""
-        return make(step)
 
     def shard(self, lengths: list[int]) -> list[int]:
         """Indices of the rows (of these ``lengths``) this process forwards and back-propagates."""

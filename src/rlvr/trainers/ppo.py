@@ -40,7 +40,7 @@ from rlvr.config.rl import RewardTerm
 from rlvr.config.rlhf import PPOStage
 from rlvr.data.chat import encode_prompt
 from rlvr.data.collate import TokenBatch, pad_batch
-from rlvr.data.order import TaskStream
+from rlvr.data.order import TaskStream, minibatch_rows
 from rlvr.data.sources import load_task_source
 from rlvr.errors import ConfigError
 from rlvr.losses.kl import adaptive_kl_coef, kl_penalty
@@ -230,11 +230,8 @@ def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step
     agg: dict[str, float] = {}
     tokens = 0.0
     skipped, updates = 0, 0
-    for epoch in range(cfg.ppo_epochs):
-        perm = np.random.default_rng([seed, step, epoch]).permutation(len(b)).tolist()
-        size = -(-len(b) // cfg.mini_batches)
-        for s in range(0, len(b), size):
-            mini = perm[s:s + size]
+    for epoch_minis in minibatch_rows(len(b), cfg.mini_batches, cfg.ppo_epochs, seed, step):
+        for mini in epoch_minis:
             denom = float(b.loss_mask[mini].sum().clamp(min=1))
             mini_agg, mini_tokens, finite = {}, 0.0, True
             for rows in _micro_slices(mini, cfg.micro_batch_size):

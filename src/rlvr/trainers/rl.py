@@ -23,39 +23,30 @@ the sampler-vs-trainer gap.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from rlvr.advantages import zero_variance_groups
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
-from rlvr.data.chat import check_prompt_lengths
 from rlvr.data.collate import TrainBatch, micro_token_budget, pad_batch, plan_micro_batches, split_overhead
-from rlvr.data.order import TaskStream
+from rlvr.data.order import TaskStream, minibatch_rows
 from rlvr.data.sources import load_task_source
-from rlvr.losses.aggregate import aggregate, global_counts
-from rlvr.losses.kl import kl_penalty
-from rlvr.losses.mismatch import mismatch_metrics, mismatch_sums
+from rlvr.losses.aggregate import global_counts
+from rlvr.losses.mismatch import mismatch_metrics
 from rlvr.models import packed_forward
-from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.packed_fused import reuse_weights
 from rlvr.models.truncation import NONE as NO_TRUNCATION
 from rlvr.models.truncation import Truncation
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
-from rlvr.monitoring.screen import sampled_entropy
-from rlvr.monitoring.sinks import log_samples
-from rlvr.monitoring.heldout_guard import TestGuard
-from rlvr.rollout.collector import Rollouts
-from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
 from rlvr.rollout.model_judge import with_model_judges
-from rlvr.trainers.agent import AgentRollout
 from rlvr.trainers.common import (
     StageResult,
     accumulate,
@@ -71,86 +62,19 @@ from rlvr.trainers.common import (
     pause_on_infra,
     reference_model,
 )
+from rlvr.trainers.micro_loss import micro_batch_loss, micro_loss  # noqa: F401
 from rlvr.trainers.parallel import LOCAL, reduce_metrics
-from rlvr.trainers.variants import PolicyInputs, policy_loss, rl_variant
+from rlvr.trainers.sources import SourceSetup, build_train_batch, rollout_source, rollout_step  # noqa: F401
+from rlvr.trainers.variants import rl_variant
 from rlvr.verifiers.judge import reward_judge
 
 log = logging.getLogger(__name__)
-
-# --------------------------------------------------------------------------------------- rollout
-
-
-def rollout_step(stage: RLStage, engine, tok, stream: TaskStream, judge, seed: int, step: int, notes: list,
-                 model=None, guard: TestGuard | None = None):
-    """One rollout batch; with dynamic sampling, keep drawing until the batch is informative.
-
-    A group is informative when its verifier outcomes are mixed (``sampling.dynamic_sampling: correct``,
-    DAPO's 0 < #correct < G; DAPO's default) or its composed reward varies (``reward``). With dynamic sampling the
-    batch *is* the informative groups (DAPO's definition, Yu et al. 2025, eq. 11: the token-mean runs over
-    the kept groups only): filtered groups count in no loss denominator, unlike the zero-advantage rows of
-    the other algorithms, which are skipped for speed but counted. With held-out code tests (``guard``) the
-    verifier sees each task's training pool only.
-    """
-    dyn = stage.sampling.dynamic_sampling
-    parts, kept, drawn, rnd = [], 0, 0, 0
-    while True:
-        tasks = stream.take(stage.tasks_per_step)
-        if guard is not None:
-            tasks = guard.training(tasks, step)
-        ro, method_met = collect_with_methods(stage, engine, model, tok, tasks, judge, seed * 100003 + step * 97 + rnd,
-                                              step)
-        drawn += ro.num_groups
-        if dyn in (None, "off"):
-            return ro, {"rollout/groups_drawn": drawn, **method_met}
-        signal = ro.passed.float() if dyn == "correct" else ro.rewards
-        zv = zero_variance_groups(signal, ro.valid)
-        keep = [g for g in range(ro.num_groups) if not zv[g]][: stage.tasks_per_step - kept]
-        parts.append(ro.select_groups(keep))
-        kept += len(keep)
-        rnd += 1
-        if kept >= stage.tasks_per_step or rnd > stage.sampling.max_resample_rounds:
-            break
-    if kept < stage.tasks_per_step:
-        rate = float(ro.passed.float().mean())
-        hint = "too easy" if rate > 0.5 else "too hard"
-        notes.append(f"step {step}: dynamic sampling found {kept}/{stage.tasks_per_step} informative groups after "
-                     f"{rnd} rounds (pass rate {rate:.0%}: the data looks {hint} for this policy)")
-    merged = Rollouts.concat(parts) if kept else ro.select_groups([])
-    return merged, {"rollout/groups_drawn": drawn, "rollout/resample_rounds": rnd, **method_met}
-
 
 def tracks_kl(health) -> bool:
     """Measure KL to the reference at β = 0 too: asked for, or an ``adaptive_beta`` action may start β."""
     if health.track_kl is not None:
         return health.track_kl
     return any("adaptive_beta" in getattr(health.actions, r) for r in type(health.actions).model_fields)
-
-
-def reward_length_corr(rewards: torch.Tensor, lens: torch.Tensor) -> float:
-    """Pearson correlation of the batch's rewards and completion lengths (0 when either is constant)."""
-    r, n = rewards.reshape(-1).float(), lens.reshape(-1).float()
-    if r.numel() < 2 or r.std() == 0 or n.std() == 0:
-        return 0.0
-    return float(torch.corrcoef(torch.stack([r, n]))[0, 1])
-
-
-def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
-    lens = torch.tensor([len(c) for c in ro.completion_ids], dtype=torch.float32)
-    m = {"rollout/pass_rate": float(ro.passed.float().mean()) if ro.num_groups else 0.0,
-         "reward/mean": float(ro.rewards.mean()) if ro.num_groups else 0.0,
-         "reward/std": float(ro.rewards.std()) if ro.rewards.numel() > 1 else 0.0,
-         "rollout/zero_var_frac": float(zv.float().mean()) if ro.num_groups else 1.0,
-         "rollout/length_mean": float(lens.mean()) if len(lens) else 0.0,
-         "rollout/length_max": float(lens.max()) if len(lens) else 0.0,
-         "rollout/truncation_rate": float(np.mean([r == "length" for r in ro.finish_reason])) if lens.numel() else 0.0,
-         "rollout/reward_length_corr": reward_length_corr(ro.rewards, lens) if ro.num_groups else 0.0,
-         **sampled_entropy(ro.old_logprobs),
-         "verifier/infra": int((~ro.valid).sum())}
-    for k, v in ro.reward_terms.items():
-        m[f"reward/{k}"] = float(v.mean()) if v.numel() else 0.0
-    for o in set(ro.outcomes):
-        m[f"verifier/{o}"] = ro.outcomes.count(o)
-    return m
 
 
 # ------------------------------------------------------------------------------------------ batch
@@ -161,29 +85,6 @@ def needs_every_row(stage: RLStage, variant) -> bool:
     bonus, or a loss in which a zero advantage still has a gradient."""
     kl_all = stage.kl.beta > 0 and stage.kl.rows == "all"
     return kl_all or stage.entropy_coef != 0 or variant.trains_zero_advantage
-
-
-def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_truncated: bool) -> TrainBatch:
-    """Flatten rollouts into training rows (``advantages``: ``[n, G]``, or per row a float or a list over its
-    completion tokens, see ``rollout.methods.row_advantages``). Zero-advantage rows are not forwarded unless ``needs_all``
-    (KL or entropy terms give them a gradient) but still counted; invalid (infrastructure) verdicts,
-    empty completions and, with ``mask_truncated``, truncated ones are not part of the loss at all."""
-    adv = advantages.reshape(-1).tolist() if isinstance(advantages, torch.Tensor) else advantages
-    valid = ro.valid.reshape(-1).tolist()
-    rows = TrainBatch([], [], [], None, [])
-    for i, (p, c) in enumerate(zip(ro.prompt_ids, ro.completion_ids)):
-        if not valid[i] or not c or (mask_truncated and ro.finish_reason[i] == "length"):
-            continue
-        mask = [0] * len(p) + [1] * len(c)
-        per_token = isinstance(adv[i], list)
-        if not needs_all and (all(a == 0.0 for a in adv[i]) if per_token else adv[i] == 0.0):
-            rows.skipped_masks.append(mask)
-            continue
-        rows.input_ids.append(p + c)
-        rows.loss_mask.append(mask)
-        rows.old_logprobs.append([0.0] * len(p) + list(ro.old_logprobs[i]))
-        rows.advantages.append([0.0] * len(p) + list(adv[i]) if per_token else adv[i])
-    return rows
 
 
 def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) -> list[list[int]]:
@@ -202,14 +103,6 @@ def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) 
 def first_update_micros(model, batch: TrainBatch, first_minibatches: list[list[int]], micro: int):
     """The micro-batches (row ids) of the first epoch's updates, mini-batch after mini-batch."""
     return [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, micro)]
-
-
-def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int) -> list[list[list[int]]]:
-    """Per epoch, its mini-batches (row ids): a permutation of the ``n`` rows seeded by (seed, step, epoch),
-    cut into ``mini_batches`` consecutive slices."""
-    size = -(-n // mini_batches)
-    orders = [np.random.default_rng([seed, step, epoch]).permutation(n).tolist() for epoch in range(epochs)]
-    return [[order[s:s + size] for s in range(0, n, size)] for order in orders]
 
 
 @torch.no_grad()
@@ -240,6 +133,15 @@ def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temper
         return forward_logprobs(model, batch, pad_id, temperature, micro, bf16, micros, truncation)
 
 
+def first_update_reference(ref, model, batch: TrainBatch, stage: RLStage, pad_id: int, bf16: bool, seed: int,
+                           step: int):
+    """The reference pass of a step: :func:`reference_logprobs` on the first update's micro-batches."""
+    first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, step)[0]
+    return reference_logprobs(ref, model, batch, pad_id, stage.sampling.temperature, stage.micro_batch_size, bf16,
+                              first_update_micros(model, batch, first, stage.micro_batch_size),
+                              Truncation.of(stage.sampling))
+
+
 def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool,
                            micros: list[list[int]] | None = None) -> dict:
     """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
@@ -262,42 +164,6 @@ def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: boo
 # ----------------------------------------------------------------------------------------- update
 
 
-def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_policy: bool, bf16: bool = False):
-    """Loss of one micro-batch, already divided by the mini-batch's global denominator."""
-    b = mb.tokens(pad_id, device=model.device)
-    ids, att, lm, old = b.input_ids, b.attention_mask, b.loss_mask, b.old_logprobs
-    # the engine's logprobs of the sampled tokens: kept apart when old_logprobs were recomputed (off-policy)
-    sampler = b.sampler_logprobs if b.sampler_logprobs is not None else b.old_logprobs
-    logprobs, entropy = token_logprobs(model, ids, att, cfg.sampling.temperature, with_entropy=True,
-                                       bf16=bf16, entropy_grad=bool(cfg.entropy_coef), wanted=lm,
-                                       truncation=Truncation.of(cfg.sampling))
-    gap_metrics = {}
-    if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
-        gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))
-        gap_metrics = {"rollout/logprob_mismatch_sum": float(gap.sum()),
-                       "rollout/logprob_mismatch_max": float(gap.max())}
-        old = logprobs.detach()
-    per_tok, metrics = policy_loss(cfg.loss, PolicyInputs(logprobs, old, b.advantages, lm, entropy, b.ref_logprobs))
-    metrics.update(gap_metrics)
-    if cfg.correction.enabled:  # sampler/trainer mismatch: truncated IS + geometric-mean sequence mask
-        c = cfg.correction
-        weights, mm = mismatch_sums(old, sampler, lm, c.tis_cap, c.seq_low, c.seq_high)
-        per_tok = per_tok * weights
-        metrics.update(mm)
-    if b.ref_logprobs is not None:  # β > 0, or KL measured for the health monitor (no gradient at β = 0)
-        kl = kl_penalty(logprobs if cfg.kl.beta > 0 else logprobs.detach(), b.ref_logprobs,
-                        kind=cfg.kl.estimator, loss_mask=lm)
-        if cfg.kl.beta > 0:
-            per_tok = per_tok + cfg.kl.beta * kl
-        metrics["kl/ref"] = float((kl.detach() * lm).sum() / lm.sum().clamp(min=1))
-    if cfg.entropy_coef:
-        per_tok = per_tok - cfg.entropy_coef * entropy
-    loss = aggregate(per_tok, lm, cfg.loss.aggregation, **counts_kw)
-    metrics["policy/entropy_sum"] = float((entropy.detach() * lm).sum())
-    metrics["policy/tokens_sum"] = float(lm.sum())
-    return loss, metrics
-
-
 def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False,
                      dist=LOCAL) -> dict:
     """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
@@ -312,7 +178,7 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
     micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
-    met = accumulate(micros, lambda m: micro_loss(model, batch.subset(m), cfg, kw, pad_id, on_policy, bf16), total)
+    met = accumulate(micros, partial(micro_batch_loss, model, batch, cfg, kw, pad_id, on_policy, bf16), total)
     dist.reduce_grads(model)
     return reduce_metrics(met, dist)
 
@@ -392,6 +258,24 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
 # ---------------------------------------------------------------------------------------- trainer
 
 
+class PhaseTimer:
+    """Wall seconds of a step's named phases: ``with phase("ref"): ...`` -> ``{"time/ref": s}``."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}": v for k, v in self.seconds.items()}
+
+
 def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
              init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
              judge=None, crash_at_step: int | None = None, dist=None) -> StageResult:
@@ -406,65 +290,40 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     judge = dist.wrap_judge(with_model_judges(judge or reward_judge(stage.rewards, stage.verifier_workers),
                                               stage.rewards, tok))
     engine = dist.engine(model, tok, bf16=model_cfg.decode_bf16)
-    agent = AgentRollout(stage, engine, tok, model) if stage.rollout.mode == "multi_turn" else None
     stream = TaskStream(load_task_source(stage.data), seed)
-    if agent is None:
-        check_prompt_lengths(stream.tasks, tok, model, stage.sampling.max_new_tokens, f"stage {stage.name}: data")
+    source = rollout_source(stage, SourceSetup(model, tok, engine, judge, stream, seed, variant), dist.max_staleness)
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),
                      eval_cfg=eval_cfg, judge=eval_override, health=stage.health, crash_at_step=crash_at_step,
                      label="rl", dist=dist, knobs=rl_knobs(stage))
     stream.cursor = run.state.get("cursor", 0)
-    if agent is not None:
-        agent.load_state_dict(run.state)  # the turn-level critic of ARPO / Turn-PPO
     dist.publish(model, run.step)
-    mask_trunc = stage.loss.mask_truncated
-    notes: list[str] = []
-    base = stage
-    guard = TestGuard(stage.health.code_tests, seed) if stage.health.code_tests.heldout_frac else None
-    make = lambda k: (*rollout_step(stage, engine, tok, stream, judge, seed, k, notes, model, guard), stream.cursor)
-    teacher = load_pretrained(stage.residual.teacher)[0].to(model.device).eval() if stage.residual.enabled else None
-    while not run.done():
-        stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
-        needs_all = needs_every_row(stage, variant)
-        ro, stale = None, 0
-        if agent is not None:  # multi-turn closed loop (trainers/agent.py)
-            batch, ro_rec = agent.step(stream, seed, run.step, needs_all, stage)
-            cursor = stream.cursor
-        else:
-            ro, extra, cursor = dist.rollouts(make, run.step)
-            stale = max((run.step - v for v in ro.policy_version), default=0)
-            zv = zero_variance_groups(ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, dtype=torch.bool)
-            adv = variant.advantages(stage.loss, ro.rewards, ro.valid) if ro.num_groups else torch.zeros(0, 1)
-            res = teacher_residuals(model, teacher, ro, tok.pad_token_id, stage.sampling.temperature) \
-                if teacher is not None else None
-            batch = build_train_batch(ro, row_advantages(ro, adv, res, stage.residual.weight), needs_all, mask_trunc)
-            ro_rec = {**rollout_metrics(ro, zv), **extra, "time/generate": ro.seconds.get("generate", 0.0),
-                      "time/verify": ro.seconds.get("verify", 0.0), "rollout/staleness": stale,
-                      **(guard.measure(ro, judge) if guard is not None else {})}
-        pause_on_infra(run, ro_rec, ro.valid.numel() if ro is not None else
-                       stage.tasks_per_step * stage.sampling.group_size, ro.reward_errors if ro is not None else [])
-        if track_kl and len(batch):
-            first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
-            batch.ref_logprobs = reference_logprobs(
-                ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
-                model_cfg.train_bf16, first_update_micros(model, batch, first, stage.micro_batch_size),
-                Truncation.of(stage.sampling))
-        t0 = time.perf_counter()
-        met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.train_bf16, seed,
-                            run.step, dist, stale > 0)
-        dist.publish(model, run.step + 1)
-        rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0, **dist.step_metrics()}
-        if notes:
-            rec["notes"] = notes.pop()
-        stop = log_step(run, rec, {"cursor": cursor, **(agent.state_dict() if agent is not None else {})},
-                        ids=[t.id for t in ro.tasks] if ro is not None else None,
-                        info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
-        if ro is not None:
-            log_samples(run.step, ro)  # sample completions with their verdicts (logging.samples_every)
-        if stop:
-            break
+    source.start(run.state)
+    base, pad, bf16 = stage, tok.pad_token_id, model_cfg.train_bf16
+    try:
+        while not run.done():
+            stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
+            phase = PhaseTimer()
+            with phase("rollout"):  # generate + verify (time/generate, time/verify: the source's own split)
+                batch = source.next_batch(run.step, stage)
+            pause_on_infra(run, batch.metrics, batch.verdicts, batch.reward_errors)
+            with phase("advantages"):
+                source.advantages(batch, stage, needs_every_row(stage, variant))
+            with phase("ref"):
+                if track_kl and len(batch):
+                    batch.ref_logprobs = first_update_reference(ref, model, batch, stage, pad, bf16, seed, run.step)
+            with phase("train"):
+                met = policy_update(model, opt, sched, stage, batch, pad, bf16, seed, run.step, dist, batch.stale > 0)
+                dist.publish(model, run.step + 1)
+            rec = {**batch.metrics, **met, **phase.metrics(), **dist.step_metrics()}
+            stop = log_step(run, rec, {"cursor": batch.cursor, **source.state_dict()}, ids=batch.task_ids,
+                            info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
+            source.log_samples(run.step, batch)  # sample completions with their verdicts (logging.samples_every)
+            if stop:
+                break
+    finally:
+        source.close()
     result = close_stage(run)
-    if agent is not None and dist.is_main:
-        agent.save(result.checkpoint)
+    if dist.is_main:
+        source.save(result.checkpoint)
     return result

@@ -149,7 +149,7 @@ def check_rl_combination(stage, distributed=None) -> list[tuple[str, str]]:
     for name, flags in RL_METHODS.items():
         if not getattr(stage, name).enabled:
             continue
-        if flags.single_turn and stage.rollout.mode == "multi_turn":
+        if flags.single_turn and stage.rollout.closed_loop:
             out.append((f"{name}.enabled", f"{name} changes single-turn rollouts; rollout.mode is multi_turn"))
         if flags.group_relative and not v.group_baseline(stage.loss):
             out.append((f"{name}.enabled", f"{name}'s samples are scored against their group, but loss {t!r} has "
@@ -168,7 +168,7 @@ def check_rl_combination(stage, distributed=None) -> list[tuple[str, str]]:
     if taken and G - taken < 1:
         out.append(("sampling.group_size", f"group_size {G} leaves no plain sample once EDEN and guidance take "
                                            f"{taken} of each group"))
-    if stage.rollout.mode == "multi_turn":
+    if stage.rollout.closed_loop:
         out += multi_turn_refusals(stage, distributed)
     for j, term in enumerate(stage.rewards):
         if term.name == "checklist" and getattr(stage.data, "type", None) != "builtin":

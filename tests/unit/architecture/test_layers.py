@@ -122,3 +122,40 @@ def test_the_hf_engine_implements_the_rollout_protocol():
 
     model, tok = build_tiny(size="test")
     assert isinstance(HFEngine(model, tok), RolloutEngine)
+
+
+SOURCE_TABLE = ROOT / "trainers" / "sources.py"
+ROLLOUT_MODES = {"single_turn", "multi_turn"}
+
+
+def rollout_mode_branches(path: Path) -> list[int]:
+    """Lines of ``path`` that read ``<x>.rollout.mode`` or compare something with a rollout mode's name."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr == "mode" and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "rollout":
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            names = [c for c in [node.left, *node.comparators] for c in ([c] if not isinstance(c, (ast.Tuple, ast.List, ast.Set)) else c.elts)]
+            if any(isinstance(c, ast.Constant) and c.value in ROLLOUT_MODES for c in names):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_no_branch_on_the_rollout_mode_outside_the_source_table():
+    """The rollout mode picks the stage's source once, in ``trainers/sources.py``; everything else reads the
+    source or the config's declared property (``RolloutConfig.closed_loop``), never the mode itself."""
+    bad = []
+    for f in ROOT.rglob("*.py"):
+        if f == SOURCE_TABLE or f.parent.name == "config":
+            continue
+        lines = f.read_text().splitlines()
+        bad += [f"{f.relative_to(ROOT)}:{i}: {lines[i - 1].strip()}" for i in rollout_mode_branches(f)]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_rollout_mode_check_sees_a_branch(tmp_path):
+    code = tmp_path / "m.py"
+    code.write_text("def f(stage, r):\n    if stage.rollout.mode == 'x':\n        pass\n"
+                    "    return getattr(r, 'mode', None) in ('multi_turn',)\n")
+    assert rollout_mode_branches(code) == [2, 4]

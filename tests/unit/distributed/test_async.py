@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlvr.distributed.asynchronous import Prefetcher, staleness
+from rlvr.rollout.prefetch import Prefetcher
+from rlvr.rollout.source import staleness
 
 
 class Workers:
@@ -22,7 +23,7 @@ class Workers:
             self.calls.append(step)
             v = -10 if step in self.force_old and self.calls.count(step) == 1 else self.version
         time.sleep(0.01)
-        return SimpleNamespace(policy_version=[v, v]), {"step": step}, step * 10
+        return SimpleNamespace(policy_version=[v, v], step=step, cursor=step * 10)
 
 
 def test_staleness_of_a_batch():
@@ -35,9 +36,9 @@ def test_prefetch_is_ordered_bounded_and_drops_old_batches():
     pre = Prefetcher(max_staleness=2)
     seen = []
     for step in range(6):
-        ro, extra, cursor = pre.next(w.make, step)
-        assert extra["step"] == step and cursor == step * 10
-        seen.append(staleness(ro.policy_version, step))
+        batch = pre.next(w.make, step)
+        assert batch.step == step and batch.cursor == step * 10
+        seen.append(staleness(batch.policy_version, step))
         assert max(w.calls) <= step + 2  # never more than max_staleness batches ahead
         w.version = step + 1              # the trainer publishes after its update
     pre.close()

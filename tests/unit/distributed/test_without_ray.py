@@ -21,7 +21,7 @@ sys.meta_path.insert(0, NoRay())
 import importlib.util
 importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] == "ray" else _find(name, *a)
 
-import rlvr, rlvr.cli, rlvr.pipeline, rlvr.distributed, rlvr.distributed.torch_dist, rlvr.distributed.asynchronous
+import rlvr, rlvr.cli, rlvr.pipeline, rlvr.distributed, rlvr.distributed.torch_dist, rlvr.rollout.prefetch
 from rlvr.config.data import BuiltinArithmetic
 from rlvr.config.distributed import DistributedConfig
 from rlvr.config.model import ModelConfig

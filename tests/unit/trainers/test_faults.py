@@ -27,6 +27,7 @@ from rlvr.models.checkpoint import (CheckpointError, list_checkpoints, save_trai
 from rlvr.models.tiny import build_tiny
 from rlvr.trainers import ppo as ppo_mod
 from rlvr.trainers import preference as pref_mod
+from rlvr.trainers import micro_loss as micro_loss_mod
 from rlvr.trainers import rl as rl_mod
 from rlvr.trainers.common import build_optimizer, find_checkpoint
 from rlvr.trainers.guards import NonFiniteError
@@ -136,10 +137,12 @@ def rl_stage(**kw):
                    tasks_per_step=2, micro_batch_size=8, save_every=0, **kw)
 
 
-def poison_loss(monkeypatch, module, name, steps):
-    """Make ``module.name``'s loss NaN on the given (0-based) steps, counted by the stage's log_step calls."""
+def poison_loss(monkeypatch, module, name, steps, loss_module=None):
+    """Make ``module.name``'s loss (``loss_module.name`` where given) NaN on the given (0-based) steps, counted
+    by the stage's (``module``'s) log_step calls."""
     count = {"step": 0}
-    real_loss, real_log = getattr(module, name), module.log_step
+    loss_module = loss_module or module
+    real_loss, real_log = getattr(loss_module, name), module.log_step
 
     def loss(*a, **kw):
         out = real_loss(*a, **kw)
@@ -150,7 +153,7 @@ def poison_loss(monkeypatch, module, name, steps):
     def log(run, *a, **kw):
         count["step"] += 1
         return real_log(run, *a, **kw)
-    monkeypatch.setattr(module, name, loss)
+    monkeypatch.setattr(loss_module, name, loss)
     monkeypatch.setattr(module, "log_step", log)
 
 
@@ -173,7 +176,7 @@ def poison_grads(monkeypatch, module, loader, steps, pick=lambda r: r[0]):
 
 
 def test_rl_one_nan_step_is_skipped_and_logged_with_its_task_ids(tiny_dir, tmp_path, monkeypatch):
-    poison_loss(monkeypatch, rl_mod, "micro_loss", {1})
+    poison_loss(monkeypatch, rl_mod, "micro_loss", {1}, micro_loss_mod)
     res = train_rl(rl_stage(), ModelConfig(path=tiny_dir), tmp_path, seed=0, judge=parity_judge)
     ev = events(res.metrics_path, "nonfinite")
     assert [e["step"] for e in ev] == [2] and len(ev[0]["task_ids"]) == 2 and ev[0]["task_ids"][0].startswith("add2")
@@ -182,7 +185,7 @@ def test_rl_one_nan_step_is_skipped_and_logged_with_its_task_ids(tiny_dir, tmp_p
 
 
 def test_rl_k_nan_steps_in_a_row_stop_keeping_the_last_good_weights(tiny_dir, tmp_path, monkeypatch):
-    poison_loss(monkeypatch, rl_mod, "micro_loss", {0, 1, 2, 3})
+    poison_loss(monkeypatch, rl_mod, "micro_loss", {0, 1, 2, 3}, micro_loss_mod)
     with pytest.raises(NonFiniteError) as e:
         train_rl(rl_stage(), ModelConfig(path=tiny_dir), tmp_path, seed=0, judge=parity_judge)
     msg = str(e.value)

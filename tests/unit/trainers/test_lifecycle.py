@@ -99,7 +99,7 @@ def test_every_rank_takes_rank_zeros_health_knobs(tiny_dir, tmp_path):
             return stop, {**knobs, "temperature": 1.7}
 
     st = rl_stage()
-    import rlvr.trainers.rl as rl_mod
+    import rlvr.trainers.sources as rl_mod
 
     temps = []
     orig = rl_mod.rollout_step

@@ -213,6 +213,7 @@ def test_old_logprobs_are_recomputed_in_the_micro_batches_of_the_first_updates(t
     """GPU kernels may round differently for different batch shapes. Emulate that with an offset that
     depends on the micro-batch's shape: the ratio is still exactly 1 on every first-epoch update only if
     the old logprobs were computed on the very micro-batches the updates use."""
+    from rlvr.trainers import micro_loss as micro_loss_module
     from rlvr.trainers import rl as rl_module
 
     orig = rl_module.token_logprobs
@@ -221,7 +222,8 @@ def test_old_logprobs_are_recomputed_in_the_micro_batches_of_the_first_updates(t
         lp, ent = orig(model, ids, att, *a, **k)
         return lp + 1e-3 * ((3 * ids.shape[0] + ids.shape[1]) % 7), ent
 
-    monkeypatch.setattr(rl_module, "token_logprobs", shape_dependent)
+    monkeypatch.setattr(rl_module, "token_logprobs", shape_dependent)         # the old logprobs' forward
+    monkeypatch.setattr(micro_loss_module, "token_logprobs", shape_dependent)  # the update's forward
     model, _ = load_pretrained(tiny_dir)
     ro = rollouts(MIXED, lengths=[2 + (5 * i) % 7 for i in range(16)])
     st = stage(loss=GSPOLoss(), mini_batches=2, micro_batch_size=3, optim=OptimConfig(lr=0.0, warmup_steps=0))

@@ -18,7 +18,7 @@ from rlvr.config.preference import DPOLoss, PreferenceStage
 from rlvr.config.rl import KLConfig, RLStage, SamplingConfig
 from rlvr.data.collate import TrainBatch
 from rlvr.models.load import load_pretrained
-from rlvr.trainers import rl
+from rlvr.trainers import micro_loss, rl
 from rlvr.verifiers.base import Verdict
 
 
@@ -49,7 +49,8 @@ def spy_precision(monkeypatch) -> dict:
         seen["forward"].append(kw.get("bf16"))
         return inner_lp(*args, **kw)
     monkeypatch.setattr(rl.LOCAL, "engine", engine)
-    monkeypatch.setattr(rl, "token_logprobs", token_logprobs)
+    monkeypatch.setattr(rl, "token_logprobs", token_logprobs)          # reference and old-logprob passes
+    monkeypatch.setattr(micro_loss, "token_logprobs", token_logprobs)  # the update's forward
     return seen
 
 

@@ -1,6 +1,7 @@
 """Asynchronous rollouts with bounded staleness: the next batches are generated while this one trains.
 
-A single background thread runs the stage's rollout function for steps ``t+1 .. t+K`` (``K`` =
+A single background thread runs the stage's rollout function (the single-turn source's draw, wrapped by
+``trainers/sources.AsynchronousSource``) for steps ``t+1 .. t+K`` (``K`` =
 ``distributed.max_staleness``) while the trainer updates on step ``t``'s batch: a bounded queue of
 version-tagged samples. A batch queued for step ``s`` is started once the batches before it are done,
 on the weights the workers hold then (at least those after step ``s - K``), so by construction its
@@ -22,10 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-
-def staleness(versions: list[int], step: int) -> int:
-    """``step - min(policy_version)`` of a batch (0 when it carries no version: sampled by the live model)."""
-    return max((step - v for v in versions), default=0)
+from rlvr.rollout.source import staleness
 
 
 class Prefetcher:
@@ -39,8 +37,8 @@ class Prefetcher:
         self._queue: deque[tuple[int, Future]] = deque()
         self.dropped = 0
 
-    def next(self, make: Callable[[int], tuple], step: int) -> tuple:
-        """``make(step)``'s result (its first element has ``policy_version``), produced ahead of time; the
+    def next(self, make: Callable[[int], object], step: int):
+        """``make(step)``'s result (a batch with ``policy_version``), produced ahead of time; the
         queue is topped up to ``step + max_staleness`` before waiting."""
         while self._queue and self._queue[0][0] < step:  # e.g. the stage resumed further on
             self._queue.popleft()[1].cancel()
@@ -51,7 +49,7 @@ class Prefetcher:
             self._queue.append((s, self._pool.submit(make, s)))
         _, fut = self._queue.popleft()
         out = fut.result()
-        while staleness(out[0].policy_version, step) > self.max_staleness:
+        while staleness(out.policy_version, step) > self.max_staleness:
             self.dropped += 1
             out = self._pool.submit(make, step).result()
         return out
