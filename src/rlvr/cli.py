@@ -28,7 +28,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import typer
 
-from rlvr.stages import stage_commands
+from rlvr.stages import StageKind, stage_commands
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Post-train language models: SFT -> preference alignment -> RL with verifiable rewards.")
@@ -105,7 +105,7 @@ def quickstart(out: str = typer.Option("runs/quickstart", "--out", help="Run dir
     quickstart_command(out, _overrides(set_), resume, overwrite)
 
 
-def _stage_command(kind) -> None:
+def _stage_command(kind: StageKind) -> None:
     """Add ``rlvr <kind.command>`` (:class:`rlvr.stages.StageKind`): run only the recipe's stages of that type,
     from ``--model`` if given; ``--allow-unprobed-judge`` where the type's rewards may be model-judged."""
     opt = inspect.Parameter.POSITIONAL_OR_KEYWORD
