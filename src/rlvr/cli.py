@@ -15,6 +15,7 @@ wrote a checkpoint and the resume command is printed).
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 
@@ -26,6 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import typer
+
+from rlvr.stages import StageKind, stage_commands
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Post-train language models: SFT -> preference alignment -> RL with verifiable rewards.")
@@ -102,69 +105,31 @@ def quickstart(out: str = typer.Option("runs/quickstart", "--out", help="Run dir
     quickstart_command(out, _overrides(set_), resume, overwrite)
 
 
-def _stage(kind: str, recipe: str, sets, resume: bool, init: str | None, run_dir: str | None,
-           allow: bool, overwrite: bool = False, allow_unprobed_judge: bool = False) -> None:
-    from rlvr.commands.run import stage_command
+def _stage_command(kind: StageKind) -> None:
+    """Add ``rlvr <kind.command>`` (:class:`rlvr.stages.StageKind`): run only the recipe's stages of that type,
+    from ``--model`` if given; ``--allow-unprobed-judge`` where the type's rewards may be model-judged."""
+    opt = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("recipe", opt, annotation=str),
+              *(inspect.Parameter(name, opt, default=default, annotation=ann) for name, ann, default in (
+                  ("set_", list[str] | None, SetOpt), ("resume", bool, ResumeOpt), ("model", str | None, InitOpt),
+                  ("run_dir", str | None, RunDirOpt), ("allow_config_change", bool, AllowChangeOpt),
+                  ("overwrite", bool, OverwriteOpt),
+                  *([("allow_unprobed_judge", bool, AllowJudgeOpt)] if kind.judge_option else [])))]
 
-    stage_command(kind, recipe, _overrides(sets), resume, init, run_dir=run_dir, allow_config_change=allow,
-                  overwrite=overwrite, allow_unprobed_judge=allow_unprobed_judge)
+    def command(**kw) -> None:
+        from rlvr.commands.run import stage_command
 
+        stage_command(kind.type, kw["recipe"], _overrides(kw["set_"]), kw["resume"], kw["model"],
+                      run_dir=kw["run_dir"], allow_config_change=kw["allow_config_change"],
+                      overwrite=kw["overwrite"], allow_unprobed_judge=kw.get("allow_unprobed_judge", False))
 
-@app.command()
-def sft(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
-        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
-    """Run the recipe's SFT stage(s)."""
-    _stage("sft", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
-
-
-@app.command()
-def grpo(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
-         model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
-         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt,
-         allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
-    """Run the recipe's RL stage(s) (GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++)."""
-    _stage("rl", recipe, set_, resume, model, run_dir, allow_config_change, overwrite, allow_unprobed_judge)
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # what typer reads
+    command.__name__, command.__doc__ = kind.command, kind.help
+    app.command(kind.command, help=kind.help)(command)
 
 
-@app.command()
-def dpo(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
-        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
-    """Run the recipe's preference stage(s) (dpo, ipo, simpo, kto, orpo, cpo)."""
-    _stage("preference", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
-
-
-@app.command()
-def rm(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
-       model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
-       allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
-    """Train the recipe's reward model stage."""
-    _stage("reward_model", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
-
-
-@app.command()
-def ppo(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
-        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
-    """Run the recipe's PPO stage."""
-    _stage("ppo", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
-
-
-@app.command()
-def rft(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
-        model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
-        allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
-    """Run the recipe's rejection-sampling fine-tuning stage(s) (expert iteration)."""
-    _stage("rft", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
-
-
-@app.command()
-def distill(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeOpt,
-            model: str | None = InitOpt, run_dir: str | None = RunDirOpt,
-            allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt) -> None:
-    """Run the recipe's distillation stage(s) (SFT on a teacher's verified samples)."""
-    _stage("distill", recipe, set_, resume, model, run_dir, allow_config_change, overwrite)
+for _kind in stage_commands():  # rlvr sft, grpo, dpo, rm, ppo, rft, distill: one per stage table entry
+    _stage_command(_kind)
 
 
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "

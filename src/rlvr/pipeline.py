@@ -49,29 +49,7 @@ from rlvr.config.recipe import Recipe, with_system_prompt
 from rlvr.console import Heartbeat, detail, phase
 from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
 from rlvr.models.prompt_format import checkpoint_format
-
-
-def stage_trainer(kind: str):
-    """The training function for a stage type (imported lazily)."""
-    if kind == "sft":
-        from rlvr.trainers.sft import train_sft as fn
-    elif kind == "rl":
-        from rlvr.trainers.rl import train_rl as fn
-    elif kind == "preference":
-        from rlvr.trainers.preference import train_preference as fn
-    elif kind == "reward_model":
-        from rlvr.trainers.reward_model import train_reward_model as fn
-    elif kind == "ppo":
-        from rlvr.trainers.ppo import train_ppo as fn
-    elif kind == "onpolicy_distill":
-        from rlvr.trainers.onpolicy_distill import train_onpolicy_distill as fn
-    elif kind == "rft":
-        from rlvr.trainers.rft import train_rft as fn
-    elif kind == "distill":
-        from rlvr.trainers.distill import train_distill as fn
-    else:
-        raise ValueError(f"unknown stage type {kind!r}")
-    return fn
+from rlvr.stages import stage_kind
 
 
 def _read_state(path: Path) -> dict:
@@ -177,8 +155,7 @@ def with_eval_scoring(recipe: Recipe) -> Recipe:
     that stage's rewards; else None: each task's own verifier (the built-in tasks' behaviour)."""
     if recipe.eval.rewards is not None:
         return recipe
-    stage = next((st for st in recipe.stages if st.type == "rl" and any(t.name == "python" for t in st.rewards)),
-                 None)
+    stage = next((st for st in recipe.stages if any(t.name == "python" for t in getattr(st, "rewards", ()))), None)
     if stage is None:
         return recipe
     from rlvr.data.sources import load_task_source
@@ -200,7 +177,7 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
                      state_path: Path, run_dir: Path, dist) -> dict:
     summary = {"stages": [], "omp_wait": omp_wait.in_effect()}
     prev = init_path
-    reward_model: str | None = None
+    produced: dict[str, str] = {}  # what earlier stages produced (rlvr.stages.StageKind.produces) -> checkpoint
     if recipe.eval_base:
         base_json = run_dir / "base" / "eval.json"
         t0 = time.time()
@@ -211,6 +188,7 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
     for stage in recipe.stages:
         if only is not None and stage.type != only:
             continue
+        kind = stage_kind(stage)
         st = state["stages"].get(stage.name, {})
         final = run_dir / stage.name / "final"
         if resume and st.get("status") == "done" and final.exists():
@@ -218,14 +196,11 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
             row = _row(stage.name, res, st["wall_s"], str(final), st.get("time_cap"))
             summary["stages"].append(_label(_with_clock(row, st), stage))
             prev = st.get("next_policy", str(final))
-            if stage.type == "reward_model":
-                reward_model = str(final)
+            produced[kind.produces] = str(final)
             continue
-        if stage.type == "ppo" and stage.reward_model_path is None and reward_model is not None:
-            stage = stage.model_copy(update={"reward_model_path": reward_model})
+        stage = with_inputs(stage, produced)
         result, res, next_policy = _train_stage(recipe, stage, prev, resume, judge, state, state_path, run_dir, dist)
-        if stage.type == "reward_model":
-            reward_model = result.checkpoint
+        produced[kind.produces] = result.checkpoint
         row = _row(stage.name, res, state["stages"][stage.name]["wall_s"], result.checkpoint,
                    result.extra.get("time_cap"))
         summary["stages"].append(_label(_with_clock(row, state["stages"][stage.name]), stage))
@@ -254,11 +229,9 @@ def _train_stage(recipe: Recipe, stage, prev: str | None, resume: bool, judge, s
     t0 = time.time()
     with stage_logging(recipe.logging, run_dir / stage.name, stage.name, recipe.name), phase(stage.name):
         detail("setting up (model, data, optimiser)")  # until the stage's own phases and steps say more
-        result = stage_trainer(stage.type)(stage, recipe.model, run_dir, recipe.seed, init_path=prev,
-                                           resume=resume, eval_cfg=recipe.eval, judge=judge,
-                                           **({"dist": dist} if stage.type == "rl" else {}), **kwargs)
+        result = train(stage, recipe, run_dir, prev, resume, judge, dist, **kwargs)
     train_wall = time.time() - t0
-    if stage.type == "reward_model":  # not a policy: report its pair accuracy, pass the policy on
+    if not stage_kind(stage).produces_policy:  # e.g. a reward model: report its pair accuracy, pass the policy on
         res = _rm_eval(result)
         write_json_atomic(run_dir / stage.name / "eval.json", res)
         next_policy = result.extra.get("policy") or prev
@@ -324,8 +297,26 @@ def _control(recipe: Recipe, resume: bool, judge, state: dict, state_path: Path,
         write_json_atomic(run_dir / "summary.json", summary)
 
 
+def train(stage, recipe: Recipe, run_dir, init_path: str | None, resume: bool, judge, dist, **kwargs):
+    """Run ``stage``'s trainer (:attr:`rlvr.stages.StageKind.trainer`) from ``init_path``; a data-parallel
+    stage type gets the distributed context ``dist``; ``kwargs`` go to the trainer. Returns its ``StageResult``."""
+    kind = stage_kind(stage)
+    extra = {"dist": dist} if kind.distributed == "data_parallel" else {}
+    return kind.trainer()(stage, recipe.model, run_dir, recipe.seed, init_path=init_path, resume=resume,
+                          eval_cfg=recipe.eval, judge=judge, **extra, **kwargs)
+
+
+def with_inputs(stage, produced: dict[str, str]):
+    """``stage`` with each field its type ``consumes`` that the recipe leaves unset filled from ``produced``
+    (e.g. a PPO stage's ``reward_model_path`` from an earlier reward-model stage)."""
+    fill = {f: produced[what] for f, what in stage_kind(stage).consumes.items()
+            if getattr(stage, f) is None and what in produced}
+    return stage.model_copy(update=fill) if fill else stage
+
+
 def _check_torchrun_stages(recipe: Recipe, only: str | None) -> None:
-    other = [f"{s.name} ({s.type})" for s in recipe.stages if (only is None or s.type == only) and s.type != "rl"]
+    other = [f"{s.name} ({s.type})" for s in recipe.stages
+             if (only is None or s.type == only) and stage_kind(s).distributed != "data_parallel"]
     if other:
         raise ValueError(f"under torchrun only RL stages run data-parallel; this run also has {other}: run those "
                          "first in one process, then the RL stages with torchrun (rlvr grpo --model ...)")
@@ -343,8 +334,7 @@ def _follow(recipe: Recipe, resume: bool, only: str | None, init_path: str | Non
         if resume and st.get("status") == "done" and final.exists():
             prev = st.get("next_policy", str(final))
             continue
-        result = stage_trainer(stage.type)(stage, recipe.model, recipe.run_dir, recipe.seed, init_path=prev,
-                                           resume=resume, eval_cfg=recipe.eval, dist=dist)
+        result = train(stage, recipe, recipe.run_dir, prev, resume, None, dist)
         prev = result.checkpoint
     return {"stages": [], "rank": dist.rank}
 

@@ -195,13 +195,14 @@ def test_a_run_dir_holding_another_run_is_refused_then_moved_aside_with_overwrit
     assert code == 0, err
 
 
-@pytest.mark.parametrize("command", ["run", "sft", "grpo", "dpo", "rm", "ppo", "quickstart"])
+@pytest.mark.parametrize("command", ["run", "sft", "grpo", "dpo", "rm", "ppo", "rft", "distill", "quickstart"])
 def test_every_run_command_takes_overwrite(command):
-    import inspect
+    import typer
 
     import rlvr.cli
 
-    assert "overwrite" in inspect.signature(getattr(rlvr.cli, command)).parameters
+    cmd = typer.main.get_command(rlvr.cli.app).commands[command]  # the stage commands come from rlvr.stages
+    assert "--overwrite" in {o for p in cmd.params for o in getattr(p, "opts", [])}
 
 
 def test_math_tasks_without_an_answer_under_the_correct_reward(capsys, tmp_path, tiny_dir):

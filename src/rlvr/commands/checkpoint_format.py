@@ -103,13 +103,13 @@ def _recipe_rewards(path: str, stage: str | None) -> list:
     from rlvr.config.load import load_recipe
 
     rec = load_recipe(path)
-    rl = [st for st in rec.stages if st.type == "rl"]
+    rl = [st for st in rec.stages if hasattr(st, "rewards")]
     if stage is not None:
         named = [st for st in rec.stages if st.name == stage]
         if not named:
             raise ConfigError(f"--stage {stage!r}: {path} has no such stage (stages: "
                               f"{', '.join(st.name for st in rec.stages) or 'none'})")
-        if named[0].type != "rl":
+        if not hasattr(named[0], "rewards"):
             raise ConfigError(f"--stage {stage!r} of {path} is a {named[0].type} stage: only RL stages have rewards")
         return list(named[0].rewards)
     if not rl:

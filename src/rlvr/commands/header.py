@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rlvr.config.model import AUTO_BF16_DECODE_PARAMS, AUTO_BF16_PARAMS, ModelConfig, cpu_bf16_units
 from rlvr.config.recipe import Recipe
+from rlvr.stages import stage_kind
 
 
 def header_lines(recipe: Recipe, source: str | None, only: str | None = None, init_path: str | None = None,
@@ -69,7 +70,7 @@ def stage_text(stage) -> str:
     """``name (type): N steps[, time cap M min][, eval every K]`` (epochs where the data decides the steps)."""
     steps = getattr(stage, "max_steps", None)
     if steps is None and hasattr(stage, "epochs"):
-        what = "pairs" if stage.type == "preference" else "data"
+        what = stage_kind(stage).data_noun
         text = f"{stage.epochs} epoch{'s' if stage.epochs != 1 else ''} of its {what}"
     else:
         text = f"{steps} steps"

@@ -29,10 +29,13 @@ def _tasks(source, n: int) -> list:
 
 
 def _sources(recipe) -> list:
-    """Every task source of the recipe: each RL stage's data, the preference pairs' tasks, the eval tasks."""
+    """Every task source of the recipe: each screened stage's data (RL), the preference pairs' tasks, the eval
+    tasks."""
+    from rlvr.stages import stage_kind
+
     out = [recipe.eval.tasks]
     for st in recipe.stages:
-        if st.type == "rl":
+        if stage_kind(st).screened:
             out.append(st.data)
         pairs = getattr(st, "pairs", None)
         if pairs is not None and getattr(pairs, "tasks", None) is not None:
@@ -102,6 +105,7 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
     from rlvr.models.load import load_model_and_tokenizer, load_pretrained
     from rlvr.monitoring.screen import screen_model
     from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.stages import stage_kind
     from rlvr.verifiers.judge import default_judge
 
     recipe = load_recipe(recipe_path, overrides)
@@ -124,7 +128,7 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
                    "before RL (rewards would be noise)")
     judge, screens, horizons = default_judge(), [], []
     report["prompt_formats"] = {}
-    rl_stages = [st for st in recipe.stages if st.type == "rl"]
+    rl_stages = [st for st in recipe.stages if stage_kind(st).screened]
     for label, path in _checkpoints(recipe, run):
         fmt = plan_format(path, recipe, system_prompt)
         report["prompt_formats"][label] = format_line(fmt)
@@ -180,13 +184,15 @@ def _temperature_fix(engine, tok, tasks, judge, st) -> float | None:
 
 
 def _screen_advice(s: dict, recipe, st, label: str) -> str:
+    from rlvr.stages import stage_kind
+
     g, start = st.sampling.group_size, label == "start"
-    before = [x.type for x in recipe.stages[: recipe.stages.index(st)]]
+    demonstrated = any(stage_kind(x).demonstrations for x in recipe.stages[: recipe.stages.index(st)])
     head = f"{st.name} (G = {g}, T = {st.sampling.temperature:g}) from {label}: p = {s['p']:.3f}, entropy " \
            f"{s['entropy']:.3f} nats/token, {s['signal_frac_observed']:.0%} of groups informative"
     if s["below_threshold"]:
         fix = f"G >= {s['usable_group_size']}" if s["usable_group_size"] else "no G helps at p = 0"
-        if start and "sft" in before:
+        if start and demonstrated:
             return f"{head}: p below p*(G) = {s['p_star']:.3f} at the start, so the SFT stage before it must lift p " \
                    f"above that (check with rlvr plan after the SFT stage, or rlvr screen)"
         return f"{head}: p below p*(G) = {s['p_star']:.3f}: more SFT or {fix}"

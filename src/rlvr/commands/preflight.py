@@ -26,6 +26,7 @@ from typing import Any
 
 from rlvr.config.recipe import Recipe, task_sources, with_system_prompt
 from rlvr.errors import ConfigError, RlvrError, listing
+from rlvr.stages import stage_kind
 
 
 @dataclass
@@ -132,7 +133,9 @@ def check_tokenizer(path: Path, key: str, template: str, dry: DryRun | None = No
     return out
 
 
-def check_batches(i: int, st: Any, distributed: Any = None) -> list[Problem]:
+def check_batches(i: int, st: Any, distributed: Any = None, earlier: frozenset = frozenset()) -> list[Problem]:
+    """Batch arithmetic, then the stage type's own checks (:attr:`rlvr.stages.StageKind.check`; ``earlier``:
+    what the stages before it produce, e.g. a reward model)."""
     out = []
     pre = f"stages.{i}"
     if hasattr(st, "batch_size") and st.micro_batch_size > st.batch_size:
@@ -145,53 +148,15 @@ def check_batches(i: int, st: Any, distributed: Any = None) -> list[Problem]:
                 warning=True,
             )
         )
-    if st.type == "rl":
-        g = st.sampling.group_size
-        from rlvr.trainers.variants import rl_variant
-
-        grouped = rl_variant(st.loss).group_baseline(st.loss)
-        if g < 2 and grouped:
-            out.append(
-                Problem(
-                    f"{pre}.sampling.group_size",
-                    f"group_size {g}: {st.loss.type} compares samples "
-                    "within a group, so a group of 1 has zero advantage and trains on nothing; use >= 2",
-                )
-            )
-        from rlvr.trainers.variants import check_rl_combination
-
-        out += [Problem(f"{pre}.{key}", why) for key, why in check_rl_combination(st, distributed)]
-        if st.mini_batches > st.tasks_per_step * g:
-            out.append(
-                Problem(
-                    f"{pre}.mini_batches",
-                    f"mini_batches {st.mini_batches} > the {st.tasks_per_step * g} "
-                    "sequences of a rollout batch (tasks_per_step x group_size)",
-                )
-            )
-    if st.type == "ppo" and st.mini_batches > st.tasks_per_step:
-        out.append(
-            Problem(
-                f"{pre}.mini_batches",
-                f"mini_batches {st.mini_batches} > tasks_per_step {st.tasks_per_step}",
-            )
-        )
-    return out
+    return out + [Problem(f"{pre}.{key}", why) for key, why in stage_kind(st).check(st, distributed, earlier)]
 
 
-def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
+def check_stage_inputs(i: int, st: Any) -> list[Problem]:
+    """The model folders the stage reads (a pair-builder scorer, then the stage type's own: a PPO reward model,
+    an RM backbone, a teacher) and its python rewards."""
     out: list[Problem] = []
     pre = f"stages.{i}"
     paths = []
-    if st.type == "ppo" and st.reward == "reward_model":
-        if st.reward_model_path is None and not earlier_rm:
-            out.append(
-                Problem(
-                    f"{pre}.reward_model_path",
-                    "reward: reward_model needs reward_model_path or an earlier stage of type reward_model",
-                )
-            )
-        paths.append(("reward_model_path", st.reward_model_path))
     pairs = getattr(st, "pairs", None)
     if pairs is not None and getattr(pairs, "scorer", None) == "reward_model":
         if pairs.reward_model_path is None:
@@ -199,10 +164,7 @@ def check_stage_inputs(i: int, st: Any, earlier_rm: bool) -> list[Problem]:
                 Problem(f"{pre}.pairs.reward_model_path", "scorer: reward_model needs reward_model_path")
             )
         paths.append(("pairs.reward_model_path", pairs.reward_model_path))
-    if st.type == "reward_model":
-        paths.append(("backbone", st.backbone))
-    if st.type == "distill":
-        paths.append(("teacher", st.teacher))
+    paths += stage_kind(st).model_paths(st)
     for k, p in paths:
         if p is not None and not (Path(p) / "config.json").exists():
             out.append(Problem(f"{pre}.{k}", f"{p!r} is not a local model folder (no config.json)"))
@@ -245,9 +207,7 @@ def judged_sources(recipe: Recipe) -> set[str]:
     rejection sampling, distillation) or builds pairs with it."""
     keys = {"eval.tasks"}
     for i, st in enumerate(recipe.stages):
-        rewards = getattr(st, "rewards", None) or ()
-        if st.type in ("rft", "distill", "onpolicy_distill") or any(r.name == "correct" for r in rewards) \
-                or getattr(st, "reward", None) == "verifier":
+        if stage_kind(st).data_judged(st):
             keys.add(f"stages.{i}.data")
         pairs = getattr(st, "pairs", None)
         if getattr(pairs, "scorer", None) == "verifier":
@@ -264,7 +224,8 @@ def check_tasks(recipe: Recipe, dry: DryRun | None = None) -> list[Problem]:
     out: list[Problem] = []
     loaded: dict[str, list] = dry.tasks if dry is not None else {}
     judged = judged_sources(recipe)
-    demonstrated = {f"stages.{i}.{f}" for i, st in enumerate(recipe.stages) if st.type == "sft" for f in ("data", "heldout")}
+    demonstrated = {f"stages.{i}.{f}" for i, st in enumerate(recipe.stages) if stage_kind(st).demonstrations
+                    for f in ("data", "heldout")}
     for key, src in task_sources(recipe):
         tasks = _try(out, _source_key(key, src), lambda src=src: load_task_source(src))
         if tasks is None:
@@ -277,7 +238,7 @@ def check_tasks(recipe: Recipe, dry: DryRun | None = None) -> list[Problem]:
             out.append(Problem(_source_key(key, src), listing(bad, "tasks cannot be judged by their kind's verifier "
                                                                    "(every completion would be 'infra')")))
     for i, st in enumerate(recipe.stages):
-        for name in ("data", "heldout") if st.type == "sft" else ():
+        for name in ("data", "heldout") if stage_kind(st).demonstrations else ():
             missing = [t.id for t in loaded.get(f"stages.{i}.{name}", []) if not t.solution]
             if missing:
                 out.append(
@@ -361,12 +322,12 @@ def check_judges(i: int, st: Any, allow_unprobed: bool) -> list[Problem]:
 def stage_checks(dry: DryRun) -> list[Problem]:
     """Per stage this command runs: batch arithmetic, stage inputs, pairs files, model judges."""
     out: list[Problem] = []
-    earlier_rm = False
+    earlier: frozenset[str] = frozenset()  # what the stages before produce (a policy, a reward model)
     for i, st in enumerate(dry.recipe.stages):
         if dry.only is None or st.type == dry.only:
-            out += check_batches(i, st, dry.recipe.distributed) + check_stage_inputs(i, st, earlier_rm)
+            out += check_batches(i, st, dry.recipe.distributed, earlier) + check_stage_inputs(i, st)
             out += check_pairs(i, st, dry) + check_judges(i, st, dry.allow_unprobed_judge)
-        earlier_rm = earlier_rm or st.type == "reward_model"
+        earlier = earlier | {stage_kind(st).produces}
     return out
 
 

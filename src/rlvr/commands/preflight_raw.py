@@ -17,10 +17,8 @@ from rlvr.commands.preflight import DryRun, Problem, _try, check_model_folder, c
 from rlvr.config.load import apply_override, load_recipe
 from rlvr.config.recipe import STAGE_ALIASES, Recipe
 from rlvr.errors import ConfigError, listing
+from rlvr.stages import STAGES
 
-JUDGED_STAGES = ("rl", "ppo", "rft", "distill", "onpolicy_distill")
-"""Stage types whose ``data`` tasks are judged by their kind's verifier (the raw-recipe approximation of
-:func:`rlvr.commands.preflight.judged_sources`)."""
 STAGE_MODEL_KEYS = ("reward_model_path", "teacher", "backbone")
 
 
@@ -73,8 +71,10 @@ def raw_problems(raw: dict[str, Any]) -> list[Problem]:
 
 
 def _stage(dry: DryRun, i: int, st: dict[str, Any]) -> list[Problem]:
-    kind = STAGE_ALIASES.get(st.get("type"), (st.get("type"),))[0]
-    out = _source(dry, f"stages.{i}.data", st.get("data"), judged=kind in JUDGED_STAGES, demos=kind == "sft")
+    kind = STAGES.get(STAGE_ALIASES.get(st.get("type"), (st.get("type"),))[0])
+    # the raw approximation of rlvr.commands.preflight.judged_sources: judged where a stage of its type may be
+    judged, demos = (kind.may_judge_data, kind.demonstrations) if kind is not None else (False, False)
+    out = _source(dry, f"stages.{i}.data", st.get("data"), judged=judged, demos=demos)
     out += _source(dry, f"stages.{i}.heldout", st.get("heldout"), judged=False, demos=True)
     models = [(k, st.get(k)) for k in STAGE_MODEL_KEYS]
     pairs = st.get("pairs")

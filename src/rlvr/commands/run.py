@@ -1,4 +1,5 @@
-"""``rlvr run | validate | quickstart | sft | grpo | dpo | rm | ppo``: recipe-level commands.
+"""``rlvr run | validate | quickstart`` and the stage commands (``rlvr sft | grpo | dpo | rm | ppo | rft | distill``,
+one per entry of the stage table :data:`rlvr.stages.STAGES` that names a command): recipe-level commands.
 
 Each one is :func:`execute`: load the recipe (or, on ``--resume``, the run's saved config), dry-run it
 (:mod:`rlvr.commands.preflight`: every problem at once, before anything is written), print the run header
@@ -20,8 +21,6 @@ from rlvr.console import Heartbeat, make_console, note_output, phase
 from rlvr.errors import ConfigError, ModelLoadError
 
 QUICKSTART = Path(__file__).resolve().parent.parent / "recipes" / "quickstart.yaml"
-STAGE_COMMANDS = {"sft": "sft", "rl": "grpo", "preference": "dpo", "reward_model": "rm", "ppo": "ppo", "rft": "rft",
-                  "distill": "distill", "onpolicy_distill": "run"}
 
 
 def validate_command(recipe: str, overrides: list[str], allow_unprobed_judge: bool = False) -> list[str]:

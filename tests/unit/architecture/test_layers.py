@@ -1,7 +1,7 @@
 """The import layers of ../shared/DESIGN.md ("Layers"), kept by walking every module's imports.
 
     errors, config, native, console -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
-      -> distributed -> pipeline -> commands -> cli          (losses/, advantages/: torch only, leaves)
+      -> distributed -> stages -> pipeline -> commands -> cli          (losses/, advantages/: torch only, leaves)
 
 A module may import its own layer or a lower one. Imports inside functions count too (a lazy import of a
 higher layer is still a dependency). ``rlvr/__init__.py`` is the package's surface and sits above all.
@@ -15,7 +15,7 @@ import rlvr
 
 ROOT = Path(rlvr.__file__).resolve().parent
 ORDER = ["errors", "config", "data", "envs", "verifiers", "models", "rollout", "monitoring", "trainers",
-         "distributed", "pipeline", "commands", "cli"]
+         "distributed", "stages", "pipeline", "commands", "cli"]
 RANK = {name: i for i, name in enumerate(ORDER)}
 RANK["config"] = RANK["native"] = RANK["console"] = RANK["errors"]
 # the lowest layer holds the four (native: C kernels + loader; console: full-width console, heartbeat)
@@ -113,6 +113,125 @@ def test_no_branch_on_a_variants_identity_outside_the_table():
             if type_attr.search(line) or variant_classes.search(line) or re.search(r"match\s+\w+\.(loss|weighting|credit)\.type", line):
                 bad.append(f"{f.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not bad, "\n".join(bad)
+
+
+STAGE_TABLE = ROOT / "stages.py"
+VALUE_FIELDS = {"reward", "scorer"}
+"""Fields whose values share a stage type's name (``reward: reward_model``, ``scorer: reward_model``)."""
+
+
+def _stage_names() -> set[str]:
+    """The stage types (their aliases, ``grpo``, ``dpo``, ..., are loss variants' names once a recipe loads)."""
+    from rlvr.config.recipe import STAGE_TYPES
+
+    return set(STAGE_TYPES)
+
+
+def _literals(node: ast.AST) -> list[str]:
+    """The string constants of a constant or of a tuple/list/set of them."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [v for e in node.elts for v in _literals(e)]
+    return []
+
+
+def _names_a_value_field(node: ast.AST) -> bool:
+    if isinstance(node, ast.Attribute):
+        return node.attr in VALUE_FIELDS
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        return bool(set(_literals(node.args[0])) & VALUE_FIELDS)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" \
+            and len(node.args) >= 2:
+        return bool(set(_literals(node.args[1])) & VALUE_FIELDS)
+    if isinstance(node, ast.Subscript):
+        return bool(set(_literals(node.slice)) & VALUE_FIELDS)
+    return False
+
+
+def _is_stage_class(node: ast.AST) -> bool:
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    if isinstance(node, ast.Tuple):
+        return any(_is_stage_class(e) for e in node.elts)
+    return name.endswith("Stage")
+
+
+def stage_identity_branches(tree: ast.AST, names: set[str]) -> list[tuple[int, str]]:
+    """``(line, what)`` for each place that decides by a stage type's identity: a comparison with a stage type's
+    name (``st.type == "rl"``, ``kind in ("rft", "distill")``, ``"sft" in types``), ``isinstance(x, *Stage)``,
+    a ``case "rl":`` and a literal collection or mapping naming two stage types or more (a second table)."""
+    out = []
+    exports = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               and any(isinstance(t, ast.Name) and t.id == "__all__" for t in n.targets)}  # module names, not types
+    for node in ast.walk(tree):
+        if id(node) in exports:
+            continue
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            hit = [v for o in operands for v in _literals(o) if v in names]
+            if hit and not any(_names_a_value_field(o) for o in operands):
+                out.append((node.lineno, f"compares with stage type {hit[0]!r}"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
+                and len(node.args) == 2 and _is_stage_class(node.args[1]):
+            out.append((node.lineno, "isinstance of a stage config class"))
+        elif isinstance(node, ast.MatchValue) and set(_literals(node.value)) & names:
+            out.append((node.value.lineno, f"case {_literals(node.value)[0]!r}"))
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(set(_literals(node)) & names) >= 2 \
+                and len(_literals(node)) == len(node.elts):
+            out.append((node.lineno, f"a collection of stage types {sorted(set(_literals(node)) & names)}"))
+        elif isinstance(node, ast.Dict) and len({v for k in node.keys if k is not None for v in _literals(k)} & names) >= 2:
+            out.append((node.lineno, "a mapping keyed by stage types"))
+    return out
+
+
+def test_no_branch_on_a_stage_types_identity_outside_the_table():
+    """What differs between stage types (trainer, checks, command, policy or not, distributed) is read from the
+    stage table (``rlvr/stages.py``); ``config/`` declares the types. Nowhere else compares a stage's type with
+    a name, asks ``isinstance(st, RLStage)`` or keeps its own list of types."""
+    names, bad = _stage_names(), []
+    for f in ROOT.rglob("*.py"):
+        if f == STAGE_TABLE or f.relative_to(ROOT).parts[0] in ("config", "recipes"):
+            continue
+        for line, what in stage_identity_branches(ast.parse(f.read_text()), names):
+            bad.append(f"{f.relative_to(ROOT)}:{line}: {what}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_stage_identity_check_catches_each_form():
+    src = """
+if stage.type == "rl": pass
+if st.type in ("rft", "distill"): pass
+if kind != "sft": pass
+if "ppo" == x.type: pass
+ok = "sft" in [x.type for x in stages]
+if raw.get("type") == "onpolicy_distill": pass
+if isinstance(st, RLStage): pass
+if isinstance(st, (config.PPOStage, int)): pass
+match st.type:
+    case "preference": pass
+JUDGED = ("rl", "ppo")
+COMMANDS = {"sft": "sft", "rl": "grpo"}
+"""
+    found = stage_identity_branches(ast.parse(src), _stage_names())
+    assert sorted({line for line, _ in found}) == [2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13], found
+    fine = """
+if st.reward == "reward_model": pass
+if pairs.get("scorer") != "reward_model": pass
+if getattr(pairs, "scorer", None) == "reward_model": pass
+__all__ = ["sft", "preference", "rl"]
+if st.type == only: pass
+if device.type == "cpu": pass
+ok = hasattr(st, "rewards")
+"""
+    assert stage_identity_branches(ast.parse(fine), _stage_names()) == []
+
+
+def test_the_stage_table_covers_every_stage_type():
+    from rlvr.config.recipe import STAGE_TYPES
+    from rlvr.stages import STAGES
+
+    assert set(STAGES) == set(STAGE_TYPES)
+    assert all(k.type == t for t, k in STAGES.items())
 
 
 def test_the_hf_engine_implements_the_rollout_protocol():
