@@ -267,7 +267,7 @@ def _control(recipe: Recipe, resume: bool, judge, state: dict, state_path: Path,
     if recipe.eval.control == "none":
         summary["control"] = {"type": "none", "note": "no control (eval.control: none)"}
         return
-    sft, later, note = source_and_later(recipe.stages)
+    sft, later, note = source_and_later(recipe.stages, stage_kind)
     if note is None and dist.world_size > 1:
         note = "no control: not run under torchrun (run the recipe in one process for it)"
     if note is not None:
@@ -276,7 +276,7 @@ def _control(recipe: Recipe, resume: bool, judge, state: dict, state_path: Path,
         return
     done = {k: v for k, v in state["stages"].items() if v.get("status") == "done"}
     src = done[sft.name]
-    segments = plan_segments(later, {k: v.get("train_s", v["wall_s"]) for k, v in done.items()})
+    segments = plan_segments(later, {k: v.get("train_s", v["wall_s"]) for k, v in done.items()}, stage_kind)
     per_step = src.get("train_s", src["wall_s"]) / max(1, src.get("steps", sft.max_steps))
     prev, offset, steps, seconds = src.get("next_policy", src["checkpoint"]), src.get("steps", sft.max_steps), 0, 0.0
     summary["control"] = {"type": "sft", "source": sft.name, "rows": [s.name for s in segments]}

@@ -59,10 +59,10 @@ def control_text(stages) -> str:
     """The equal-time SFT control the run ends with (docs/evaluation.md), or why there is none."""
     from rlvr.monitoring.control import control_name, source_and_later
 
-    sft, later, note = source_and_later(stages)
+    sft, later, note = source_and_later(stages, stage_kind)
     if note is not None:
         return note
-    rows = ", ".join(control_name(s.name) for s in later if s.type != "reward_model")
+    rows = ", ".join(control_name(s.name) for s in later if stage_kind(s).produces_policy)
     return f"{sft.name} continued for the training seconds of {', '.join(s.name for s in later)} ({rows})"
 
 

@@ -37,9 +37,11 @@ def control_name(stage: str) -> str:
     return f"{PREFIX}@{stage}"
 
 
-def source_and_later(stages) -> tuple[object | None, list, str | None]:
-    """``(the SFT stage to continue, the stages after it, None)`` or ``(None, [], why there is no control)``."""
-    first = next((i for i, s in enumerate(stages) if s.type != "sft"), None)
+def source_and_later(stages, kind) -> tuple[object | None, list, str | None]:
+    """``(the SFT stage to continue, the stages after it, None)`` or ``(None, [], why there is no control)``;
+    ``kind``: a stage -> its entry in the stage table (``rlvr.stages.stage_kind``: which types train on
+    demonstrations)."""
+    first = next((i for i, s in enumerate(stages) if not kind(s).demonstrations), None)
     if first is None:
         return None, [], "no control: no stage after the SFT stage" if stages else "no control: no stages"
     if first == 0:
@@ -47,15 +49,16 @@ def source_and_later(stages) -> tuple[object | None, list, str | None]:
     return stages[first - 1], list(stages[first:]), None
 
 
-def plan_segments(later, seconds: dict[str, float]) -> list[Segment]:
+def plan_segments(later, seconds: dict[str, float], kind) -> list[Segment]:
     """One segment per later policy stage, each as long as that stage's training seconds (``seconds``: stage
-    name -> training seconds; a reward model's seconds go to the stage after it; a stage not run ends the plan)."""
+    name -> training seconds; a reward model's seconds go to the stage after it; a stage not run ends the plan;
+    ``kind`` as for :func:`source_and_later`)."""
     out, pending, total = [], 0.0, 0.0
     for st in later:
         if st.name not in seconds:
             break
         pending += seconds[st.name]
-        if st.type == "reward_model":
+        if not kind(st).produces_policy:  # e.g. a reward model: its seconds count towards the next stage
             continue
         total += pending
         out.append(Segment(control_name(st.name), st.name, pending, total))

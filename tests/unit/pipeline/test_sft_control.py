@@ -11,6 +11,7 @@ from rlvr.config.load import load_recipe
 from rlvr.data.arithmetic import generate
 from rlvr.errors import ConfigError
 from rlvr.pipeline import run_pipeline
+from rlvr.stages import stage_kind
 
 RECIPE = """\
 name: c
@@ -126,10 +127,10 @@ def test_no_sft_stage_before_the_later_stages_says_so(capsys):
     from rlvr.monitoring.control import source_and_later
 
     dpo = PreferenceStage(name="dpo", pairs={"path": "x.jsonl"})
-    assert source_and_later([dpo, SFTStage()])[2] == "no control: no SFT stage before dpo"
-    assert source_and_later([SFTStage()])[2] == "no control: no stage after the SFT stage"
+    assert source_and_later([dpo, SFTStage()], stage_kind)[2] == "no control: no SFT stage before dpo"
+    assert source_and_later([SFTStage()], stage_kind)[2] == "no control: no stage after the SFT stage"
     sft2 = SFTStage(name="sft2")
-    src, later, note = source_and_later([SFTStage(), sft2, dpo, SFTStage(name="sft3")])
+    src, later, note = source_and_later([SFTStage(), sft2, dpo, SFTStage(name="sft3")], stage_kind)
     assert src is sft2 and [s.name for s in later] == ["dpo", "sft3"] and note is None
     row = {"stage": "dpo", "pass_at_1": 0.5, "by_family": {}, "mean_length": 3.0, "wall_s": 1.0}
     print_summary({"stages": [row], "control": {"type": "sft", "note": "no control: no SFT stage before dpo"}})
