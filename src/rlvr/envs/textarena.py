@@ -21,8 +21,8 @@ Random state. TextArena seeds Python's global ``random`` at reset and draws from
 numpy's) during play. Every call into a game runs under one process-wide lock with the global states swapped
 for the game's own and swapped back after, so each game's draws are its own whatever other games or threads
 do between its turns, and an episode replays to the same outcome from its seed. A call into a game runs
-under ``EnvLimits.tool_timeout_s``; past it (or a game that raises) the step raises and the rollout marks
-the trajectory ``infra``. A game still running past its timeout keeps the lock: other games wait up to
+under ``EnvLimits.tool_timeout_s``, counted from the moment the game holds the lock; past it (or a game
+that raises) the step raises and the rollout marks the trajectory ``infra``. A game still running past its timeout keeps the lock: other games wait up to
 :data:`LOCK_WAIT_S` and then fail as ``infra`` too.
 
 The task source (:func:`load_textarena_tasks`) probes the game once before drawing tasks, with the network
@@ -46,7 +46,7 @@ from typing import Any, Callable, ClassVar
 from rlvr.data.sources import register_source_loader
 from rlvr.data.types import Task
 from rlvr.envs.base import (EnvError, GoalResult, LeakGuard, Observation, StepResult, ToolEnv, ToolTimeout,
-                            call_with_timeout, split_of_key)
+                            split_of_key)
 from rlvr.errors import DataError
 
 NAME = "textarena"
@@ -109,12 +109,34 @@ class Game:
         self.env = self.call(build_game, env_id, kwargs)
 
     def call(self, fn: Callable, *args: Any) -> Any:
-        """``fn(*args)`` with the game's random states in place, under the lock and the timeout."""
-        return call_with_timeout(lambda: self._isolated(fn, args), {}, self.timeout_s)
+        """``fn(*args)`` with the game's random states in place, under the lock and the timeout. The timeout
+        counts from the moment the lock is held (waiting behind other games is not the game's time);
+        ToolTimeout past it (the call's thread is abandoned, still holding the lock until it returns)."""
+        if not self.timeout_s:
+            return self._isolated(fn, args)
+        box: dict[str, Any] = {}
+        locked, finished = threading.Event(), threading.Event()
 
-    def _isolated(self, fn: Callable, args: tuple) -> Any:
+        def run() -> None:
+            try:
+                box["out"] = self._isolated(fn, args, locked)
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller's thread
+                box["err"] = e
+            finished.set()
+
+        threading.Thread(target=run, daemon=True, name="rlvr-textarena").start()
+        locked.wait(LOCK_WAIT_S + 1.0)
+        if not finished.wait(self.timeout_s):
+            raise ToolTimeout(f"textarena {self.env_id}: a call into the game took more than {self.timeout_s:g}s")
+        if "err" in box:
+            raise box["err"]
+        return box["out"]
+
+    def _isolated(self, fn: Callable, args: tuple, locked: threading.Event | None = None) -> Any:
         if not _RANDOM_LOCK.acquire(timeout=LOCK_WAIT_S):
             raise EnvError(f"textarena {self.env_id}: another game held the random-state lock for {LOCK_WAIT_S:g}s")
+        if locked is not None:
+            locked.set()
         try:
             np = sys.modules.get("numpy")
             outer, np_outer = random.getstate(), (np.random.get_state() if np is not None else None)

@@ -4,6 +4,7 @@ from the seed, each game's own random state, refusals when the task source is re
 import random
 import re
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ ta = pytest.importorskip("textarena")
 
 from rlvr.config.data import TextArenaTasks  # noqa: E402
 from rlvr.data.sources import load_task_source  # noqa: E402
+from rlvr.envs.base import EnvLimits  # noqa: E402
 from rlvr.envs.registry import make_env  # noqa: E402
 from rlvr.envs.textarena import TextArenaEnv, play_teacher  # noqa: E402
 from rlvr.errors import DataError  # noqa: E402
@@ -25,8 +27,8 @@ class DrawingGame(ta.Env):
     """A single-player test game that shows a fresh draw of the global ``random`` every turn and raises at
     the turn ``raise_at``."""
 
-    def __init__(self, turns: int = 5, raise_at: int = 0):
-        self.turns, self.raise_at = turns, raise_at
+    def __init__(self, turns: int = 5, raise_at: int = 0, sleep_s: float = 0.0):
+        self.turns, self.raise_at, self.sleep_s = turns, raise_at, sleep_s
 
     def reset(self, num_players, seed=None):
         self.state = ta.SinglePlayerState(num_players=num_players, seed=seed, max_turns=self.turns)
@@ -37,6 +39,7 @@ class DrawingGame(ta.Env):
                                    observation_type=ta.ObservationType.PLAYER_ACTION)
         if self.raise_at and self.state.turn + 1 >= self.raise_at:
             raise RuntimeError("the game broke")
+        time.sleep(self.sleep_s)
         self.state.add_observation(message=f"draw {random.randint(0, 10**9)}",
                                    observation_type=ta.ObservationType.GAME_MESSAGE)
         if self.state.check_turn_limit():
@@ -48,7 +51,7 @@ class DrawingGame(ta.Env):
 def test_games(monkeypatch):
     from textarena.envs.registration import ENV_REGISTRY, EnvSpec
 
-    for name, kw in (("RlvrDraw-v0", {}), ("RlvrBroken-v0", {"raise_at": 2})):
+    for name, kw in (("RlvrDraw-v0", {}), ("RlvrBroken-v0", {"raise_at": 2}), ("RlvrSlow-v0", {"sleep_s": 0.5})):
         monkeypatch.setitem(ENV_REGISTRY, name, EnvSpec(id=name, entry_point=DrawingGame, default_wrappers=None,
                                                         kwargs=kw))
 
@@ -141,6 +144,11 @@ def test_a_raising_game_is_infra_never_a_crash(test_games):
     task = load_task_source(TextArenaTasks(env="RlvrBroken-v0", n=1))[0]
     v = EnvPredicateVerifier().verify(task, ["a", "b", "c"])
     assert v.outcome == "infra" and "the game broke" in v.details["error"]
+    slow = load_task_source(TextArenaTasks(env="RlvrSlow-v0", n=1))[0]
+    v = EnvPredicateVerifier(limits=EnvLimits(tool_timeout_s=0.1)).verify(slow, ["a"])
+    assert v.outcome == "infra" and "took more than 0.1s" in v.details["error"]
+    time.sleep(0.6)  # the abandoned call returns and lets go of the lock; games go on
+    assert EnvPredicateVerifier(limits=EnvLimits(tool_timeout_s=5)).verify(task, ["a"]).outcome in ("wrong", "pass")
 
 
 def test_the_task_source_refuses_two_player_games_downloading_games_and_unknown_ids():
