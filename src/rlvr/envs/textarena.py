@@ -18,9 +18,13 @@ gold (the game draws its secret from the seed when it resets). An episode:
   reward 0); the game's own number is kept in the end state.
 
 Random state. TextArena seeds Python's global ``random`` at reset and draws from it (some games from
-numpy's) during play. Every call into a game runs under one process-wide lock with the global states swapped
-for the game's own and swapped back after, so each game's draws are its own whatever other games or threads
-do between its turns, and an episode replays to the same outcome from its seed. A call into a game runs
+numpy's) during play. Every call into a game runs under one process-wide lock; while it runs, the name
+``random`` inside TextArena's modules is the game's own ``random.Random`` (:class:`GameRandom`), so its draws
+never touch the global stream that other threads use meanwhile, and the global states (Python's, for code
+that imported single functions, and numpy's) are swapped for the game's own and back. Each game's draws
+are its own whatever other games or threads do, and an episode replays to the same outcome from its seed
+(numpy draws are shielded from other games, not from other threads drawing from numpy's global state
+during the call). A call into a game runs
 under ``EnvLimits.tool_timeout_s``, counted from the moment the game holds the lock; past it (or a game
 that raises) the step raises and the rollout marks the trajectory ``infra``. A game still running past its timeout keeps the lock: other games wait up to
 :data:`LOCK_WAIT_S` and then fail as ``infra`` too.
@@ -99,11 +103,34 @@ def build_game(env_id: str, kwargs: dict[str, Any]):
         raise DataError(f"textarena env {env_id!r}: options {kwargs} refused: {e}") from None
 
 
+class GameRandom(random.Random):
+    """A game's own random stream, standing in for the ``random`` module inside TextArena's modules while the
+    game runs (its other names — ``Random``, ``SystemRandom`` — are the module's)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(random, name)
+
+
+_TA_MODULES: list[Any] = []
+_SEEN_MODULES = [0]
+
+
+def textarena_modules() -> list[Any]:
+    """TextArena's loaded modules that hold the ``random`` module as ``random`` (refreshed as modules load)."""
+    if len(sys.modules) != _SEEN_MODULES[0]:
+        _SEEN_MODULES[0] = len(sys.modules)
+        _TA_MODULES[:] = [m for name, m in list(sys.modules.items())
+                          if name.split(".")[0] == "textarena" and isinstance(getattr(m, "random", None),
+                                                                                (type(random), GameRandom))]
+    return _TA_MODULES
+
+
 class Game:
     """One TextArena game with its own ``random`` (and numpy) state; see the module docstring."""
 
     def __init__(self, env_id: str, kwargs: dict[str, Any], seed: int, timeout_s: float | None = None):
         self.env_id, self.seed, self.timeout_s = env_id, seed, timeout_s
+        self._rng = GameRandom(seed)
         self._state = random.Random(seed).getstate()
         self._np_state: Any = None
         self.env = self.call(build_game, env_id, kwargs)
@@ -141,6 +168,9 @@ class Game:
             np = sys.modules.get("numpy")
             outer, np_outer = random.getstate(), (np.random.get_state() if np is not None else None)
             random.setstate(self._state)
+            mods = textarena_modules()
+            for m in mods:
+                m.random = self._rng
             if np is not None:
                 if self._np_state is None:
                     np.random.seed(self.seed % 2**32)
@@ -149,6 +179,8 @@ class Game:
             try:
                 return fn(*args)
             finally:
+                for m in mods:
+                    m.random = random
                 self._state = random.getstate()
                 random.setstate(outer)
                 if np is not None:

@@ -24,8 +24,8 @@ GUESS = {"env": "GuessTheNumber-v0", "kwargs": {"min_number": 1, "max_number": 5
 
 
 class DrawingGame(ta.Env):
-    """A single-player test game that shows a fresh draw of the global ``random`` every turn and raises at
-    the turn ``raise_at``."""
+    """A single-player test game that shows a fresh random draw every turn, raises at the turn ``raise_at``
+    and sleeps ``sleep_s`` a turn."""
 
     def __init__(self, turns: int = 5, raise_at: int = 0, sleep_s: float = 0.0):
         self.turns, self.raise_at, self.sleep_s = turns, raise_at, sleep_s
@@ -40,7 +40,11 @@ class DrawingGame(ta.Env):
         if self.raise_at and self.state.turn + 1 >= self.raise_at:
             raise RuntimeError("the game broke")
         time.sleep(self.sleep_s)
-        self.state.add_observation(message=f"draw {random.randint(0, 10**9)}",
+        other = threading.Thread(target=lambda: [random.random() for _ in range(50)])
+        other.start()  # another thread draws from the global random while the game's call runs
+        other.join()
+        draw = ta.core.random.randint(0, 10**9)  # through a TextArena module's name ``random``, as its games draw
+        self.state.add_observation(message=f"draw {draw}",
                                    observation_type=ta.ObservationType.GAME_MESSAGE)
         if self.state.check_turn_limit():
             self.state.set_outcome(reward=1 if action == "win" else 0, reason="over")
@@ -126,9 +130,13 @@ def test_parallel_games_do_not_share_random_state(test_games):
         return out
 
     alone = [play(t, lambda: None) for t in tasks]
+    for t, obs in zip(tasks, alone):  # the game's stream from its seed, untouched by the thread drawing meanwhile
+        r = random.Random(t.gold["init"]["seed"])
+        assert obs[:-1] == [f"draw {r.randint(0, 10**9)}" for _ in obs[:-1]]
     assert len({tuple(a) for a in alone}) == len(tasks)  # each seed its own draws
     results: dict[int, list] = {}
-    threads = [threading.Thread(target=lambda i=i, t=t: results.__setitem__(i, play(t, lambda: random.random())))
+    noise = lambda: [random.random() for _ in range(200)]  # noqa: E731 - other code drawing meanwhile
+    threads = [threading.Thread(target=lambda i=i, t=t: results.__setitem__(i, play(t, noise)))
                for i, t in enumerate(tasks)]
     for th in threads:
         th.start()
