@@ -134,8 +134,10 @@ for _kind in stage_commands():  # rlvr sft, grpo, dpo, rm, ppo, rft, distill: on
 
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
                                              "builtin:FAMILY[,FAMILY][:N], builtin_env:ENV[:N] (held-out "
-                                             "environment tasks, run in the closed loop), or "
-                                             "reasoning_gym:NAME[:N] (held-out reasoning-gym tasks; extra 'gym').")
+                                             "environment tasks, run in the closed loop), "
+                                             "reasoning_gym:NAME[:N] (held-out reasoning-gym tasks; extra 'gym'), or "
+                                             "textarena:ENV_ID[:N] (held-out games of a single-player TextArena "
+                                             "game, run in the closed loop; extra 'gym').")
 
 SystemPromptOpt = typer.Option(None, "--system-prompt", metavar="TEXT", help="Put this system message before every prompt "
                                                             "(default: the checkpoint's, from prompt_format.json).")

@@ -10,27 +10,28 @@ from rlvr.console import make_console
 from rlvr.errors import ConfigError, DataError, NothingJudged
 
 TASK_SPECS = ("a tasks JSONL, an HF save_to_disk folder, humaneval, builtin:FAMILY[,FAMILY...][:N], "
-              "builtin_env:ENV[:N] or reasoning_gym:NAME[:N]")
+              "builtin_env:ENV[:N], reasoning_gym:NAME[:N] or textarena:ENV_ID[:N]")
 
 
 def parse_tasks_arg(spec: str):
     """A JSONL path, a ``save_to_disk`` folder, ``humaneval``, ``builtin:FAMILY[,FAMILY...][:N]``,
-    ``builtin_env:ENV[:N]`` or ``reasoning_gym:NAME[:N]`` (held-out split, default config). A malformed
+    ``builtin_env:ENV[:N]``, ``reasoning_gym:NAME[:N]`` or ``textarena:ENV_ID[:N]`` (held-out split, default config). A malformed
     spec, an unknown family or environment, or a path that does not exist is a DataError naming the spec and what is allowed."""
     import os
 
     from pydantic import ValidationError
 
     from rlvr.config.data import (BuiltinArithmetic, BuiltinEnvTasks, HFTasks, HumanEvalTasks, JsonlTasks,
-                                  ReasoningGymTasks)
+                                  ReasoningGymTasks, TextArenaTasks)
     from rlvr.data.hf import is_saved_dataset
 
     head, _, rest = spec.partition(":")
-    if head in ("builtin", "builtin_env", "reasoning_gym") and not os.path.exists(spec):
+    if head in ("builtin", "builtin_env", "reasoning_gym", "textarena") and not os.path.exists(spec):
         parts = rest.split(":")
         example, what = {"builtin": ("builtin:add2,mul21:200", "FAMILY[,FAMILY...]"),
                          "builtin_env": ("builtin_env:calculator:200", "ENV"),
-                         "reasoning_gym": ("reasoning_gym:NAME:200", "NAME")}[head]
+                         "reasoning_gym": ("reasoning_gym:NAME:200", "NAME"),
+                         "textarena": ("textarena:ENV_ID:200", "ENV_ID")}[head]
         if len(parts) > 2 or not parts[0]:
             raise DataError(f"--tasks {spec!r}: expected {head}:{what}[:N], e.g. {example}")
         if len(parts) == 2 and not (parts[1].strip().isdigit() and int(parts[1]) >= 1):
@@ -42,6 +43,8 @@ def parse_tasks_arg(spec: str):
                                          seed=1234)
             if head == "reasoning_gym":
                 return ReasoningGymTasks(name=parts[0], n=n, split="heldout", seed=1234)
+            if head == "textarena":
+                return TextArenaTasks(env=parts[0], n=n, split="heldout", seed=1234)
             return BuiltinEnvTasks(env=parts[0], n=n, split="heldout", seed=1234)
         except ValidationError as e:
             why = "; ".join(f"{'.'.join(map(str, x['loc'])) or head}: {x['msg'].removeprefix('Value error, ')}"

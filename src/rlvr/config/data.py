@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -173,5 +174,48 @@ class ReasoningGymTasks(Section):
         return self
 
 
+class TextArenaTasks(Section):
+    """Games of the ``textarena`` package (extra ``gym``): any single-player game by its registry id, played
+    in the closed loop (docs/textarena.md). Each task is one game seed; the split is a hash of the game."""
+
+    type: Literal["textarena"] = "textarena"
+    env: str = Field(min_length=1)
+    """TextArena environment id (an entry of ``textarena.envs.registration.ENV_REGISTRY``)."""
+    kwargs: dict = {}
+    """Constructor options passed to the game over its registered ones (e.g. its range or turn limit)."""
+    n: int = Field(1000, ge=1)
+    """Number of games (each its own seed)."""
+    split: Literal["train", "heldout"] = "train"
+    """Which side of the train/held-out partition (a hash of the game's id, options and seed decides)."""
+    seed: int = 0
+    """Seed of the draw of game seeds."""
+    prompt: str | None = None
+    """Text shown instead of the game's introduction (its prompt messages); it must carry the same rules.
+    None: the game's own introduction."""
+    feedback: str | None = None
+    """Ablation: every observation after the first is replaced by this constant text (the game itself still
+    runs on the real moves). None: the game's own messages."""
+    teacher: str | None = None
+    """``FILE.py:FUNCTION`` playing each game for its demonstration (``task.solution``, for SFT):
+    ``FUNCTION(observations, actions, rng) -> next action`` (the observations shown so far, its own earlier
+    actions, a ``random.Random`` seeded by the game). None: no demonstrations."""
+    system_prompt: str | None = None
+    """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
+
+    @field_validator("env")
+    @classmethod
+    def _no_colon(cls, v: str) -> str:
+        if ":" in v or v.strip() != v:
+            raise ValueError(f"not a TextArena environment id: {v!r}")
+        return v
+
+    @field_validator("teacher")
+    @classmethod
+    def _teacher_form(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[^:]+\.py:[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError(f"teacher must be FILE.py:FUNCTION, got {v!r}")
+        return v
+
+
 TaskSource = typed_union(BuiltinArithmetic, JsonlTasks, HumanEvalTasks, HFTasks, BuiltinEnvTasks,
-                         ReasoningGymTasks, default="builtin")
+                         ReasoningGymTasks, TextArenaTasks, default="builtin")

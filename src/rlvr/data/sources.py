@@ -1,4 +1,5 @@
-"""Build task lists from a ``TaskSource`` config (built-in, JSONL, HumanEval, HF datasets, reasoning-gym)."""
+"""Build task lists from a ``TaskSource`` config (built-in, JSONL, HumanEval, HF datasets, reasoning-gym, and the
+registered loaders: TextArena games)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,16 @@ from rlvr.errors import DataError
 ENV_TASK_GENERATORS: dict[str, Callable[..., list[Task]]] = {}
 """Task generators of the built-in environments, by environment name. The environments live a layer
 above data (``rlvr.envs``) and register theirs when imported (``rlvr`` imports ``rlvr.envs``)."""
+
+
+SOURCE_LOADERS: dict[str, Callable[..., list[Task]]] = {}
+"""Loaders of task sources that live above the data layer (``textarena``: its games are environments), by the
+source's ``type``; registered when their module is imported (``rlvr`` imports ``rlvr.envs``)."""
+
+
+def register_source_loader(kind: str, load: Callable[..., list[Task]]) -> None:
+    """Register ``load(src) -> tasks`` for the task source config whose ``type`` is ``kind``."""
+    SOURCE_LOADERS[kind] = load
 
 
 def register_env_tasks(env: str, generate: Callable[..., list[Task]]) -> None:
@@ -55,6 +66,9 @@ def _load(src) -> list[Task]:
         from rlvr.data.reasoning_gym import load_reasoning_gym
 
         return load_reasoning_gym(src)
+    load = SOURCE_LOADERS.get(getattr(src, "type", None))
+    if load is not None:
+        return load(src)
     raise DataError(f"unknown task source {src!r}")
 
 

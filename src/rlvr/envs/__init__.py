@@ -1,8 +1,8 @@
 """Multi-turn tool environments: a typed, batched reset/step protocol (see ``base``).
 
 Built in: ``files`` (a virtual filesystem), ``kvstore`` (a key-value store), ``kvchain`` (a 30-turn chain of dependent reads), ``calculator``
-(multi-step arithmetic with add/sub/mul tools) and ``sql`` (a read-only query tool over SQLite, then a
-final query checked by row comparison). Tool-call markup is
+(multi-step arithmetic with add/sub/mul tools), ``sql`` (a read-only query tool over SQLite, then a
+final query checked by row comparison) and ``textarena`` (any single-player TextArena game, extra ``gym``). Tool-call markup is
 documented in ``tools``. No torch, no model: the rollout side drives these with generated text.
 """
 
@@ -28,6 +28,7 @@ from rlvr.envs.kvchain import KVChainEnv, generate_kvchain_tasks
 from rlvr.envs.kvstore import KVStoreEnv, generate_kvstore_tasks
 from rlvr.envs.registry import ENVIRONMENTS, env_class, make_env
 from rlvr.envs.sql_agent import SqlAgentEnv, generate_sql_tasks
+from rlvr.envs.textarena import TextArenaEnv
 from rlvr.envs.tools import ToolCall, ToolCallError, parse_turn, render_output, split_transcript
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
     "PolicyViolation",
     "SqlAgentEnv",
     "StepResult",
+    "TextArenaEnv",
     "ToolCall",
     "ToolCallError",
     "ToolEnv",

@@ -11,11 +11,12 @@ from rlvr.envs.files import FilesEnv
 from rlvr.envs.kvchain import KVChainEnv
 from rlvr.envs.kvstore import KVStoreEnv
 from rlvr.envs.sql_agent import SqlAgentEnv
+from rlvr.envs.textarena import TextArenaEnv
 from rlvr.errors import DataError
 
 ENVIRONMENTS: dict[str, type[ToolEnv]] = {FilesEnv.name: FilesEnv, KVStoreEnv.name: KVStoreEnv,
                                           CalculatorEnv.name: CalculatorEnv, SqlAgentEnv.name: SqlAgentEnv,
-                                          KVChainEnv.name: KVChainEnv}
+                                          KVChainEnv.name: KVChainEnv, TextArenaEnv.name: TextArenaEnv}
 
 
 def env_class(name: Any) -> type[ToolEnv]:
