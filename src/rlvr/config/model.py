@@ -74,7 +74,7 @@ class ModelConfig(Section):
     on another machine decides again (set ``train`` or ``false`` where resuming must not change the precision)."""
     implementation: Literal["auto", "native", "hf"] = "auto"
     """Which class holds a checkpoint loaded from ``path``: ``native``, rlvr's own Llama-family module
-    (``rlvr.models.native``: HF's parameter names and files, ~95 MB less resident per process than importing
+    (``rlvr.accel.llama``: HF's parameter names and files, ~95 MB less resident per process than importing
     transformers' modeling code); ``hf``, transformers' ``AutoModelForCausalLM``; ``auto``, native where it
     applies (a Llama / Qwen2 / Mistral safetensors checkpoint, RoPE default or linear, no sliding window, no
     quantisation, no ``lora``, ``gradient_checkpointing`` nor ``train_dropout``), else hf. Both compute the same

@@ -33,6 +33,7 @@ import torch
 
 from rlvr.advantages import zero_variance_groups
 from rlvr.config.eval import EvalConfig
+from rlvr import hooks
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
 from rlvr.data.chat import check_prompt_lengths
@@ -42,10 +43,8 @@ from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import aggregate, global_counts
 from rlvr.losses.kl import kl_penalty
 from rlvr.losses.mismatch import mismatch_metrics, mismatch_sums
-from rlvr.models import packed_forward
 from rlvr.models.load import load_pretrained
 from rlvr.models.logprobs import token_logprobs
-from rlvr.models.packed_fused import reuse_weights
 from rlvr.models.truncation import NONE as NO_TRUNCATION
 from rlvr.models.truncation import Truncation
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
@@ -186,22 +185,24 @@ def build_train_batch(ro, advantages: torch.Tensor, needs_all: bool, mask_trunca
     return rows
 
 
-def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int) -> list[list[int]]:
+def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int,
+                         micro_tokens: int | str | None = "auto") -> list[list[int]]:
     """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
-    mini-batch ``batch.subset(rows)``."""
+    mini-batch ``batch.subset(rows)`` (``micro_tokens``: ``model.micro_tokens``, see ``micro_token_budget``)."""
     fwd = [i for i in rows if i < len(batch)]
     prompts = [tuple(batch.input_ids[i][:batch.loss_mask[i].index(1)]) if 1 in batch.loss_mask[i] else i
                for i in fwd]  # keep a group's rows together: the packed forward shares their prompt
-    packed = packed_forward.supports(model)
+    packed = hooks.packed_forward(model)
     plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro, split_overhead(model, packed),
-                              micro_token_budget(model), prompts,
+                              micro_token_budget(model, micro_tokens), prompts,
                               [len(p) if isinstance(p, tuple) else 0 for p in prompts] if packed else None)
     return [[fwd[k] for k in m] for m in plan]
 
 
-def first_update_micros(model, batch: TrainBatch, first_minibatches: list[list[int]], micro: int):
+def first_update_micros(model, batch: TrainBatch, first_minibatches: list[list[int]], micro: int,
+                        micro_tokens: int | str | None = "auto"):
     """The micro-batches (row ids) of the first epoch's updates, mini-batch after mini-batch."""
-    return [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, micro)]
+    return [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, micro, micro_tokens)]
 
 
 def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int) -> list[list[list[int]]]:
@@ -214,13 +215,14 @@ def minibatch_rows(n: int, mini_batches: int, epochs: int, seed: int, step: int)
 
 @torch.no_grad()
 def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool,
-                     micros: list[list[int]] | None = None, truncation: Truncation = NO_TRUNCATION):
+                     micros: list[list[int]] | None = None, truncation: Truncation = NO_TRUNCATION,
+                     micro_tokens: int | str | None = "auto"):
     """Per forwarded row, its logprobs under ``model`` (no grad), with the update's temperature, truncation
     (top-k / top-p) and precision, over ``micros`` (row ids; default: the length-sorted plan of all rows)."""
     out: list = [None] * len(batch)
     if micros is None:
-        micros = update_micro_batches(model, batch, list(range(len(batch))), micro)
-    with reuse_weights():
+        micros = update_micro_batches(model, batch, list(range(len(batch))), micro, micro_tokens)
+    with hooks.reuse_weights():
         for rows in micros:
             ids, att, lm = pad_batch([batch.input_ids[i] for i in rows], pad_id, [batch.loss_mask[i] for i in rows],
                                      left=False, device=model.device)
@@ -241,7 +243,7 @@ def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temper
 
 
 def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool,
-                           micros: list[list[int]] | None = None) -> dict:
+                           micros: list[list[int]] | None = None, micro_tokens: int | str | None = "auto") -> dict:
     """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
     not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
     sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range). The
@@ -251,7 +253,7 @@ def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: boo
     will use (``micros``, see :func:`first_update_micros`), so even shape-dependent GPU kernels give their
     values bit for bit. Returns the sampler-vs-trainer mismatch metrics."""
     lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16, micros,
-                           Truncation.of(cfg.sampling))
+                           Truncation.of(cfg.sampling), micro_tokens)
     met = logprob_mismatch(lps, batch.old_logprobs, batch.loss_mask)
     if batch.sampler_logprobs is None:  # the engine's stay beside π_old: the mismatch correction compares them
         batch.sampler_logprobs = batch.old_logprobs
@@ -299,7 +301,7 @@ def micro_loss(model, mb: TrainBatch, cfg, counts_kw: dict, pad_id: int, on_poli
 
 
 def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False,
-                     dist=LOCAL) -> dict:
+                     dist=LOCAL, micro_tokens: int | str | None = "auto") -> dict:
     """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
     plan_micro_batches); every micro-batch divides by the denominators of all the mini-batch's rows,
     skipped ones included: exact gradients.
@@ -309,7 +311,7 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
     total = len(batch)
     counts = global_counts(torch.tensor([m], dtype=torch.float32) for m in batch.loss_mask + batch.skipped_masks)
     batch = batch.subset(dist.shard([len(s) for s in batch.input_ids]))
-    micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size)
+    micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size, micro_tokens)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
     met = accumulate(micros, lambda m: micro_loss(model, batch.subset(m), cfg, kw, pad_id, on_policy, bf16), total)
@@ -332,8 +334,9 @@ def warn_masked(frac: float, correction) -> None:
 
 
 def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool, seed: int = 0,
-                  step: int = 0, dist=LOCAL, stale: bool = False) -> dict:
+                  step: int = 0, dist=LOCAL, stale: bool = False, micro_tokens: int | str | None = "auto") -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
+    ``micro_tokens``: the recipe's ``model.micro_tokens`` (each micro-batch's token budget).
 
     ``stale``: the batch was sampled by older weights (asynchronous rollouts): the ratio is taken against
     the sampler's logprobs (the behaviour policy), which are then never recomputed.
@@ -353,8 +356,8 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
     minis = minibatch_rows(batch.num_rows, stage.mini_batches, stage.ppo_epochs, seed, step)
     mismatch = {}
     if not on_policy and not stale:
-        micros = first_update_micros(model, batch, minis[0], stage.micro_batch_size)
-        mismatch = recompute_old_logprobs(model, batch, stage, pad_id, bf16, micros)
+        micros = first_update_micros(model, batch, minis[0], stage.micro_batch_size, micro_tokens)
+        mismatch = recompute_old_logprobs(model, batch, stage, pad_id, bf16, micros, micro_tokens)
     out: dict = {}
     corr: dict = {}
     n_updates = 0
@@ -363,7 +366,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             mini = batch.subset(rows)
             if len(mini) == 0:
                 continue
-            met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16, dist)
+            met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16, dist, micro_tokens)
             met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm, met.get("train/loss"))
             n_updates += 1
             for k, v in met.items():
@@ -448,11 +451,12 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, run.step)[0]
             batch.ref_logprobs = reference_logprobs(
                 ref, model, batch, tok.pad_token_id, stage.sampling.temperature, stage.micro_batch_size,
-                model_cfg.train_bf16, first_update_micros(model, batch, first, stage.micro_batch_size),
+                model_cfg.train_bf16,
+                first_update_micros(model, batch, first, stage.micro_batch_size, model_cfg.micro_tokens),
                 Truncation.of(stage.sampling))
         t0 = time.perf_counter()
         met = policy_update(model, opt, sched, stage, batch, tok.pad_token_id, model_cfg.train_bf16, seed,
-                            run.step, dist, stale > 0)
+                            run.step, dist, stale > 0, model_cfg.micro_tokens)
         dist.publish(model, run.step + 1)
         rec = {**ro_rec, **met, "time/train": time.perf_counter() - t0, **dist.step_metrics()}
         if notes:
