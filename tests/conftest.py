@@ -42,7 +42,7 @@ def pytest_collection_modifyitems(config, items):
     if not accel.requested():  # tests of the accelerations themselves need them on
         skip_accel = pytest.mark.skip(reason="tests the accelerations: RLVR_ACCEL=0 / --accel off")
         for item in items:
-            if "accel" in item.keywords or "/unit/accel/" in str(item.fspath):
+            if item.get_closest_marker("accel") is not None or item.path.parent.name == "accel":
                 item.add_marker(skip_accel)
     if "slow" not in (config.getoption("-m") or "") and not os.environ.get("RLVR_SLOW"):
         # slow tests (multi-process, Ray, torchrun end to end) run with `-m slow` or RLVR_SLOW=1

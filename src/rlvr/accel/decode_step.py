@@ -12,7 +12,7 @@ padding mask, the RoPE table), so the prompt pass (PyTorch) and the steps (C) sh
 Used when :func:`kernel_reason` is None: float32 weights and compute, no MLP biases, fused gate/up, contiguous
 weights, a torch that exports ``sgemm_``, and a C compiler (``rlvr.accel.kernels.build``; ``RLVR_KERNELS=0`` turns it
 off). The values are FastDecoder's up to float rounding (sums in another order, a polynomial ``exp``):
-``tests/unit/accel/test_decode_step.py`` compares the two paths' logits over a whole generation.
+``tests/unit/rollout/test_kernel_decode_step.py`` compares the two paths' logits over a whole generation.
 """
 
 from __future__ import annotations

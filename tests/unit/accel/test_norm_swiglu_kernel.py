@@ -1,4 +1,4 @@
-"""NormLinear's and SwiGLULinear's C kernels (``rlvr/native/norm_swiglu.c``) against their PyTorch paths: the same
+"""NormLinear's and SwiGLULinear's C kernels (``rlvr/accel/kernels/norm_swiglu.c``) against their PyTorch paths: the same
 outputs and gradients (h, the norm weight, the projections' weights and biases) up to float32 summation order, in
 float32 and under bf16 autocast (there: up to the bf16 roundings), and the C path taken where it applies."""
 

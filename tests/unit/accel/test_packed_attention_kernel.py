@@ -1,4 +1,4 @@
-"""PackedCausalAttention's C kernels (``rlvr/native/packed_attention.c``) against the plain expression in float64:
+"""PackedCausalAttention's C kernels (``rlvr/accel/kernels/packed_attention.c``) against the plain expression in float64:
 outputs and gradients of the packed heads, float32 and bf16 heads, head dims that are and are not multiples of the
 kernels' 32-wide blocks, rows longer than a block, prefix-shared rows and dummy padding tokens; the PyTorch path
 when native kernels are off."""

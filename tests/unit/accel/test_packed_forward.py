@@ -1,4 +1,4 @@
-"""The packed training forward (models/packed_forward.py) against HF's forward: the same logprobs and
+"""The packed training forward (accel/packed_forward.py) against HF's forward: the same logprobs and
 entropies (fp32, atol 1e-5) on left-padded, right-padded and ragged rows, with shared prefixes or not;
 the same gradients of the GRPO and DPO losses; a hand-worked packing; the fallbacks."""
 

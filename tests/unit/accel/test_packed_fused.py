@@ -160,7 +160,7 @@ def test_the_grpo_update_gradient_is_the_unfused_graphs_bit_for_bit(monkeypatch,
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
 def test_the_grpo_update_gradient_with_native_kernels_is_the_unfused_graphs(monkeypatch, bf16):
-    """The same update with the C kernels (``rlvr/native/``: the attention, RMSNorm and SwiGLU): every gradient
+    """The same update with the C kernels (``rlvr/accel/kernels/``: the attention, RMSNorm and SwiGLU): every gradient
     equals the unfused graph's up to float32 summation order (bf16: up to the bf16 roundings the orders give)."""
     from rlvr.accel import packed_attention as pa
 

@@ -50,7 +50,7 @@ def both_paths(model, steps=9, drop_at=4, keep=(5, 1, 2, 4), cd=None):
 
 
 @pytest.mark.parametrize("build", [llama_tied, qwen2_gqa])
-def test_native_step_computes_the_pytorch_steps_logits(monkeypatch, build):
+def test_kernel_step_computes_the_pytorch_steps_logits(monkeypatch, build):
     monkeypatch.setenv("RLVR_KERNELS", "1")
     torch.manual_seed(0)
     worst, top = both_paths(sharpen(build()))
@@ -67,7 +67,7 @@ def test_native_bf16_step_computes_the_pytorch_bf16_steps_logits(monkeypatch, bu
     assert top > 1.0 and worst <= 2 ** -6 * top, (worst, top)
 
 
-def test_native_step_matches_hf_and_is_the_path_taken(monkeypatch):
+def test_kernel_step_matches_hf_and_is_the_path_taken(monkeypatch):
     monkeypatch.setenv("RLVR_KERNELS", "1")
     torch.manual_seed(0)
     model = sharpen(qwen2_gqa())
@@ -97,7 +97,7 @@ def test_where_the_native_step_does_not_apply_it_says_why(monkeypatch):
     assert FastDecoder(tied, att, 8, torch.bfloat16).kv.dtype == torch.float32  # the PyTorch step's float32 cache
 
 
-def test_native_step_refuses_to_write_past_the_cache(monkeypatch):
+def test_kernel_step_refuses_to_write_past_the_cache(monkeypatch):
     monkeypatch.setenv("RLVR_KERNELS", "1")
     torch.manual_seed(0)
     ids, att = batch([3, 3, 5], 5)
