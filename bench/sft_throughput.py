@@ -43,6 +43,7 @@ import time
 
 import torch
 
+from rlvr.accel.heap import keep_freed_heap
 from rlvr.config.data import BuiltinArithmetic
 from rlvr.config.model import ModelConfig
 from rlvr.data.order import data_order
@@ -50,7 +51,6 @@ from rlvr.data.sources import load_task_source
 from rlvr.models.load import load_model_and_tokenizer
 from rlvr.models.tiny import build_tiny, num_params
 from rlvr.trainers.common import optimizer_step, sft_step
-from rlvr.accel.heap import keep_freed_heap
 from rlvr.trainers.sft import tokenize_demos
 
 THREADS = 2

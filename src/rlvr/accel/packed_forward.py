@@ -27,10 +27,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from rlvr.models.arch import llama_family_reason
 from rlvr.accel.packed_attention import causal_attention, packed_causal_attention, scatter_to_view, swiglu
-from rlvr.accel.packed_fused import norm_linear, rms as _rms, swiglu_linear
+from rlvr.accel.packed_fused import norm_linear, swiglu_linear
+from rlvr.accel.packed_fused import rms as _rms
 from rlvr.accel.packed_rope import rope_heads
+from rlvr.models.arch import llama_family_reason
 
 
 def unsupported_reason(model) -> str | None:

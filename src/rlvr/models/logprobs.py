@@ -12,8 +12,8 @@ import contextlib
 
 import torch
 
-from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
 from rlvr import hooks
+from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
 from rlvr.models.truncation import NONE, Truncation, truncated_logprobs
 
 

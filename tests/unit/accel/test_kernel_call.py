@@ -90,7 +90,7 @@ def test_a_real_kernel_refuses_a_wrong_dtype_and_a_transposed_input(monkeypatch)
     if packed_fused._native_lib() is None:
         pytest.skip("the C kernels could not be built here")
     h, w = torch.randn(5, 8), torch.randn(8)
-    r, x = packed_fused._rms_c(h, w, 1e-6, None)
+    _, x = packed_fused._rms_c(h, w, 1e-6, None)
     assert torch.allclose(x, packed_fused.rms(h, w, 1e-6), atol=1e-5)
     with pytest.raises(KernelArgumentError, match="argument 'h' has dtype torch.float64"):
         packed_fused._rms_c(h.double(), w, 1e-6, None)

@@ -22,11 +22,11 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from rlvr.accel.llama import NativeCausalLM, from_hf, is_native, native_reason
 from rlvr.config.model import LoraConfig, ModelConfig
 from rlvr.errors import ModelLoadError
 from rlvr.models.checkpoint import save_pretrained_atomic
 from rlvr.models.load import load_model_and_tokenizer, load_pretrained
-from rlvr.accel.llama import NativeCausalLM, from_hf, is_native, native_reason
 from rlvr.models.tiny import build_tiny
 
 SRC = Path(__file__).resolve().parents[3] / "src"

@@ -6,12 +6,12 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from rlvr.accel import packed_forward
+from rlvr.accel.packed_forward import Packing, unsupported_reason
 from rlvr.config.preference import DPOLoss, PreferenceStage
 from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
 from rlvr.data.collate import TrainBatch, pad_batch
-from rlvr.accel import packed_forward
 from rlvr.models.logprobs import token_logprobs
-from rlvr.accel.packed_forward import Packing, unsupported_reason
 from rlvr.models.tiny import build_tiny
 from rlvr.trainers import preference, rl
 

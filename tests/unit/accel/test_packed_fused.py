@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 import rlvr.accel.packed_forward as pf
 import rlvr.trainers.rl as rl
-from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
-from rlvr.data.collate import TrainBatch
 from rlvr.accel.packed_attention import causal_attention, packed_causal_attention, scatter_to_view
 from rlvr.accel.packed_fused import norm_linear, rms, swiglu_linear
+from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
+from rlvr.data.collate import TrainBatch
 from rlvr.models.tiny import build_tiny
 
 
@@ -229,8 +229,8 @@ def test_the_stacked_weight_is_built_once_a_block_and_rebuilt_after_any_update()
 def test_micro_batches_sharing_the_built_weights_give_the_same_gradient_and_see_each_step(bf16):
     """Two micro-batches accumulated inside ``reuse_weights`` leave the gradient they leave one by one outside
     it, bit for bit; an optimizer step inside the block is seen by the next forward."""
-    from rlvr.models.logprobs import token_logprobs
     from rlvr.accel.packed_fused import reuse_weights
+    from rlvr.models.logprobs import token_logprobs
     g = torch.Generator().manual_seed(4)
     ids = torch.randint(3, 100, (6, 9), generator=g)
     att = torch.ones_like(ids)

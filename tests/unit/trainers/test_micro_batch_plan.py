@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rlvr.config.rl import GRPOLoss, RLStage, SamplingConfig
-from rlvr.models.load import load_pretrained
 from rlvr.data import collate
 from rlvr.data.collate import plan_micro_batches
+from rlvr.models.load import load_pretrained
 from rlvr.trainers.rl import TrainBatch, update_minibatch
 
 
