@@ -43,6 +43,7 @@ import time
 
 import torch
 
+from rlvr import accel
 from rlvr.accel.heap import keep_freed_heap
 from rlvr.config.data import BuiltinArithmetic
 from rlvr.config.model import ModelConfig
@@ -52,6 +53,8 @@ from rlvr.models.load import load_model_and_tokenizer
 from rlvr.models.tiny import build_tiny, num_params
 from rlvr.trainers.common import optimizer_step, sft_step
 from rlvr.trainers.sft import tokenize_demos
+
+accel.enable()  # rlvr's CPU accelerations, as `rlvr run` has them (RLVR_ACCEL=0: the plain PyTorch path)
 
 THREADS = 2
 BATCH = 64

@@ -47,7 +47,7 @@ _SIGNATURES = {"rlvr_decode_step": [_D, _I, _I, _P, _P, _P], "rlvr_bf16_embed_rm
 
 
 def _library():
-    """The compiled step and torch's sgemm address, or (None, None) (native kernels off, or not buildable here)."""
+    """The compiled step and torch's sgemm address, or (None, None) (the C kernels off, or not buildable here)."""
     lib = build.load("decode_step", _SIGNATURES)
     sgemm = build.torch_sgemm() if lib is not None else None
     return (lib, sgemm) if sgemm is not None else (None, None)

@@ -125,25 +125,25 @@ _SIGNATURES = {"rlvr_pattn_fwd": [*_HEAD, ctypes.c_void_p, ctypes.c_int],
                "rlvr_pattn_bwd": [*_HEAD, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]}
 
 
-def _native_lib():
+def _kernel_lib():
     """``rlvr/accel/kernels/packed_attention.c`` loaded, or None (``rlvr.accel.kernels.build``: off, or not buildable here)."""
     from rlvr.accel.kernels import build
 
     return build.load("packed_attention", _SIGNATURES)
 
 
-def native_attention(heads: torch.Tensor) -> bool:
+def kernel_attention(heads: torch.Tensor) -> bool:
     """Whether :class:`PackedCausalAttention` runs its C kernels for ``heads``: CPU, float32 or bf16, contiguous,
     C kernels on (``RLVR_KERNELS``) and built."""
     return (heads.device.type == "cpu" and heads.dtype in (torch.float32, torch.bfloat16) and heads.is_contiguous()
-            and _native_lib() is not None)
+            and _kernel_lib() is not None)
 
 
-def _native_call(fn: str, heads, view_tok, need, B: int, L: int, scale: float, *bufs) -> None:
+def _run_kernel(fn: str, heads, view_tok, need, B: int, L: int, scale: float, *bufs) -> None:
     N, H3, D = heads.shape
     shapes = {"rlvr_pattn_fwd": [("out", (B * L, H3 // 3 * D))],
               "rlvr_pattn_bwd": [("dout", (B * L, H3 // 3 * D)), ("dheads", (N, H3, D))]}[fn]
-    rc = kernel_call(_native_lib(), fn, arg(heads, "heads", FLOAT32_OR_BF16, (N, H3, D)),
+    rc = kernel_call(_kernel_lib(), fn, arg(heads, "heads", FLOAT32_OR_BF16, (N, H3, D)),
                      int(heads.dtype == torch.bfloat16), N, H3 // 3, D, B, L, arg(view_tok, "view_tok", LONG, (B * L,)),
                      arg(need, "need", BYTE, (B * L,)), scale,
                      *[arg(t, name, shape=shape) for t, (name, shape) in zip(bufs, shapes, strict=True)],
@@ -173,11 +173,11 @@ class PackedCausalAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, heads, view_tok, owner_view, B: int, L: int, scale: float):
         ctx.B, ctx.L, ctx.scale = B, L, scale
-        if native_attention(heads):  # rlvr/accel/kernels/packed_attention.c: the same function, float32 arithmetic
+        if kernel_attention(heads):  # rlvr/accel/kernels/packed_attention.c: the same function, float32 arithmetic
             view_tok = view_tok.contiguous()
             need = torch.zeros(B * L, dtype=torch.uint8, device=heads.device).index_fill_(0, owner_view, 1)
             out = torch.empty(B * L, heads.shape[1] // 3 * heads.shape[2], dtype=torch.float32, device=heads.device)
-            _native_call("rlvr_pattn_fwd", heads, view_tok, need, B, L, scale, out)
+            _run_kernel("rlvr_pattn_fwd", heads, view_tok, need, B, L, scale, out)
             ctx.save_for_backward(heads, view_tok, owner_view, need)
             return out.index_select(0, owner_view)
         q, k, v = _packed_view(heads, view_tok, B, L)
@@ -188,14 +188,14 @@ class PackedCausalAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        heads, view_tok, owner_view, *native = ctx.saved_tensors
+        heads, view_tok, owner_view, *kernel = ctx.saved_tensors
         B, L = ctx.B, ctx.L
         H3, D = heads.shape[1:]
         H = H3 // 3
-        if native:
+        if kernel:
             dfull = torch.zeros(B * L, H * D, dtype=torch.float32, device=do.device).index_add_(0, owner_view, do.float())
             dheads = torch.zeros(heads.shape, dtype=torch.float32, device=heads.device)
-            _native_call("rlvr_pattn_bwd", heads, view_tok, native[0], B, L, ctx.scale, dfull, dheads)
+            _run_kernel("rlvr_pattn_bwd", heads, view_tok, kernel[0], B, L, ctx.scale, dfull, dheads)
             return dheads.to(heads.dtype), None, None, None, None, None
         q, k, v = _packed_view(heads, view_tok, B, L)
         dfull = do.new_zeros(B * L, H * D).index_add_(0, owner_view, do)       # IndexSelectBackward

@@ -156,8 +156,8 @@ def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_i
     the model masks attention to each example's own tokens); one with one example per row takes the
     padded path. Either way the loss sums the same tokens' NLL over the same denominator (the step's
     loss-mask tokens), so packing changes neither the loss nor the gradient, only the padding computed.
-    rlvr's own module (``rlvr.accel.llama``, its class says ``is_rlvr_native``) is never packed: its forward drops the padding of the rows it
-    is given (the packed forward), so there is no padding left for packing to save."""
+    rlvr's own module (``rlvr.accel.llama``, its class says ``is_rlvr_native``) is never packed: its forward
+    drops the padding of the rows it is given (the packed forward), so there is no padding left to save."""
     total_tokens = sum(sum(examples[i][1]) for i in idx)
     packing = packing and not getattr(model, "is_rlvr_native", False) and packing_supported(model)
     cap = max((len(examples[i][0]) for i in idx), default=0)

@@ -87,7 +87,7 @@ def test_a_real_kernel_refuses_a_wrong_dtype_and_a_transposed_input(monkeypatch)
     from rlvr.accel import packed_fused
 
     monkeypatch.setenv("RLVR_KERNELS", "1")
-    if packed_fused._native_lib() is None:
+    if packed_fused._kernel_lib() is None:
         pytest.skip("the C kernels could not be built here")
     h, w = torch.randn(5, 8), torch.randn(8)
     _, x = packed_fused._rms_c(h, w, 1e-6, None)

@@ -45,7 +45,7 @@ def reference(heads: torch.Tensor, pk: Packing, scale: float, w: torch.Tensor):
 
 def native(heads: torch.Tensor, pk: Packing, scale: float, w: torch.Tensor):
     h = heads.detach().clone().requires_grad_()
-    assert pa.native_attention(h)
+    assert pa.kernel_attention(h)
     o = pa.packed_causal_attention(h, pk.view_tok, pk.owner_view, pk.B, pk.L, scale)
     (o * w).sum().backward()
     return o.detach(), h.grad
@@ -86,7 +86,7 @@ def test_shared_prompt_tokens_get_the_sum_of_their_rows_gradients(monkeypatch):
 def test_native_off_takes_the_pytorch_path(monkeypatch):
     monkeypatch.setenv("RLVR_KERNELS", "0")
     heads = torch.randn(8, 6, 16)
-    assert not pa.native_attention(heads)
+    assert not pa.kernel_attention(heads)
     pk = grpo_like(groups=1, G=2, P=2, T=3, seed=0, pad_to=0)
     heads = torch.randn(pk.N, 6, 16, requires_grad=True)
     o = pa.packed_causal_attention(heads, pk.view_tok, pk.owner_view, pk.B, pk.L, 0.25)

@@ -165,7 +165,7 @@ def test_the_grpo_update_gradient_with_native_kernels_is_the_unfused_graphs(monk
     from rlvr.accel import packed_attention as pa
 
     monkeypatch.setenv("RLVR_KERNELS", "1")
-    if pa._native_lib() is None:
+    if pa._kernel_lib() is None:
         pytest.skip("native kernels cannot be built here")
     grads, nbytes = grpo_update_grads(monkeypatch, bf16)
     tol = 3e-2 if bf16 else 2e-5
