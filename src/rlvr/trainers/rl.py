@@ -48,9 +48,9 @@ from rlvr.models.logprobs import token_logprobs
 from rlvr.models.truncation import NONE as NO_TRUNCATION
 from rlvr.models.truncation import Truncation
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
-from rlvr.monitoring.heldout_guard import TestGuard
 from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
+from rlvr.monitoring.heldout_guard import TestGuard
 from rlvr.rollout.collector import Rollouts
 from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
 from rlvr.rollout.model_judge import with_model_judges
