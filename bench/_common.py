@@ -37,7 +37,11 @@ import warnings
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
-import torch
+from rlvr import accel  # noqa: E402
+
+accel.enable()  # rlvr's CPU accelerations, as `rlvr run` has them (RLVR_ACCEL=0: the plain PyTorch path)
+
+import torch  # noqa: E402
 
 torch.set_num_threads(THREADS)
 

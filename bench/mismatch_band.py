@@ -23,6 +23,7 @@ import math
 
 import torch
 
+from rlvr import accel
 from rlvr.config.optim import OptimConfig
 from rlvr.config.rl import RLStage, SamplingConfig
 from rlvr.data.arithmetic import generate
@@ -35,6 +36,8 @@ from rlvr.trainers import rl
 from rlvr.trainers.common import build_optimizer
 from rlvr.trainers.variants import rl_variant
 from rlvr.verifiers.base import Verdict
+
+accel.enable()  # rlvr's CPU accelerations, as `rlvr run` has them (RLVR_ACCEL=0: the plain PyTorch path)
 
 BANDS = [(0.999, 1.001), (0.995, 1.005), (0.99, 1.01), (0.98, 1.02), (0.97, 1.03)]
 

@@ -24,11 +24,14 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
+from rlvr import accel
 from rlvr.commands.run import QUICKSTART
 from rlvr.config.distributed import DistributedConfig
 from rlvr.config.load import load_recipe
 from rlvr.config.model import ModelConfig
 from rlvr.trainers.rl import train_rl
+
+accel.enable()  # rlvr's CPU accelerations, as `rlvr run` has them (RLVR_ACCEL=0: the plain PyTorch path)
 
 
 def stage(steps: int, correction: bool):

@@ -12,8 +12,8 @@ What is timed: ``rlvr.trainers.common.sft_step`` (packing on; on this data no tw
 the quickstart's SFT data (built-in add2/add3/mul31 worked solutions, 37-53 tokens), torch threads = 2.
 The first step is warm-up; the figure is the median of ``steps`` timed steps. The model is the tiny one
 written to a folder and loaded the way an SFT stage loads a checkpoint (``load_model_and_tokenizer`` with
-``model.path``: rlvr's own Llama-family module, ``rlvr.models.native``), with the C heap set as a stage sets
-it (``rlvr.trainers.heap.keep_freed_heap``); ``--impl hf`` times transformers' class instead (what the
+``model.path``: rlvr's own Llama-family module, ``rlvr.accel.llama``), with the C heap set as a stage sets
+it (``rlvr.accel.heap.keep_freed_heap``); ``--impl hf`` times transformers' class instead (what the
 quickstart's first stage trains, built in memory from ``model.tiny``).
 
 - ``tokens_per_s``: real tokens (prompt + completion, no padding) forwarded per second;
@@ -43,6 +43,8 @@ import time
 
 import torch
 
+from rlvr import accel
+from rlvr.accel.heap import keep_freed_heap
 from rlvr.config.data import BuiltinArithmetic
 from rlvr.config.model import ModelConfig
 from rlvr.data.order import data_order
@@ -50,8 +52,9 @@ from rlvr.data.sources import load_task_source
 from rlvr.models.load import load_model_and_tokenizer
 from rlvr.models.tiny import build_tiny, num_params
 from rlvr.trainers.common import optimizer_step, sft_step
-from rlvr.trainers.heap import keep_freed_heap
 from rlvr.trainers.sft import tokenize_demos
+
+accel.enable()  # rlvr's CPU accelerations, as `rlvr run` has them (RLVR_ACCEL=0: the plain PyTorch path)
 
 THREADS = 2
 BATCH = 64

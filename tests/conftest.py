@@ -11,7 +11,39 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest  # noqa: E402
 
 
+def pytest_addoption(parser):
+    parser.addoption("--accel", choices=("on", "off"), default=None,
+                     help="run with rlvr's CPU accelerations (rlvr.accel) on or off (the plain PyTorch / "
+                          "transformers path); default: on unless RLVR_ACCEL=0")
+
+
+def pytest_configure(config):
+    choice = config.getoption("--accel")
+    if choice is not None:  # subprocesses (the CLI, workers) inherit it
+        os.environ["RLVR_ACCEL"] = "1" if choice == "on" else "0"
+    from rlvr import accel
+
+    accel.enable()
+
+
+@pytest.fixture(autouse=True)
+def _accelerations():
+    """Every test starts with the session's accelerations (on, or off under --accel off / RLVR_ACCEL=0): a
+    test that turns them off cannot leak into the next."""
+    from rlvr import accel
+
+    accel.enable()
+    yield
+
+
 def pytest_collection_modifyitems(config, items):
+    from rlvr import accel
+
+    if not accel.requested():  # tests of the accelerations themselves need them on
+        skip_accel = pytest.mark.skip(reason="tests the accelerations: RLVR_ACCEL=0 / --accel off")
+        for item in items:
+            if item.get_closest_marker("accel") is not None or item.path.parent.name == "accel":
+                item.add_marker(skip_accel)
     if "slow" not in (config.getoption("-m") or "") and not os.environ.get("RLVR_SLOW"):
         # slow tests (multi-process, Ray, torchrun end to end) run with `-m slow` or RLVR_SLOW=1
         skip_slow = pytest.mark.skip(reason="slow: run with -m slow (or RLVR_SLOW=1)")

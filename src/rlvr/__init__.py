@@ -24,8 +24,9 @@ def _env() -> None:
     omp_wait.default_wait()
     for k, v in (("TOKENIZERS_PARALLELISM", "false"), ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_VERBOSITY", "error")):
         os.environ.setdefault(k, v)
-    from rlvr.commands import quiet_hf
+    from rlvr.commands import quiet_hf, use_accelerations
 
+    use_accelerations()  # rlvr.accel behind the core's hooks, unless RLVR_ACCEL=0
     quiet_hf()
 
 

@@ -43,7 +43,7 @@ import json
 import time
 from pathlib import Path
 
-from rlvr import omp_wait
+from rlvr import accel, omp_wait
 from rlvr.config.load import dump_recipe
 from rlvr.config.recipe import Recipe, with_system_prompt
 from rlvr.console import Heartbeat, detail, phase
@@ -107,6 +107,7 @@ def run_pipeline(recipe: Recipe, resume: bool = False, judge=None, only: str | N
     changes accepted on resume (logged in the run). RL stages run in
     ``dist`` (default: built from ``recipe.distributed`` — this process, Ray actors, or this torchrun rank;
     under torchrun only rank 0 writes and evaluates, see :func:`_follow`)."""
+    accel.enable()  # rlvr.accel behind the core's hooks, unless RLVR_ACCEL=0
     own = dist is None
     if own:
         from rlvr.distributed import make_context

@@ -51,10 +51,10 @@ def test_wheel_holds_every_recipe(wheel_names):
 
 
 def test_wheel_holds_native_sources_and_py_typed(wheel_names):
-    native = ROOT / "src" / "rlvr" / "native"
+    native = ROOT / "src" / "rlvr" / "accel" / "kernels"
     sources = [p.name for p in native.iterdir() if p.suffix in (".c", ".h", ".inc")]
     assert sources, "no native sources found in the checkout"
-    missing = [s for s in sources if f"rlvr/native/{s}" not in wheel_names]
+    missing = [s for s in sources if f"rlvr/accel/kernels/{s}" not in wheel_names]
     assert not missing, f"native sources missing from the wheel: {missing}"
     assert "rlvr/py.typed" in wheel_names
 

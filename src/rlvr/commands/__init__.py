@@ -1,6 +1,14 @@
 """CLI command implementations; src/rlvr/cli.py only wires them into the typer app."""
 
 
+def use_accelerations() -> bool:
+    """Fill the core's hooks (``rlvr.hooks``) with rlvr's CPU accelerations (``rlvr.accel``) unless
+    ``RLVR_ACCEL=0``; torch-free, idempotent. Called at start-up by the CLI, the Python API and the pipeline."""
+    from rlvr import accel
+
+    return accel.enable()
+
+
 def quiet_hf() -> None:
     """No HF download/loading progress bars (rlvr shows its own progress); idempotent."""
     try:

@@ -74,11 +74,12 @@ class ModelConfig(Section):
     on another machine decides again (set ``train`` or ``false`` where resuming must not change the precision)."""
     implementation: Literal["auto", "native", "hf"] = "auto"
     """Which class holds a checkpoint loaded from ``path``: ``native``, rlvr's own Llama-family module
-    (``rlvr.models.native``: HF's parameter names and files, ~95 MB less resident per process than importing
-    transformers' modeling code); ``hf``, transformers' ``AutoModelForCausalLM``; ``auto``, native where it
-    applies (a Llama / Qwen2 / Mistral safetensors checkpoint, RoPE default or linear, no sliding window, no
-    quantisation, no ``lora``, ``gradient_checkpointing`` nor ``train_dropout``), else hf. Both compute the same
-    values: rlvr's packed forward and decoder run on either."""
+    (``rlvr.accel.llama``, one of the CPU accelerations: HF's parameter names and files, ~95 MB less resident per
+    process than importing transformers' modeling code); ``hf``, transformers' ``AutoModelForCausalLM``; ``auto``,
+    native where it applies (the accelerations on; a Llama / Qwen2 / Mistral safetensors checkpoint, RoPE default
+    or linear, no sliding window, no quantisation, no ``lora``, ``gradient_checkpointing`` nor ``train_dropout``),
+    else hf. Both compute the same values: rlvr's packed forward and decoder run on either. With the
+    accelerations off (``RLVR_ACCEL=0``) ``auto`` is hf and ``native`` an error."""
     lora: LoraConfig | None = None
     """Train LoRA adapters instead of all weights."""
     train_dropout: bool = False
@@ -93,7 +94,8 @@ class ModelConfig(Section):
     for in speed (smaller GEMMs, prompts no longer shared across a cut). ``auto``: on the CPU, tokens x hidden
     size x layers <= 1024 x 256 x 6 (1024 tokens of the 5m tiny model, 3072 of the 1m; ``rlvr.data.collate``),
     none on other devices; an integer: that many tokens; ``null``: none (the fastest; the activations grow with
-    the micro-batch). The gradient does not depend on the cutting."""
+    the micro-batch). The gradient does not depend on the cutting. The trainers pass it to the micro-batch
+    planner (``rlvr.data.collate.micro_token_budget``) as an argument."""
     device: str = "auto"
     """Where the model runs: auto (cuda when available), cpu, cuda, cuda:N."""
     chat_template: Literal["required", "plain"] = "required"

@@ -34,7 +34,7 @@ Measured for the tiny models on 2 CPU cores: ~8 ms a call vs ~0.1 ms a token."""
 
 
 PACKED_OVERHEAD_FACTOR = 16
-"""On the packed forward (``rlvr.models.packed_forward``) padding costs only attention (the projections and
+"""On the packed forward (``rlvr.accel.packed_forward``) padding costs only attention (the projections and
 the MLP run on real tokens), ~1/16 of a token's cost at the tiny models' widths, while a cut also stops
 rows of one group from sharing their prompt: the per-call cost weighs that much more against padding."""
 
@@ -57,12 +57,12 @@ GRPO 5m bench batch is one micro-batch instead of three at half of it: reference
 0.243 → 0.209 s (in-process A/B) for ~+15 MB of peak RSS. See docs/packed_forward.md for the trade-off."""
 
 
-def micro_token_budget(model) -> int | None:
-    """The per-micro-batch token budget for ``model``, None: none. ``model.rlvr_micro_tokens`` (set from
-    ``model.micro_tokens`` when rlvr loads it) wins; ``auto`` or unset: :data:`MICRO_ACTIVATION_BUDGET`."""
-    own = getattr(model, "rlvr_micro_tokens", "auto")
-    if own != "auto":
-        return own
+def micro_token_budget(model, micro_tokens: int | str | None = "auto") -> int | None:
+    """The per-micro-batch token budget for ``model``, None: none. ``micro_tokens`` (the recipe's
+    ``model.micro_tokens``, passed down by the trainer) wins; ``auto``: :data:`MICRO_ACTIVATION_BUDGET` scaled by
+    the model's width and depth."""
+    if micro_tokens != "auto":
+        return micro_tokens
     budget = MICRO_ACTIVATION_BUDGET.get(next(model.parameters()).device.type)
     cfg = getattr(model, "config", None)
     width = getattr(cfg, "hidden_size", None)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr import omp_wait
+from rlvr import hooks, omp_wait
 from rlvr.config.distributed import DistributedConfig
 from rlvr.distributed.torch_dist import chunks, merge_generations, with_row_seeds
 from rlvr.models.export import base_config, plain_state_dict
@@ -82,6 +82,7 @@ class RolloutWorker:
     """Actor: a copy of the policy and an HF engine; samples shards with the weights of its version."""
 
     def __init__(self, config, tokenizer, dtype, device: str, threads: int, bf16: bool):
+        hooks.restore()  # the accelerations the driver process runs with (rlvr.hooks)
         from transformers import AutoModelForCausalLM
 
         from rlvr.rollout.hf_engine import HFEngine

@@ -1,4 +1,4 @@
-"""The Llama-family architecture check shared by rlvr's own forwards (``models/packed_forward.py`` for
+"""The Llama-family architecture check shared by rlvr's own forwards (``accel/packed_forward.py`` for
 training, ``rollout/fast_decode.py`` for decoding): both re-implement the decoder on the model's own
 Parameters, so both need the same module layout, activation and a static RoPE."""
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from rlvr.models.hf import hf_config
 from rlvr.models.load import is_peft
-from rlvr.models.native import hf_config
 
 
 def base_config(model):

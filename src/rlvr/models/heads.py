@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 
 from rlvr.errors import ModelLoadError
-from rlvr.models.hf import import_transformers
+from rlvr.models.hf import hf_config, import_transformers
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
-from rlvr.models.native import hf_config
 
 RM_MARKER = "rlvr_reward_model.json"  # in a reward model's final/: marks it and names the policy it started from
 

@@ -52,3 +52,13 @@ def import_transformers():
             if n in sys.modules and sys.modules[n] is None:
                 del sys.modules[n]
     return transformers
+
+
+def hf_config(model):
+    """``model.config`` as transformers' config class (a new object for rlvr's own Llama module, whose class
+    says ``is_rlvr_native``: what an HF class built from this model's config needs)."""
+    if not getattr(model, "is_rlvr_native", False):
+        return model.config
+    raw = model.config.to_dict()
+    return import_transformers().AutoConfig.for_model(raw["model_type"],
+                                                      **{k: v for k, v in raw.items() if k != "model_type"})

@@ -40,7 +40,6 @@ def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
         model = add_lora(model, cfg.lora)
     if not cfg.train_dropout:
         disable_dropout(model)
-    model.rlvr_micro_tokens = cfg.micro_tokens  # read by rlvr.data.collate.micro_token_budget
     cfg.resolve_precision(model)  # autocast_bf16: auto
     return model, tok
 
@@ -113,21 +112,21 @@ def load_tokenizer(path: Path):
 
 
 def load_causal_lm(path: Path, dtype: str = "float32", implementation: str = "auto"):
-    """The causal LM in ``path``: :class:`rlvr.models.native.NativeCausalLM` or transformers' class (see
+    """The causal LM in ``path``: the class the ``causal_lm`` hook loads it into (``rlvr.hooks``: with the
+    accelerations on, rlvr's own Llama module where it applies) or transformers' class (see
     ``ModelConfig.implementation``)."""
-    import json
-
-    from rlvr.models.native import NativeCausalLM, native_reason
+    from rlvr import hooks
 
     if implementation not in ("auto", "native", "hf"):
         raise ModelLoadError(f"model.implementation must be auto, native or hf, got {implementation!r}")
-    why = "model.implementation: hf" if implementation == "hf" else native_reason(json.loads((path / "config.json").read_text()))
-    if why is None and not any((path / f).exists() for f in ("model.safetensors", "model.safetensors.index.json")):
-        why = "no safetensors weights"
-    if why is None:
-        return NativeCausalLM.from_pretrained(path, DTYPES[dtype])
-    if implementation == "native":
-        raise ModelLoadError(f"model path {str(path)!r}: model.implementation is native but {why}")
+    if implementation != "hf":
+        if hooks.HOOKS.causal_lm is not None:
+            model = hooks.HOOKS.causal_lm(path, DTYPES[dtype], implementation)
+            if model is not None:
+                return model
+        elif implementation == "native":
+            raise ModelLoadError(f"model path {str(path)!r}: model.implementation is native but the accelerations "
+                                 "are off (RLVR_ACCEL=0); use auto or hf")
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=DTYPES[dtype])

@@ -12,9 +12,8 @@ import contextlib
 
 import torch
 
+from rlvr import hooks
 from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
-from rlvr.models import packed_forward
-from rlvr.models.packed_fused import reuse_weights
 from rlvr.models.truncation import NONE, Truncation, truncated_logprobs
 
 
@@ -70,15 +69,15 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     detached unless ``entropy_grad`` (an entropy bonus in the loss): then it is computed in checkpointed
     float32 row chunks (``rlvr.losses.entropy``) and carries the gradient.
 
-    Models that support it (``rlvr.models.packed_forward``) take the padding-free packed forward
-    (``packed``: None = when supported); the values at a real token with a real predecessor are the HF
+    Models the ``forward`` hook supports (``rlvr.hooks``; the accelerations' padding-free packed forward) take
+    it (``packed``: None = when supported); the values at a real token with a real predecessor are the HF
     forward's, and 0 elsewhere (padding, each row's first token, and, given ``wanted [B, T]``, every
     position outside it: the logits there are not computed).
     """
     if temperature <= 0:
         raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
     if packed is None:
-        packed = packed_forward.supports(model)
+        packed = hooks.packed_forward(model)
     if packed:
         return _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16,
                                       entropy_grad, wanted, truncation)
@@ -101,10 +100,10 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 
 def _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16, entropy_grad,
                            wanted, truncation: Truncation = NONE):
-    """:func:`token_logprobs` on the packed forward: logits only for the positions asked for, the
+    """:func:`token_logprobs` on the ``forward`` hook's packed forward: logits only for the positions asked for, the
     log-softmax-gather and entropy on those ``[M, V]`` rows, scattered into ``[B, T]``."""
     with autocast_ctx(bf16, input_ids.device.type):
-        logits, targets, where = packed_forward.packed_logits(model, input_ids, attention_mask, wanted)
+        logits, targets, where = hooks.HOOKS.forward.packed_logits(model, input_ids, attention_mask, wanted)
     z = _scaled(logits, temperature)
     lp = truncated_logprobs(z, targets, truncation)
     shape, n = input_ids.shape, input_ids.numel()
@@ -133,15 +132,17 @@ def sequence_logprobs(model, rows: list[tuple[list[int], list[int]]], pad_id: in
 
 
 @torch.no_grad()
-def cached_sequence_logprobs(model, rows, pad_id: int, micro: int, bf16: bool = False) -> torch.Tensor:
+def cached_sequence_logprobs(model, rows, pad_id: int, micro: int, bf16: bool = False,
+                             micro_tokens: int | str | None = "auto") -> torch.Tensor:
     """Summed logprobs of every row under ``model`` (no grad), in length-sorted micro-batches of at most
-    ``micro`` rows and the device's token budget (see ``rlvr.data.collate.plan_micro_batches``) -> [R]."""
+    ``micro`` rows and ``micro_tokens`` (``model.micro_tokens``: see ``rlvr.data.collate.micro_token_budget``)
+    -> [R]."""
     from rlvr.data.collate import micro_token_budget, plan_micro_batches, split_overhead
 
     out = torch.zeros(len(rows))
-    plan = plan_micro_batches([len(r[0]) for r in rows], micro, split_overhead(model, packed_forward.supports(model)),
-                              micro_token_budget(model))
-    with reuse_weights():
+    plan = plan_micro_batches([len(r[0]) for r in rows], micro, split_overhead(model, hooks.packed_forward(model)),
+                              micro_token_budget(model, micro_tokens))
+    with hooks.reuse_weights():
         for idx in plan:
             lp, _ = sequence_logprobs(model, [rows[i] for i in idx], pad_id, bf16)
             out[idx] = lp.float().cpu()

@@ -47,6 +47,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlvr import hooks
 from rlvr.models.arch import llama_family_reason
 
 """RoPE types whose inverse frequencies are fixed at init (read from the model's ``inv_freq`` buffer)."""
@@ -157,16 +158,16 @@ class FastDecoder:
     (residual stream, norms, the KV cache and attention; q, k, v rounded to the compute dtype after RoPE, as
     the training forward keeps them): on a CPU with bf16 units the 5m tiny model's decode ran ~1.4x faster.
 
-    ``native``: each ``step`` is one call into ``rlvr/native/decode_step.c`` on these same buffers (float32), or
-    C calls between torch's bf16 matmuls (``compute_dtype`` bf16; the KV cache is then kept in bf16: its values
-    are bf16-rounded either way): :mod:`rlvr.rollout.native_step`; ``native_reason`` says why not where it does
-    not apply. The 1m tiny model's 64-row float32 decode ran ~1.35x faster with the same samples, the 5m model's
+    ``kernel``: each ``step`` is the ``decode_step`` hook's (``rlvr.hooks``; with the accelerations on, one call
+    into a C kernel on these same buffers (float32), or C calls between torch's bf16 matmuls (``compute_dtype``
+    bf16; the KV cache is then kept in bf16: its values are bf16-rounded either way): :mod:`rlvr.accel.decode_step`);
+    ``kernel_reason`` says why not where it does not apply. The 1m tiny model's 64-row float32 decode ran ~1.35x faster with the same samples, the 5m model's
     bf16 decode ~1.6x.
     """
 
     @torch.no_grad()
     def __init__(self, model, prompt_mask: torch.Tensor, capacity: int, compute_dtype: torch.dtype | None = None,
-                 native: bool = True):
+                 kernel: bool = True):
         model = base_model(model)
         inner = model.model
         a0 = inner.layers[0].self_attn
@@ -190,14 +191,13 @@ class FastDecoder:
         B, P = prompt_mask.shape
         self.rows, self.t, self.capacity = B, 0, capacity
         kw = {"dtype": self.dtype, "device": dev}
-        self.native, self.native_reason = None, "native=False"
-        if native:  # the per-token step as one C call where it applies (rollout/native_step.py)
-            from rlvr.rollout.native_step import native_reason
-
-            self.native_reason = native_reason(self)
+        step_hook = hooks.HOOKS.decode_step
+        self.kernel, self.kernel_reason = None, "kernel=False" if not kernel else "no decode_step hook"
+        if kernel and step_hook is not None:  # the per-token step as one C call where it applies (rlvr.hooks)
+            self.kernel_reason = step_hook.reason(self)
         # K and V in the compute dtype when the C step runs bf16 projections: they are bf16 values either way
         # (rounded by the projection), so the cache holds the same numbers in half the bytes the step reads
-        kv_dtype = cd if cd is not None and self.native_reason is None else self.dtype
+        kv_dtype = cd if cd is not None and self.kernel_reason is None else self.dtype
         self.kv = torch.empty(len(self.layers), 2, B, self.Hkv, capacity, self.D, dtype=kv_dtype, device=dev)
         ckw, rows = (kw, B) if cd is None else ({"dtype": cd, "device": dev}, _bucket(B))
         self._qkv = torch.empty(rows, (self.H + 2 * self.Hkv) * self.D, **ckw)
@@ -209,10 +209,8 @@ class FastDecoder:
         if self.padded:  # additive: `min` on left padding, 0 on prompt and generated positions
             self.mask = torch.zeros(B, capacity, dtype=self.dtype, device=dev)
             self.mask[:, :P].masked_fill_(prompt_mask == 0, self.min)
-        if self.native_reason is None:
-            from rlvr.rollout.native_step import NativeStep
-
-            self.native = NativeStep(self)
+        if self.kernel_reason is None:
+            self.kernel = step_hook.bind(self)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """The prompt's forward on the first call, one token's afterwards."""
@@ -243,8 +241,8 @@ class FastDecoder:
 
     def step(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """One token per row: ``_forward`` with T = 1, into preallocated buffers."""
-        if self.native is not None:
-            return self.native.step(self, ids, pos)
+        if self.kernel is not None:
+            return self.kernel.step(self, ids, pos)
         B, t = ids.shape[0], self.t
         if t + 1 > self.capacity:
             raise ValueError(f"FastDecoder: {t + 1} positions exceed the cache capacity {self.capacity}")

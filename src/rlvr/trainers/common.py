@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from rlvr import hooks
 from rlvr.console import detail, phase, say
 from rlvr.data.collate import pad_batch
 from rlvr.data.packing import pack_rows, packed_batch
@@ -44,8 +45,6 @@ from rlvr.models.checkpoint import (
 )
 from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
 from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
-from rlvr.models.native import is_native
-from rlvr.models.packed_fused import reuse_weights
 from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
@@ -61,7 +60,6 @@ from rlvr.trainers.guards import (
     nonfinite_message,
     record_reward_errors,
 )
-from rlvr.trainers.heap import cap_ideep_cache, release_free_heap, stage_memory_settings
 from rlvr.trainers.optimizer import build_optimizer, clip_grads, lr_lambda, optimizer_step  # noqa: F401 (re-exported)
 
 
@@ -78,20 +76,21 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     denominator of the whole (mini-)batch (its tokens, rows or pairs — the loss's own aggregation), so
     the summed gradient is the full batch's whatever the cutting (1x8 == 2x4 == 8x1). Metrics are
     combined by their name: ``*_sum`` keys are summed, ``*max``/``*min`` keys take the max/min, the
-    rest are row-weighted means. ``train/loss`` is the sum of the micro-batch losses. On the CPU the heap's
-    free pages go back to the OS between micro-batches (:func:`rlvr.trainers.heap.release_free_heap`).
+    rest are row-weighted means. ``train/loss`` is the sum of the micro-batch losses. The ``memory`` hook
+    (``rlvr.hooks``) wraps the micro-batches and runs between them (the accelerations: weights cast once, the
+    CPU heap's free pages back to the OS).
     """
     agg: dict[str, float] = {}
     total = 0.0
-    with reuse_weights():  # the stacked / cast weights built once for all the micro-batches
+    with hooks.reuse_weights():  # an acceleration's stacked / cast weights built once for all the micro-batches
         for i, rows in enumerate(micros):
             loss, met = forward(rows)
             loss.backward()
             total += float(loss.detach())
-            if i + 1 < len(micros):  # the next micro-batch takes fresh pages, not fragments (see heap.py)
+            if i + 1 < len(micros):  # the memory hook between micro-batches (the CPU heap's free pages back)
                 device = loss.device.type
                 del loss
-                release_free_heap(device)
+                hooks.between_micro_batches(device)
             w = len(rows) / max(1, total_rows)
             for k, v in met.items():
                 v = float(v)
@@ -157,10 +156,10 @@ def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_i
     the model masks attention to each example's own tokens); one with one example per row takes the
     padded path. Either way the loss sums the same tokens' NLL over the same denominator (the step's
     loss-mask tokens), so packing changes neither the loss nor the gradient, only the padding computed.
-    rlvr's own module (``rlvr.models.native``) is never packed: its forward drops the padding of the rows it
-    is given (the packed forward), so there is no padding left for packing to save."""
+    rlvr's own module (``rlvr.accel.llama``, its class says ``is_rlvr_native``) is never packed: its forward
+    drops the padding of the rows it is given (the packed forward), so there is no padding left to save."""
     total_tokens = sum(sum(examples[i][1]) for i in idx)
-    packing = packing and not is_native(model) and packing_supported(model)
+    packing = packing and not getattr(model, "is_rlvr_native", False) and packing_supported(model)
     cap = max((len(examples[i][0]) for i in idx), default=0)
 
     def forward(mb):
@@ -205,7 +204,7 @@ def load_policy(run_dir: str | Path, name: str, model_cfg, init_path: str | None
     seed_everything(seed)
     with phase("loading the model"):
         model, tok = load_model_and_tokenizer(model_cfg, init_path)
-    cap_ideep_cache(next(model.parameters()).device.type)  # before the stage's first bf16 matmul (heap.py)
+    hooks.model_loaded(next(model.parameters()).device.type)  # before the stage's first matmul (rlvr.hooks)
     set_train_mode(model, model_cfg)
     return out, model, tok
 
@@ -306,7 +305,7 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     metrics, evaluates, draws the bar and saves checkpoints. ``knobs``: the stage settings health actions may
     change, as configured (RL: ``health_actions.rl_knobs``); current values: ``run.health.knobs``."""
     if model is not None:
-        stage_memory_settings(next(model.parameters()).device.type)  # RLVR_HEAP, ideep's cache (heap.py)
+        hooks.stage_started(next(model.parameters()).device.type)  # an acceleration's memory settings (rlvr.hooks)
     run = StageRun(cfg, out, model, tok, opt, sched, n_steps, writer=None, crash_at_step=crash_at_step, dist=dist,
                    knobs=dict(knobs or {}))
     main = _is_main(run)

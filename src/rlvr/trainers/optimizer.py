@@ -8,9 +8,9 @@ import math
 
 import torch
 
+from rlvr import hooks
 from rlvr.config.optim import OptimConfig
 from rlvr.errors import ConfigError
-from rlvr.trainers.adamw import AdamW
 from rlvr.trainers.guards import skip_update
 
 
@@ -30,7 +30,8 @@ def build_optimizer(model, cfg: OptimConfig, total_steps: int):
     decay = [p for p in params if p.ndim >= 2]
     no_decay = [p for p in params if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    opt = AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)  # torch's, minus its dynamo import
+    adamw = hooks.HOOKS.optimizer or torch.optim.AdamW  # the accelerations': torch's minus its dynamo import
+    opt = adamw(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=1e-8)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda=lr_lambda(cfg, total_steps))
     return opt, sched
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlvr import hooks
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.preference import PreferenceStage
@@ -38,7 +39,6 @@ from rlvr.data.order import data_order
 from rlvr.data.preference import as_pairs, as_unpaired, encode_pair, encode_unpaired, fit_length
 from rlvr.errors import ConfigError
 from rlvr.losses.preference import kto, kto_reference_point, rgpo_weights, weighted_mean
-from rlvr.models import packed_forward
 from rlvr.models.load import is_peft, load_model_and_tokenizer
 from rlvr.models.logprobs import cached_sequence_logprobs, sequence_logprobs
 from rlvr.rollout.engine import SamplingParams
@@ -108,19 +108,21 @@ def rgpo_tables(votes: list[list[int] | None]):
     return rgpo_weights(table)
 
 
-def pair_micro_batches(model, data: PairData, idx: list[int], micro: int) -> list[list[int]]:
+def pair_micro_batches(model, data: PairData, idx: list[int], micro: int,
+                       micro_tokens: int | str | None = "auto") -> list[list[int]]:
     """``idx`` cut by :func:`plan_micro_batches` (at most ``micro`` pairs and the device's token budget):
     chosen and rejected share one forward, so a pair weighs twice its longer side in padded tokens."""
     lengths = [2 * max(len(data.chosen[i][0]), len(data.rejected[i][0])) for i in idx]
-    plan = plan_micro_batches(lengths, micro, split_overhead(model, packed_forward.supports(model)),
-                              micro_token_budget(model))
+    plan = plan_micro_batches(lengths, micro, split_overhead(model, hooks.packed_forward(model)),
+                              micro_token_budget(model, micro_tokens))
     return [[idx[k] for k in m] for m in plan]
 
 
-def paired_step(model, data: PairData, idx: list[int], stage, pad_id: int, bf16: bool) -> dict:
-    """Forward/backward one optimizer step's pairs in micro-batches (each divided by the step's pair count);
-    returns step-mean metrics."""
-    micros = pair_micro_batches(model, data, idx, stage.micro_batch_size)
+def paired_step(model, data: PairData, idx: list[int], stage, pad_id: int, bf16: bool,
+                micro_tokens: int | str | None = "auto") -> dict:
+    """Forward/backward one optimizer step's pairs in micro-batches (each divided by the step's pair count;
+    ``micro_tokens``: ``model.micro_tokens``); returns step-mean metrics."""
+    micros = pair_micro_batches(model, data, idx, stage.micro_batch_size, micro_tokens)
     total = len(idx)
     variant, wt = preference_variant(stage.loss), weighting(stage.weighting)
 
@@ -143,8 +145,10 @@ def paired_step(model, data: PairData, idx: list[int], stage, pad_id: int, bf16:
     return accumulate(micros, forward, total)
 
 
-def kto_step(model, data: UnpairedData, idx: list[int], stage, pad_id: int, bf16: bool) -> dict:
-    """KTO over one step's examples: z0 from the step's mismatched rows (no grad), then micro-batches."""
+def kto_step(model, data: UnpairedData, idx: list[int], stage, pad_id: int, bf16: bool,
+             micro_tokens: int | str | None = "auto") -> dict:
+    """KTO over one step's examples: z0 from the step's mismatched rows (no grad), then micro-batches of
+    ``micro_batch_size`` examples (``micro_tokens`` is not read: the same signature as :func:`paired_step`)."""
     micro = stage.micro_batch_size
     with torch.no_grad():
         kl_pol = torch.cat([sequence_logprobs(model, [data.kl_rows[i] for i in idx[s:s + micro]], pad_id, bf16)[0]
@@ -230,8 +234,9 @@ def fingerprint(*row_lists) -> str:
 
 
 def fill_reference(model, data, held: PairData | None, out: Path, micro: int, pad_id: int, bf16: bool,
-                   fresh_reference=None) -> str:
-    """Compute the reference (= start) logprobs once, or read them back from ``out/CACHE_FILE``.
+                   fresh_reference=None, micro_tokens: int | str | None = "auto") -> str:
+    """Compute the reference (= start) logprobs once (``micro_tokens``: ``model.micro_tokens``), or read them
+    back from ``out/CACHE_FILE``.
 
     ``fresh_reference`` is given on resume only (a fresh run never trusts an old cache): it loads the
     stage's initial model. Returns where the logprobs came from: ``cache`` (resumed, cache matches the
@@ -252,7 +257,7 @@ def fill_reference(model, data, held: PairData | None, out: Path, micro: int, pa
         source, policy = "reload", fresh_reference()
     lora = is_peft(policy)
     with reference_model(policy, None if lora else policy) as ref:
-        logprobs = [cached_sequence_logprobs(ref, g, pad_id, micro, bf16) for g in groups]
+        logprobs = [cached_sequence_logprobs(ref, g, pad_id, micro, bf16, micro_tokens) for g in groups]
     if lora:
         source = "base"
     _assign(data, held, logprobs)
@@ -377,7 +382,8 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
     say(f"{stage.name}: {pairs_line(pair_stats)}")
     fresh = (lambda: load_model_and_tokenizer(model_cfg, init_path)[0]) if ckpt is not None else None
     with phase("reference log-probabilities of the training data"):
-        ref_source = fill_reference(model, data, held, out, stage.micro_batch_size, tok.pad_token_id, bf16, fresh)
+        ref_source = fill_reference(model, data, held, out, stage.micro_batch_size, tok.pad_token_id, bf16, fresh,
+                                    model_cfg.micro_tokens)
     prep_s = time.perf_counter() - t_prep
     n_steps = total_steps(stage, len(data))
     opt, sched = build_optimizer(model, stage.optim, n_steps)
@@ -395,7 +401,7 @@ def train_preference(stage: PreferenceStage, model_cfg: ModelConfig, run_dir: st
     step_fn = kto_step if variant.unpaired else paired_step
     while not run.done():
         idx = data_order(len(data), seed, run.step, min(stage.batch_size, len(data)))
-        rec = step_fn(model, data, idx, stage, tok.pad_token_id, bf16)
+        rec = step_fn(model, data, idx, stage, tok.pad_token_id, bf16, model_cfg.micro_tokens)
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec.get("train/loss"))
         rec["train/epoch"] = (run.step + 1) * stage.batch_size / len(data)
         displacement_flag(rec, stage.displacement_tol)

@@ -90,7 +90,8 @@ def heldout_accuracy(rm, encs, pad_id: int, micro: int, bf16: bool = False) -> d
             "heldout/reward_std": float(both.std()) if both.numel() > 1 else 0.0, "heldout/pairs": len(encs)}
 
 
-def policy_logp_accuracy(policy, encs, pad_id: int, micro: int, bf16: bool = False) -> dict:
+def policy_logp_accuracy(policy, encs, pad_id: int, micro: int, bf16: bool = False,
+                         micro_tokens: int | str | None = "auto") -> dict:
     """How often the starting policy's own summed log-likelihood ranks chosen above rejected.
 
     The yardstick for the reward model: what the language model already knows about the pairs. An RM
@@ -99,7 +100,7 @@ def policy_logp_accuracy(policy, encs, pad_id: int, micro: int, bf16: bool = Fal
     if not encs:
         return {}
     rows = [(e.chosen_ids, e.chosen_mask) for e in encs] + [(e.rejected_ids, e.rejected_mask) for e in encs]
-    lp = cached_sequence_logprobs(policy, rows, pad_id, 2 * micro, bf16)
+    lp = cached_sequence_logprobs(policy, rows, pad_id, 2 * micro, bf16, micro_tokens)
     return {"heldout/policy_logp_accuracy": pairwise_accuracy(lp[:len(encs)], lp[len(encs):])}
 
 
@@ -137,7 +138,7 @@ def train_reward_model(stage: RewardModelStage, model_cfg: ModelConfig, run_dir:
     encs = [encode_pair(tok, p, stage.max_length) for p in as_pairs(train_recs, "the reward model")]
     held = [encode_pair(tok, p, stage.max_length) for p in as_pairs(held_recs, "the reward model")]
     bf16, pad, micro = model_cfg.train_bf16, tok.pad_token_id, stage.micro_batch_size
-    baseline = policy_logp_accuracy(policy, held, pad, micro, bf16) if ckpt is None else {}
+    baseline = policy_logp_accuracy(policy, held, pad, micro, bf16, model_cfg.micro_tokens) if ckpt is None else {}
     del policy
     n_steps = stage.max_steps or max(1, stage.epochs * math.ceil(len(encs) / stage.batch_size))
     rm.train()

@@ -1,10 +1,12 @@
 """The import layers of ../shared/DESIGN.md ("Layers"), kept by walking every module's imports.
 
-    errors, config, native, console -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
-      -> distributed -> stages -> pipeline -> commands -> cli          (losses/, advantages/: torch only, leaves)
+    errors, config, hooks, console -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
+      -> distributed -> accel -> stages -> pipeline -> commands -> cli   (losses/, advantages/: torch only, leaves)
 
 A module may import its own layer or a lower one. Imports inside functions count too (a lazy import of a
-higher layer is still a dependency). ``rlvr/__init__.py`` is the package's surface and sits above all.
+higher layer is still a dependency), and so does ``from rlvr import X`` (read as ``rlvr.X``).
+``rlvr/__init__.py`` is the package's surface and sits above all. The accelerations (``rlvr/accel/``) plug in
+behind ``rlvr.hooks``: only ``pipeline``, ``commands`` and ``cli`` import them (they call ``accel.enable()``).
 """
 
 import ast
@@ -15,10 +17,13 @@ import rlvr
 
 ROOT = Path(rlvr.__file__).resolve().parent
 ORDER = ["errors", "config", "data", "envs", "verifiers", "models", "rollout", "monitoring", "trainers",
-         "distributed", "stages", "pipeline", "commands", "cli"]
+         "distributed", "accel", "stages", "pipeline", "commands", "cli"]
 RANK = {name: i for i, name in enumerate(ORDER)}
-RANK["config"] = RANK["native"] = RANK["console"] = RANK["errors"]
-# the lowest layer holds the four (native: C kernels + loader; console: full-width console, heartbeat)
+RANK["config"] = RANK["hooks"] = RANK["console"] = RANK["omp_wait"] = RANK["errors"]
+# the lowest layer holds these (hooks: the slots the accelerations fill; console: full-width console, heartbeat;
+# omp_wait: the OpenMP wait policy, set before torch loads)
+ACCEL_IMPORTERS = {"accel", "pipeline", "commands", "cli"}
+"""The layers that may import ``rlvr.accel`` (itself, and the start-up code that calls ``accel.enable()``)."""
 LEAVES = ("losses", "advantages")          # import torch (and each other's nothing) only
 THIRD_PARTY_BANNED = {"ray", "wandb", "vllm"}
 
@@ -31,13 +36,23 @@ def layer_of(module: str) -> str | None:
 
 
 def imports(path: Path) -> list[str]:
+    """Every module ``path`` imports; ``from rlvr import X`` (and ``from rlvr.a import X``) also yields
+    ``rlvr.X`` (``rlvr.a.X``): X may be a module (``from rlvr import accel``)."""
     out = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             out.append(node.module)
+            if node.module == "rlvr" or node.module.startswith("rlvr."):
+                out += [f"{node.module}.{a.name}" for a in node.names if is_module(f"{node.module}.{a.name}")]
     return out
+
+
+def is_module(dotted: str) -> bool:
+    """Whether ``rlvr.a.b`` names a module or package of rlvr's (not an attribute such as ``rlvr.__version__``)."""
+    rel = ROOT.joinpath(*dotted.split(".")[1:])
+    return rel.is_dir() or rel.with_suffix(".py").is_file()
 
 
 def modules():
@@ -64,6 +79,24 @@ def test_no_lower_layer_imports_a_higher_one():
             elif RANK[other] > RANK[me]:
                 bad.append(f"{f.relative_to(ROOT)} ({me}) imports {mod} ({other}, a higher layer)")
     assert not bad, "\n".join(bad)
+
+
+def test_only_the_start_up_layers_import_the_accelerations():
+    """The core runs on its own (the plain PyTorch / transformers path); ``rlvr.accel`` plugs in behind
+    ``rlvr.hooks`` and only ``pipeline``, ``commands/*`` and ``cli`` name it."""
+    bad = [f"{f.relative_to(ROOT)} imports {mod}" for f, me in modules() for mod in imports(f)
+           if layer_of(mod) == "accel" and me not in ACCEL_IMPORTERS]
+    assert not bad, "only pipeline, commands and cli may import rlvr.accel:\n" + "\n".join(bad)
+
+
+def test_imports_read_from_rlvr_import_x_as_the_module(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from rlvr import accel, omp_wait\nfrom rlvr.models import logprobs\nimport torch\n")
+    f.write_text(f.read_text() + "from rlvr import __version__\n")
+    got = imports(f)
+    assert {"rlvr.accel", "rlvr.omp_wait", "rlvr.models.logprobs", "torch"} <= set(got)
+    assert "rlvr.__version__" not in got
+    assert layer_of("rlvr.accel") == "accel"
 
 
 def test_torch_free_and_optional_packages_stay_where_they_belong():

@@ -74,7 +74,7 @@ def reference_logprob(logits: torch.Tensor, token: int, T: float, top_p: float, 
                                                  ("hf", 1.3, 0.9, 12), ("fast-bf16", 1.0, 1.0, 5)])
 def test_every_decode_path_records_the_truncated_logprob(tiny_dir, monkeypatch, path, T, top_p, top_k):
     if path == "fast-torch":
-        monkeypatch.setenv("RLVR_NATIVE", "0")
+        monkeypatch.setenv("RLVR_KERNELS", "0")
     model, tok = load_pretrained(tiny_dir)
     engine = HFEngine(model, tok, fast_decode=path != "hf", bf16=path == "fast-bf16")
     prompts = [encode_prompt(tok, t) for t in generate(["add2"], 3, seed=4)]

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from rlvr.config.rl import GRPOLoss, RLStage, SamplingConfig
-from rlvr.models.load import load_pretrained
 from rlvr.data import collate
 from rlvr.data.collate import plan_micro_batches
+from rlvr.models.load import load_pretrained
 from rlvr.trainers.rl import TrainBatch, update_minibatch
 
 
@@ -154,21 +154,30 @@ def test_dpo_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
 
 @pytest.mark.parametrize("setting, expected", [("auto", "default"), (None, None), (96, 96)])
 def test_model_micro_tokens_sets_the_budget(setting, expected):
-    """``model.micro_tokens`` reaches every planner through the loaded model: ``auto`` keeps the device's
-    default budget, an integer replaces it, null removes it."""
+    """``model.micro_tokens`` reaches the planners as an argument, never on the model object: ``auto`` keeps the
+    device's default budget, an integer replaces it, null removes it."""
     from rlvr.config.model import ModelConfig, TinyModel
     from rlvr.models.load import load_model_and_tokenizer
+    from rlvr.trainers.rl import update_micro_batches
 
     model, _ = load_model_and_tokenizer(ModelConfig(tiny=TinyModel(size="test"), device="cpu", micro_tokens=setting))
+    assert not any(k.startswith("rlvr_") for k in vars(model)), "a budget rides on the model object"
     c = model.config
     default = collate.MICRO_ACTIVATION_BUDGET["cpu"] // (c.hidden_size * c.num_hidden_layers)
-    assert collate.micro_token_budget(model) == (default if expected == "default" else expected)
+    assert collate.micro_token_budget(model, setting) == (default if expected == "default" else expected)
     lengths = [40] * 8  # 320 padded tokens: one micro-batch without a budget, several under 96
-    n = len(collate.plan_micro_batches(lengths, 8, 0, collate.micro_token_budget(model)))
+    n = len(collate.plan_micro_batches(lengths, 8, 0, collate.micro_token_budget(model, setting)))
     if expected is None:
         assert n == 1
     elif expected == 96:
         assert n == 4  # two 40-token rows a micro-batch
+    # the RL update's planner takes the same argument (distinct rows: no shared prompt to count once)
+    seqs = [[20 + (i * 7 + j) % 40 for j in range(40)] for i in range(8)]
+    batch = TrainBatch(seqs, [[0] + [1] * 39 for _ in seqs], [[0.0] * 40 for _ in seqs], None, [1.0] * 8)
+    planned = update_micro_batches(model, batch, list(range(8)), 8, setting)
+    assert sorted(i for m in planned for i in m) == list(range(8))
+    if expected == 96:
+        assert len(planned) >= 4 > len(update_micro_batches(model, batch, list(range(8)), 8, None))
 
 
 def test_packed_budget_counts_a_groups_shared_prompt_once():
@@ -199,10 +208,11 @@ def test_packed_token_count_matches_a_direct_count():
                 assert int(f(torch.tensor([i]).numpy(), j)[0]) == direct, (i, j)
 
 
+@pytest.mark.accel
 def test_rl_update_budget_counts_the_packed_forwards_tokens(tiny_dir, monkeypatch):
     """Two groups of 4 rows (prompt 10, completions 5): 120 padded tokens, 60 packed. Under an 80-token budget
     the packed forward takes them in one micro-batch; the padded HF forward needs a cut."""
-    from rlvr.models import packed_forward
+    from rlvr.accel import packed_forward
     from rlvr.trainers.rl import update_micro_batches
 
     model, _ = load_pretrained(tiny_dir)

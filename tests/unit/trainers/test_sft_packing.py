@@ -123,7 +123,7 @@ def test_a_model_that_attends_across_packed_examples_is_not_packed():
 def test_native_module_is_padding_free_without_packing_or_warning(recwarn):
     """rlvr's own module computes only real tokens (its forward is the packed forward): SFT does not pack rows
     for it and does not warn that packing is off; the loss and gradient are the HF class's."""
-    from rlvr.models.native import from_hf
+    from rlvr.accel.llama import from_hf
 
     model, _ = _model()
     native = from_hf(_model()[0])

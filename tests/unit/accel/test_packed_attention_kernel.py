@@ -1,4 +1,4 @@
-"""PackedCausalAttention's C kernels (``rlvr/native/packed_attention.c``) against the plain expression in float64:
+"""PackedCausalAttention's C kernels (``rlvr/accel/kernels/packed_attention.c``) against the plain expression in float64:
 outputs and gradients of the packed heads, float32 and bf16 heads, head dims that are and are not multiples of the
 kernels' 32-wide blocks, rows longer than a block, prefix-shared rows and dummy padding tokens; the PyTorch path
 when native kernels are off."""
@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from rlvr.models import packed_attention as pa
-from rlvr.models.packed_forward import Packing
+from rlvr.accel import packed_attention as pa
+from rlvr.accel.packed_forward import Packing
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler: the native kernels cannot be built here")
@@ -45,7 +45,7 @@ def reference(heads: torch.Tensor, pk: Packing, scale: float, w: torch.Tensor):
 
 def native(heads: torch.Tensor, pk: Packing, scale: float, w: torch.Tensor):
     h = heads.detach().clone().requires_grad_()
-    assert pa.native_attention(h)
+    assert pa.kernel_attention(h)
     o = pa.packed_causal_attention(h, pk.view_tok, pk.owner_view, pk.B, pk.L, scale)
     (o * w).sum().backward()
     return o.detach(), h.grad
@@ -54,7 +54,7 @@ def native(heads: torch.Tensor, pk: Packing, scale: float, w: torch.Tensor):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("H,D,P,T", [(2, 32, 5, 9), (3, 16, 4, 70), (1, 48, 7, 40), (2, 64, 3, 5), (4, 8, 2, 33)])
 def test_native_kernels_compute_the_padded_views_attention(monkeypatch, dtype, H, D, P, T):
-    monkeypatch.setenv("RLVR_NATIVE", "1")
+    monkeypatch.setenv("RLVR_KERNELS", "1")
     pk = grpo_like(groups=3, G=4, P=P, T=T, seed=H * 100 + D)
     g = torch.Generator().manual_seed(1)
     heads = (torch.randn(pk.N, 3 * H, D, generator=g) * 1.5).to(dtype)
@@ -72,7 +72,7 @@ def test_native_kernels_compute_the_padded_views_attention(monkeypatch, dtype, H
 
 def test_shared_prompt_tokens_get_the_sum_of_their_rows_gradients(monkeypatch):
     """A prompt token read by G rows: its gradient is the sum over the rows (not the last row's)."""
-    monkeypatch.setenv("RLVR_NATIVE", "1")
+    monkeypatch.setenv("RLVR_KERNELS", "1")
     pk = grpo_like(groups=2, G=8, P=6, T=12, seed=3, pad_to=0)
     assert pk.N < pk.slot_view.numel()  # prompts are shared
     g = torch.Generator().manual_seed(2)
@@ -84,9 +84,9 @@ def test_shared_prompt_tokens_get_the_sum_of_their_rows_gradients(monkeypatch):
 
 
 def test_native_off_takes_the_pytorch_path(monkeypatch):
-    monkeypatch.setenv("RLVR_NATIVE", "0")
+    monkeypatch.setenv("RLVR_KERNELS", "0")
     heads = torch.randn(8, 6, 16)
-    assert not pa.native_attention(heads)
+    assert not pa.kernel_attention(heads)
     pk = grpo_like(groups=1, G=2, P=2, T=3, seed=0, pad_to=0)
     heads = torch.randn(pk.N, 6, 16, requires_grad=True)
     o = pa.packed_causal_attention(heads, pk.view_tok, pk.owner_view, pk.B, pk.L, 0.25)

@@ -5,7 +5,7 @@ inputs. ScatterToView against index_copy."""
 import pytest
 import torch
 
-from rlvr.models.packed_attention import causal_attention, scatter_to_view, swiglu
+from rlvr.accel.packed_attention import causal_attention, scatter_to_view, swiglu
 
 
 def plain(q, k, v, scale):

@@ -1,4 +1,4 @@
-"""rlvr.native.build: compiles a kernel once per source/compiler/CPU into the cache (atomically), loads it, and
+"""rlvr.accel.kernels.build: compiles a kernel once per source/compiler/CPU into the cache (atomically), loads it, and
 falls back (None, one warning naming the reason) when native kernels are off or the compiler fails."""
 
 import logging
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from rlvr.native import build
+from rlvr.accel.kernels import build
 
 HAS_CC = shutil.which("cc") is not None or shutil.which("gcc") is not None
 
@@ -16,8 +16,8 @@ HAS_CC = shutil.which("cc") is not None or shutil.which("gcc") is not None
 @pytest.fixture
 def fresh(monkeypatch, tmp_path):
     monkeypatch.setattr(build, "_loaded", {})
-    monkeypatch.setenv("RLVR_NATIVE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setenv("RLVR_NATIVE", "1")
+    monkeypatch.setenv("RLVR_KERNELS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RLVR_KERNELS", "1")
     return tmp_path / "cache"
 
 
@@ -53,7 +53,7 @@ def test_a_failing_compiler_falls_back_with_one_warning(fresh, monkeypatch, tmp_
     cc.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo badcc 1.0; exit 0; }\necho 'badcc: no such luck' >&2\nexit 1\n")
     cc.chmod(0o755)
     monkeypatch.setenv("CC", str(cc))
-    with caplog.at_level(logging.WARNING, logger="rlvr.native.build"):
+    with caplog.at_level(logging.WARNING, logger="rlvr.accel.kernels.build"):
         assert build.load("decode_step") is None
         assert build.load("decode_step") is None  # remembered: not retried, not logged again
     msgs = [r.getMessage() for r in caplog.records]
@@ -62,8 +62,8 @@ def test_a_failing_compiler_falls_back_with_one_warning(fresh, monkeypatch, tmp_
 
 
 def test_native_off_builds_nothing(fresh, monkeypatch):
-    monkeypatch.setenv("RLVR_NATIVE", "0")
+    monkeypatch.setenv("RLVR_KERNELS", "0")
     monkeypatch.setenv("CC", "/nonexistent/cc")
     assert build.load("decode_step") is None and not fresh.exists()
-    monkeypatch.setenv("RLVR_NATIVE", "off")
+    monkeypatch.setenv("RLVR_KERNELS", "off")
     assert not build.enabled()

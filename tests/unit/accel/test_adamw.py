@@ -1,4 +1,4 @@
-"""rlvr.trainers.adamw.AdamW is torch.optim.AdamW bit for bit (update and state_dict), without importing dynamo."""
+"""rlvr.accel.adamw.AdamW is torch.optim.AdamW bit for bit (update and state_dict), without importing dynamo."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr.trainers.adamw import AdamW
+from rlvr.accel.adamw import AdamW
 
 SRC = Path(__file__).resolve().parents[3] / "src"
 
@@ -65,7 +65,7 @@ def test_steps_run_without_grad_and_move_the_weights():
 
 def test_training_imports_no_dynamo():
     code = ("import json, sys, torch\n"
-            "from rlvr.trainers.adamw import AdamW\n"
+            "from rlvr.accel.adamw import AdamW\n"
             "m = torch.nn.Linear(4, 2); o = AdamW(m.parameters(), lr=0.1)\n"
             "s = torch.optim.lr_scheduler.LambdaLR(o, lambda k: 1.0)\n"
             "m(torch.ones(3, 4)).sum().backward(); torch.nn.utils.clip_grad_norm_(list(m.parameters()), 1.0)\n"

@@ -6,7 +6,7 @@ wrappers import ``torch._dynamo`` when first called, and with it sympy and the s
 resident in every training process, for a guard that only matters
 under ``torch.compile``, which rlvr does not use. :class:`AdamW` is ``torch.optim.AdamW`` calling the same methods
 unwrapped (``inspect.unwrap``: the functions the decorators wrap): the same update, bit for bit, and the same
-``state_dict`` (checkpoints written by either load in the other). ``tests/unit/trainers/test_adamw.py`` checks both,
+``state_dict`` (checkpoints written by either load in the other). ``tests/unit/accel/test_adamw.py`` checks both,
 and that a training step no longer imports ``torch._dynamo``. Under ``torch.compile`` use ``torch.optim.AdamW``.
 """
 

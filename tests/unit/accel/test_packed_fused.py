@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import rlvr.models.packed_forward as pf
+import rlvr.accel.packed_forward as pf
 import rlvr.trainers.rl as rl
+from rlvr.accel.packed_attention import causal_attention, packed_causal_attention, scatter_to_view
+from rlvr.accel.packed_fused import norm_linear, rms, swiglu_linear
 from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
 from rlvr.data.collate import TrainBatch
-from rlvr.models.packed_attention import causal_attention, packed_causal_attention, scatter_to_view
-from rlvr.models.packed_fused import norm_linear, rms, swiglu_linear
 from rlvr.models.tiny import build_tiny
 
 
@@ -22,7 +22,7 @@ def pytorch_path(monkeypatch):
     """These tests pin the PyTorch path's bit-for-bit equalities: native kernels off unless a test turns them on
     (its C kernels sum in other orders; they are checked against these paths in test_norm_swiglu_native.py,
     test_packed_attention_native.py and below)."""
-    monkeypatch.setenv("RLVR_NATIVE", "0")
+    monkeypatch.setenv("RLVR_KERNELS", "0")
 
 
 def saved_bytes(fn):
@@ -160,12 +160,12 @@ def test_the_grpo_update_gradient_is_the_unfused_graphs_bit_for_bit(monkeypatch,
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
 def test_the_grpo_update_gradient_with_native_kernels_is_the_unfused_graphs(monkeypatch, bf16):
-    """The same update with the C kernels (``rlvr/native/``: the attention, RMSNorm and SwiGLU): every gradient
+    """The same update with the C kernels (``rlvr/accel/kernels/``: the attention, RMSNorm and SwiGLU): every gradient
     equals the unfused graph's up to float32 summation order (bf16: up to the bf16 roundings the orders give)."""
-    from rlvr.models import packed_attention as pa
+    from rlvr.accel import packed_attention as pa
 
-    monkeypatch.setenv("RLVR_NATIVE", "1")
-    if pa._native_lib() is None:
+    monkeypatch.setenv("RLVR_KERNELS", "1")
+    if pa._kernel_lib() is None:
         pytest.skip("native kernels cannot be built here")
     grads, nbytes = grpo_update_grads(monkeypatch, bf16)
     tol = 3e-2 if bf16 else 2e-5
@@ -204,7 +204,7 @@ def test_the_stacked_weight_is_built_once_a_block_and_rebuilt_after_any_update()
     """Inside ``reuse_weights`` the q/k/v stack (RoPE-permuted) and its bf16 copy are built once and handed out
     again while the weights are unchanged; an in-place update of any of them (an optimizer step) or new storage
     makes the next call rebuild it with the new values; outside the block every call builds afresh."""
-    from rlvr.models import packed_fused as pfu
+    from rlvr.accel import packed_fused as pfu
     g = torch.Generator().manual_seed(0)
     Ws = tuple(torch.randn(8, 4, generator=g).requires_grad_() for _ in range(3))
     perm = pf._pair_permutation(2, 1, 4, "cpu")
@@ -229,8 +229,8 @@ def test_the_stacked_weight_is_built_once_a_block_and_rebuilt_after_any_update()
 def test_micro_batches_sharing_the_built_weights_give_the_same_gradient_and_see_each_step(bf16):
     """Two micro-batches accumulated inside ``reuse_weights`` leave the gradient they leave one by one outside
     it, bit for bit; an optimizer step inside the block is seen by the next forward."""
+    from rlvr.accel.packed_fused import reuse_weights
     from rlvr.models.logprobs import token_logprobs
-    from rlvr.models.packed_fused import reuse_weights
     g = torch.Generator().manual_seed(4)
     ids = torch.randint(3, 100, (6, 9), generator=g)
     att = torch.ones_like(ids)

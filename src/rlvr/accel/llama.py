@@ -5,7 +5,7 @@ Why: a process that imports ``transformers.LlamaForCausalLM`` pays ~95 MB reside
 run never calls (``transformers.masking_utils`` pulls ``torch._dynamo`` and sympy, ``modeling_utils`` pulls
 ``torch.distributed.tensor``, the quantizers, the generation utilities, ...: measured).
 rlvr never runs HF's forward on a supported model anyway: training takes the
-packed forward (``rlvr.models.packed_forward``), generation the lean decoder (``rlvr.rollout.fast_decode``),
+packed forward (``rlvr.accel.packed_forward``), generation the lean decoder (``rlvr.rollout.fast_decode``),
 and both read only the module tree and the config. :class:`NativeCausalLM` is that tree — ``model.embed_tokens``,
 ``model.layers[i].self_attn.{q,k,v,o}_proj``, ``.mlp.{gate,up,down}_proj``, the two RMSNorms, ``model.norm``,
 ``model.rotary_emb``, ``lm_head`` — with HF's parameter names, so a checkpoint it saves loads with
@@ -15,7 +15,7 @@ Supported (:func:`native_reason` says why not otherwise, and rlvr loads the HF c
 ``Qwen2ForCausalLM`` and ``MistralForCausalLM`` checkpoints in safetensors, SiLU MLP, RoPE of type ``default``
 or ``linear``, no sliding window, no quantisation. Its ``forward`` is the packed forward over each row's real
 tokens (HF's values at every real position, 0 at padding); there is no KV-cache ``generate()`` (rlvr's engines
-decode). ``tests/unit/models/test_native.py`` checks logits and gradients against HF's class for the three
+decode). ``tests/unit/accel/test_llama.py`` checks logits and gradients against HF's class for the three
 architectures and the save/load round trip both ways.
 """
 
@@ -27,6 +27,8 @@ from types import SimpleNamespace
 
 import torch
 from torch import nn
+
+from rlvr.models.hf import hf_config  # noqa: F401 (re-exported: the own module's config as transformers')
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}
 ROPE_TYPES = ("default", "linear")
@@ -115,7 +117,7 @@ class RMSNorm(nn.Module):
         self.variance_epsilon = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        from rlvr.models.packed_fused import rms
+        from rlvr.accel.packed_fused import rms
 
         return rms(x, self.weight, self.variance_epsilon)
 
@@ -244,7 +246,7 @@ class NativeCausalLM(nn.Module):
         values; 0 at padding), ``.hidden_states`` (the last one, final-normed, at ``[-1]``) when asked.
         Positions: ``position_ids`` at the real tokens when given, else 0 .. len-1 per row; each real token
         attends to the real tokens before it in its row."""
-        from rlvr.models import packed_forward as pf
+        from rlvr.accel import packed_forward as pf
 
         if past_key_values is not None or labels is not None or use_cache or _.get("cache") is not None or \
                 pf.unsupported_reason(self) is not None:  # a KV cache, a loss, hooks: transformers' forward
@@ -370,16 +372,19 @@ def from_hf(hf_model) -> NativeCausalLM:
     return model.to(hf_model.device)
 
 
-def hf_config(model):
-    """``model.config`` as transformers' config class (a new object for a native model: what an HF class built
-    from this model's config needs)."""
-    if not is_native(model):
-        return model.config
-    from rlvr.models.hf import import_transformers
+def load(path: Path, dtype: torch.dtype, implementation: str):
+    """The ``causal_lm`` hook (``rlvr.hooks``): the checkpoint in ``path`` as a :class:`NativeCausalLM`, or None
+    (transformers' class) where this module does not apply; ``implementation: native`` there is an error."""
+    from rlvr.errors import ModelLoadError
 
-    raw = model.config.to_dict()
-    return import_transformers().AutoConfig.for_model(raw["model_type"],
-                                                      **{k: v for k, v in raw.items() if k != "model_type"})
+    why = native_reason(json.loads((path / "config.json").read_text()))
+    if why is None and not any((path / f).exists() for f in ("model.safetensors", "model.safetensors.index.json")):
+        why = "no safetensors weights"
+    if why is None:
+        return NativeCausalLM.from_pretrained(path, dtype)
+    if implementation == "native":
+        raise ModelLoadError(f"model path {str(path)!r}: model.implementation is native but {why}")
+    return None
 
 
 def is_native(model) -> bool:

@@ -8,7 +8,7 @@
    each a few microseconds of dispatch on tensors of 64 x 128 floats.
 
    The attention's rows run on torch's OpenMP threads (-fopenmp: libgomp.so.1 resolves to the copy torch has
-   loaded, whose pool sits idle between the GEMMs). Layouts are row-major and contiguous; see rlvr/rollout/native_step.py for who owns what. */
+   loaded, whose pool sits idle between the GEMMs). Layouts are row-major and contiguous; see rlvr/accel/decode_step.py for who owns what. */
 
 #include <math.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* Causal attention of packed heads on the padded attention view, forward and backward, in float32 arithmetic,
-   for rlvr.models.packed_attention (PackedCausalAttention's native path).
+   for rlvr.accel.packed_attention (PackedCausalAttention's native path).
 
    heads [N, 3H, D] (float32 or bf16; q heads 0..H-1, k heads H..2H-1, v heads 2H..3H-1 of each packed token),
    view_tok [B*L] (the packed token at each view position), need [B*L] (1 where a packed token's output is read:

@@ -1,5 +1,5 @@
 /* Rotary position embedding (HF's rotate-half form) on a packed QKV matrix, forward and backward, for
-   rlvr.models.packed_rope: one pass that reads the projection's output and writes the attention's input heads.
+   rlvr.accel.packed_rope: one pass that reads the projection's output and writes the attention's input heads.
 
    x[N, H, D] (float32 or bf16), the first Hr heads rotated (q and k), the others copied (v); per token i and
    dim j < D/2, with c = cos[i], s = sin[i] (float32 [N, D]) and h = D/2:

@@ -9,7 +9,7 @@ activation of a layer (~4 KB per packed token per layer in float32, 5m model, pr
 The backward runs autograd's own formulas op for op on the recomputed (bit-identical) probabilities:
 ``BmmBackward`` for the values and the probabilities, ``_softmax_backward_data``, ``BaddbmmBackward``
 for q and k. The gradient is the plain expression's, exactly
-(``tests/unit/models/test_packed_attention.py``). Precision: under autocast q, k and v are kept in bf16
+(``tests/unit/accel/test_packed_attention.py``). Precision: under autocast q, k and v are kept in bf16
 and the scores, probabilities and output are float32 (see :class:`CausalAttention`).
 
 :func:`scatter_to_view` puts the packed tokens' heads on the padded attention view; its backward needs only
@@ -22,6 +22,9 @@ import ctypes
 
 import torch
 import torch.nn.functional as F
+
+from rlvr.accel.kernels.call import BYTE, FLOAT32_OR_BF16, LONG, arg
+from rlvr.accel.kernels.call import call as kernel_call
 
 
 def _probs(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -122,25 +125,29 @@ _SIGNATURES = {"rlvr_pattn_fwd": [*_HEAD, ctypes.c_void_p, ctypes.c_int],
                "rlvr_pattn_bwd": [*_HEAD, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]}
 
 
-def _native_lib():
-    """``rlvr/native/packed_attention.c`` loaded, or None (``rlvr.native.build``: off, or not buildable here)."""
-    from rlvr.native import build
+def _kernel_lib():
+    """``rlvr/accel/kernels/packed_attention.c`` loaded, or None (``rlvr.accel.kernels.build``: off, or not buildable here)."""
+    from rlvr.accel.kernels import build
 
     return build.load("packed_attention", _SIGNATURES)
 
 
-def native_attention(heads: torch.Tensor) -> bool:
+def kernel_attention(heads: torch.Tensor) -> bool:
     """Whether :class:`PackedCausalAttention` runs its C kernels for ``heads``: CPU, float32 or bf16, contiguous,
-    native kernels on (``RLVR_NATIVE``) and built."""
+    C kernels on (``RLVR_KERNELS``) and built."""
     return (heads.device.type == "cpu" and heads.dtype in (torch.float32, torch.bfloat16) and heads.is_contiguous()
-            and _native_lib() is not None)
+            and _kernel_lib() is not None)
 
 
-def _native_call(fn: str, heads, view_tok, need, B: int, L: int, scale: float, *bufs) -> None:
+def _run_kernel(fn: str, heads, view_tok, need, B: int, L: int, scale: float, *bufs) -> None:
     N, H3, D = heads.shape
-    rc = getattr(_native_lib(), fn)(heads.data_ptr(), int(heads.dtype == torch.bfloat16), N, H3 // 3, D, B, L,
-                                    view_tok.data_ptr(), need.data_ptr(), scale, *[t.data_ptr() for t in bufs],
-                                    torch.get_num_threads())
+    shapes = {"rlvr_pattn_fwd": [("out", (B * L, H3 // 3 * D))],
+              "rlvr_pattn_bwd": [("dout", (B * L, H3 // 3 * D)), ("dheads", (N, H3, D))]}[fn]
+    rc = kernel_call(_kernel_lib(), fn, arg(heads, "heads", FLOAT32_OR_BF16, (N, H3, D)),
+                     int(heads.dtype == torch.bfloat16), N, H3 // 3, D, B, L, arg(view_tok, "view_tok", LONG, (B * L,)),
+                     arg(need, "need", BYTE, (B * L,)), scale,
+                     *[arg(t, name, shape=shape) for t, (name, shape) in zip(bufs, shapes, strict=True)],
+                     torch.get_num_threads())
     if rc:
         raise MemoryError(f"{fn}: could not allocate its work buffers (B={B}, L={L}, D={D})")
 
@@ -161,16 +168,16 @@ class PackedCausalAttention(torch.autograd.Function):
     token's rows). In float32 the gradient is the unfused expression's bit for bit; with bf16 heads ``index_add``
     along the first dim sums a shared token's rows in float32 and rounds once, where autograd's backward of a bf16
     ``index_select`` rounds after every row: the unfused expression's gradient with its gather done in float32,
-    bit for bit (``tests/unit/models/test_packed_fused.py``)."""
+    bit for bit (``tests/unit/accel/test_packed_fused.py``)."""
 
     @staticmethod
     def forward(ctx, heads, view_tok, owner_view, B: int, L: int, scale: float):
         ctx.B, ctx.L, ctx.scale = B, L, scale
-        if native_attention(heads):  # rlvr/native/packed_attention.c: the same function, float32 arithmetic
+        if kernel_attention(heads):  # rlvr/accel/kernels/packed_attention.c: the same function, float32 arithmetic
             view_tok = view_tok.contiguous()
             need = torch.zeros(B * L, dtype=torch.uint8, device=heads.device).index_fill_(0, owner_view, 1)
             out = torch.empty(B * L, heads.shape[1] // 3 * heads.shape[2], dtype=torch.float32, device=heads.device)
-            _native_call("rlvr_pattn_fwd", heads, view_tok, need, B, L, scale, out)
+            _run_kernel("rlvr_pattn_fwd", heads, view_tok, need, B, L, scale, out)
             ctx.save_for_backward(heads, view_tok, owner_view, need)
             return out.index_select(0, owner_view)
         q, k, v = _packed_view(heads, view_tok, B, L)
@@ -181,14 +188,14 @@ class PackedCausalAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, do):
-        heads, view_tok, owner_view, *native = ctx.saved_tensors
+        heads, view_tok, owner_view, *kernel = ctx.saved_tensors
         B, L = ctx.B, ctx.L
         H3, D = heads.shape[1:]
         H = H3 // 3
-        if native:
+        if kernel:
             dfull = torch.zeros(B * L, H * D, dtype=torch.float32, device=do.device).index_add_(0, owner_view, do.float())
             dheads = torch.zeros(heads.shape, dtype=torch.float32, device=heads.device)
-            _native_call("rlvr_pattn_bwd", heads, view_tok, native[0], B, L, ctx.scale, dfull, dheads)
+            _run_kernel("rlvr_pattn_bwd", heads, view_tok, kernel[0], B, L, ctx.scale, dfull, dheads)
             return dheads.to(heads.dtype), None, None, None, None, None
         q, k, v = _packed_view(heads, view_tok, B, L)
         dfull = do.new_zeros(B * L, H * D).index_add_(0, owner_view, do)       # IndexSelectBackward

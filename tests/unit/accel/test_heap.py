@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-import rlvr.trainers.heap as heap
+import rlvr.accel.heap as heap
 from rlvr.errors import ConfigError
 from rlvr.trainers.common import accumulate
 
@@ -57,7 +57,7 @@ def test_keep_is_for_the_cpu_and_the_keep_mode_only(fresh):
 
 PROBE = r"""
 import ctypes, json
-import rlvr.trainers.heap as heap
+import rlvr.accel.heap as heap
 import torch
 
 
@@ -105,8 +105,7 @@ def test_keep_holds_freed_tensors_in_the_heap():
 
 def test_accumulate_trims_between_micro_batches_and_the_gradient_is_unchanged(fresh):
     calls = []
-    import rlvr.trainers.common as common
-    fresh.setattr(common, "release_free_heap", lambda device: calls.append(device) or True)
+    fresh.setattr(heap, "release_free_heap", lambda device: calls.append(device) or True)  # the memory hook's
     w = torch.nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
     x = torch.arange(12, dtype=torch.float32).view(4, 3)
 

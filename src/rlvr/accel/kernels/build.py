@@ -1,4 +1,4 @@
-"""Compile and load rlvr's small C kernels (``rlvr/native/*.c``) with the machine's C compiler, once per
+"""Compile and load rlvr's small C kernels (``rlvr/accel/kernels/*.c``) with the machine's C compiler, once per
 source and machine, and cache the shared library.
 
 No torch headers, no Python C API: each ``.c`` file (with the directory's ``.h`` / ``.inc`` files) is plain C
@@ -9,9 +9,10 @@ model and flags (a home directory shared by different machines gets one library 
 pool. The library is written to a temporary name and renamed
 (atomic: concurrent processes never load a half-written file).
 
-Where: ``$RLVR_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/rlvr/native``, else ``~/.cache/rlvr/native``.
-``RLVR_NATIVE=0`` turns every kernel off (callers then take their PyTorch path); so does a missing compiler or
-a failed build, logged once with the reason. :func:`load` returns None in those cases.
+Where: ``$RLVR_KERNELS_CACHE``, else ``$XDG_CACHE_HOME/rlvr/native``, else ``~/.cache/rlvr/native``.
+``RLVR_KERNELS=0`` (older name: ``RLVR_NATIVE=0``) turns every kernel off (callers then take their PyTorch
+path); so does a missing compiler or a failed build, logged once with the reason. :func:`load` returns None in
+those cases.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ _loaded: dict[str, ctypes.CDLL | None] = {}
 
 
 def enabled() -> bool:
-    """False when ``RLVR_NATIVE`` is ``0``, ``off`` or ``false``."""
-    return os.environ.get("RLVR_NATIVE", "1").strip().lower() not in ("0", "off", "false", "no")
+    """False when ``RLVR_KERNELS`` (or its older name ``RLVR_NATIVE``) is ``0``, ``off``, ``false`` or ``no``."""
+    return all(os.environ.get(name, "1").strip().lower() not in ("0", "off", "false", "no")
+               for name in ("RLVR_KERNELS", "RLVR_NATIVE"))
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("RLVR_NATIVE_CACHE")
+    env = os.environ.get("RLVR_KERNELS_CACHE") or os.environ.get("RLVR_NATIVE_CACHE")
     if env:
         return Path(env)
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -107,7 +109,7 @@ def _build(name: str) -> Path:
 
 
 def load(name: str, signatures: dict[str, list] | None = None) -> ctypes.CDLL | None:
-    """``rlvr/native/<name>.c`` compiled and loaded (cached per process), or None when native kernels are off
+    """``rlvr/accel/kernels/<name>.c`` compiled and loaded (cached per process), or None when the kernels are off
     or cannot be built here (the reason is logged once). ``signatures``: each function's ctypes argument types
     (all return an int status), set when the library is first loaded."""
     if not enabled():
@@ -119,7 +121,7 @@ def load(name: str, signatures: dict[str, list] | None = None) -> ctypes.CDLL | 
                 getattr(lib, fn).argtypes, getattr(lib, fn).restype = args, ctypes.c_int
             _loaded[name] = lib
         except (OSError, RuntimeError, AttributeError, subprocess.SubprocessError) as e:
-            log.warning("rlvr native kernel %s unavailable, using the PyTorch path: %s", name, e)
+            log.warning("rlvr C kernel %s unavailable, using the PyTorch path: %s", name, e)
             _loaded[name] = None
     return _loaded[name]
 

@@ -1,4 +1,4 @@
-"""The packed training forward (models/packed_forward.py) against HF's forward: the same logprobs and
+"""The packed training forward (accel/packed_forward.py) against HF's forward: the same logprobs and
 entropies (fp32, atol 1e-5) on left-padded, right-padded and ragged rows, with shared prefixes or not;
 the same gradients of the GRPO and DPO losses; a hand-worked packing; the fallbacks."""
 
@@ -6,12 +6,12 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from rlvr.accel import packed_forward
+from rlvr.accel.packed_forward import Packing, unsupported_reason
 from rlvr.config.preference import DPOLoss, PreferenceStage
 from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
 from rlvr.data.collate import TrainBatch, pad_batch
-from rlvr.models import packed_forward
 from rlvr.models.logprobs import token_logprobs
-from rlvr.models.packed_forward import Packing, unsupported_reason
 from rlvr.models.tiny import build_tiny
 from rlvr.trainers import preference, rl
 

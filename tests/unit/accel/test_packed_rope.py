@@ -1,4 +1,4 @@
-"""RoPE on the packed QKV projection (``rlvr.models.packed_rope``): the C kernel against HF's rotate-half formula
+"""RoPE on the packed QKV projection (``rlvr.accel.packed_rope``): the C kernel against HF's rotate-half formula
 in float64, forward and backward (its transpose), for MHA and GQA head layouts and for cos/sin whose halves
 differ (so a backward that swapped the wrong sin half would show); bf16 within one rounding; and the packed
 training forward under bf16 autocast the same with the kernel on and off."""
@@ -8,8 +8,8 @@ import shutil
 import pytest
 import torch
 
-from rlvr.models import packed_rope
-from rlvr.models.packed_rope import rope_heads, rotate_half
+from rlvr.accel import packed_rope
+from rlvr.accel.packed_rope import rope_heads, rotate_half
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="no C compiler: the native kernels cannot be built here")
@@ -35,8 +35,8 @@ def inputs(N, H, D, dtype, seed=0, equal_halves=False):
 
 @pytest.fixture
 def native(monkeypatch):
-    monkeypatch.setenv("RLVR_NATIVE", "1")
-    if packed_rope._native_lib() is None:
+    monkeypatch.setenv("RLVR_KERNELS", "1")
+    if packed_rope._kernel_lib() is None:
         pytest.skip("native kernels cannot be built here")
     calls = []
     orig = packed_rope._rope_c
@@ -81,7 +81,7 @@ def test_bf16_in_and_out_within_one_rounding(native):
 
 
 def test_pytorch_path_when_native_is_off(monkeypatch):
-    monkeypatch.setenv("RLVR_NATIVE", "0")
+    monkeypatch.setenv("RLVR_KERNELS", "0")
     called = []
     monkeypatch.setattr(packed_rope, "_rope_c", lambda *a, **k: called.append(1))
     H, Hr, D = 6, 4, 8
@@ -92,7 +92,7 @@ def test_pytorch_path_when_native_is_off(monkeypatch):
 
 
 def test_packed_forward_under_bf16_autocast_same_with_and_without_the_kernel(monkeypatch, tmp_path):
-    from rlvr.models import packed_forward
+    from rlvr.accel import packed_forward
     from rlvr.models.tiny import build_tiny
 
     model, _ = build_tiny(tmp_path, size="1m", seed=0)
@@ -102,7 +102,7 @@ def test_packed_forward_under_bf16_autocast_same_with_and_without_the_kernel(mon
     mask[2, 14:] = 0  # right padding
 
     def run(flag):
-        monkeypatch.setenv("RLVR_NATIVE", flag)
+        monkeypatch.setenv("RLVR_KERNELS", flag)
         model.zero_grad()
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = packed_forward.packed_logits(model, ids, mask)[0]

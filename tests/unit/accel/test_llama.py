@@ -1,4 +1,4 @@
-"""rlvr's own Llama-family module (rlvr.models.native) against transformers' classes: the same logits and
+"""rlvr's own Llama-family module (rlvr.accel.llama) against transformers' classes: the same logits and
 gradients, the same files both ways, picked by the loader only where it applies."""
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from rlvr.accel.llama import NativeCausalLM, from_hf, is_native, native_reason
 from rlvr.config.model import LoraConfig, ModelConfig
 from rlvr.errors import ModelLoadError
 from rlvr.models.checkpoint import save_pretrained_atomic
 from rlvr.models.load import load_model_and_tokenizer, load_pretrained
-from rlvr.models.native import NativeCausalLM, from_hf, is_native, native_reason
 from rlvr.models.tiny import build_tiny
 
 SRC = Path(__file__).resolve().parents[3] / "src"
@@ -181,6 +181,8 @@ def test_engine_samples_the_same_with_either_class(tmp_path):
 
 LEAN = """
 import json, sys
+from rlvr import accel
+accel.enable(True)
 import torch
 from rlvr.config.model import ModelConfig
 from rlvr.config.optim import OptimConfig

@@ -11,7 +11,7 @@ The backward is autograd's, op for op: the projection's ``mm`` formulas, then th
 derivative formulas on the recomputed values (``NormLinear`` hands its two contributions to ``h`` back
 separately so that they are summed with the residual's in autograd's order); the output and every gradient
 are the plain expression's bit for bit, alone and inside the whole packed forward
-(``tests/unit/models/test_packed_fused.py``). Under CPU autocast the projection runs as autocast runs it
+(``tests/unit/accel/test_packed_fused.py``). Under CPU autocast the projection runs as autocast runs it
 (input, weight and bias cast to the autocast dtype, the gradients cast back).
 """
 
@@ -23,7 +23,9 @@ import ctypes
 import torch
 import torch.nn.functional as F
 
-from rlvr.models.packed_attention import silu_mul, swiglu_backward
+from rlvr.accel.kernels.call import FLOAT32_OR_BF16, arg
+from rlvr.accel.kernels.call import call as kernel_call
+from rlvr.accel.packed_attention import silu_mul, swiglu_backward
 
 
 def rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -108,31 +110,31 @@ def fused_weight(Ws: tuple[torch.Tensor, ...], perm: torch.Tensor | None, dtype)
     return m
 
 
-# ------------------------------------------------------------------ the C kernels (rlvr/native/norm_swiglu.c)
+# ------------------------------------------------------------------ the C kernels (rlvr/accel/kernels/norm_swiglu.c)
 
 _P, _I, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
 _SIGNATURES = {"rlvr_rms_fwd": [_P, _I, _I, _P, _F, _P, _P, _I], "rlvr_rms_bwd": [_P, _P, _P, _P, _I, _I, _P, _P],
                "rlvr_swiglu_fwd": [_P, _I, _I, _I, _P], "rlvr_swiglu_bwd": [_P, _P, _I, _I, _I, _P]}
 
 
-def _native_lib():
-    """``norm_swiglu.c`` loaded, or None (``rlvr.native.build``: off, or not buildable here)."""
-    from rlvr.native import build
+def _kernel_lib():
+    """``norm_swiglu.c`` loaded, or None (``rlvr.accel.kernels.build``: off, or not buildable here)."""
+    from rlvr.accel.kernels import build
 
     return build.load("norm_swiglu", _SIGNATURES)
 
 
-def _native_norm(h: torch.Tensor, w: torch.Tensor, cast) -> bool:
+def _kernel_norm(h: torch.Tensor, w: torch.Tensor, cast) -> bool:
     """Whether :class:`NormLinear` runs its norm in C: float32 CPU ``h`` and ``w``, contiguous, projection in
     float32 or bf16."""
     return (h.device.type == "cpu" and h.dtype == w.dtype == torch.float32 and h.dim() == 2 and h.is_contiguous()
-            and w.is_contiguous() and cast in (None, torch.float32, torch.bfloat16) and _native_lib() is not None)
+            and w.is_contiguous() and cast in (None, torch.float32, torch.bfloat16) and _kernel_lib() is not None)
 
 
-def _native_swiglu(gu: torch.Tensor) -> bool:
+def _kernel_swiglu(gu: torch.Tensor) -> bool:
     """Whether :class:`SwiGLULinear` runs SwiGLU in C: a contiguous 2-D float32 or bf16 CPU ``gu``."""
     return (gu.device.type == "cpu" and gu.dtype in (torch.float32, torch.bfloat16) and gu.dim() == 2
-            and gu.is_contiguous() and gu.shape[1] % 2 == 0 and _native_lib() is not None)
+            and gu.is_contiguous() and gu.shape[1] % 2 == 0 and _kernel_lib() is not None)
 
 
 def _rms_c(h: torch.Tensor, w: torch.Tensor, eps: float, cast):
@@ -140,15 +142,16 @@ def _rms_c(h: torch.Tensor, w: torch.Tensor, eps: float, cast):
     N, n = h.shape
     r = torch.empty(N, 1, dtype=torch.float32)
     x = torch.empty(N, n, dtype=cast or torch.float32)
-    _native_lib().rlvr_rms_fwd(h.data_ptr(), N, n, w.data_ptr(), eps, r.data_ptr(), x.data_ptr(),
-                               int(x.dtype == torch.bfloat16))
+    kernel_call(_kernel_lib(), "rlvr_rms_fwd", arg(h, "h", shape=(N, n)), N, n, arg(w, "w", shape=(n,)), eps,
+                arg(r, "r", shape=(N, 1)), arg(x, "x", FLOAT32_OR_BF16, (N, n)), int(x.dtype == torch.bfloat16))
     return r, x
 
 
 def _swiglu_c(gu: torch.Tensor) -> torch.Tensor:
     N, F2 = gu.shape
     a = torch.empty(N, F2 // 2, dtype=gu.dtype)
-    _native_lib().rlvr_swiglu_fwd(gu.data_ptr(), N, F2 // 2, int(gu.dtype == torch.bfloat16), a.data_ptr())
+    kernel_call(_kernel_lib(), "rlvr_swiglu_fwd", arg(gu, "gu", FLOAT32_OR_BF16, (N, F2)), N, F2 // 2,
+                int(gu.dtype == torch.bfloat16), arg(a, "a", (gu.dtype,), (N, F2 // 2)))
     return a
 
 
@@ -178,8 +181,8 @@ class NormLinear(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, h_again, w, b, eps: float, mat, perm, *Ws):
         cast = _autocast_dtype(h)
-        ctx.native = _native_norm(h, w, cast)
-        if ctx.native:  # rlvr/native/norm_swiglu.c: the same function in one pass, float32 arithmetic
+        ctx.kernel = _kernel_norm(h, w, cast)
+        if ctx.kernel:  # rlvr/accel/kernels/norm_swiglu.c: the same function in one pass, float32 arithmetic
             r, x = _rms_c(h, w, eps, cast)
             ctx.cast, ctx.has_b, ctx.eps = cast, b is not None, eps
             need = ctx.needs_input_grad
@@ -201,8 +204,8 @@ class NormLinear(torch.autograd.Function):
     def backward(ctx, dout):
         h, r, w, mat, b = ctx.saved_tensors
         b = b if ctx.has_b else None
-        if ctx.native:
-            return NormLinear._native_backward(ctx, dout, h, r, w, mat, b)
+        if ctx.kernel:
+            return NormLinear._kernel_backward(ctx, dout, h, r, w, mat, b)
         hf = h.float()
         y = (hf * r).to(h.dtype)
         dx, dmat, db = _project_backward(ctx, dout, w * y, mat, b, ctx.w_dtype)
@@ -221,7 +224,7 @@ class NormLinear(torch.autograd.Function):
         return (dh_mul, dh_pow, dw, db, None, None, None, *_split_grad(ctx, dmat))
 
     @staticmethod
-    def _native_backward(ctx, dout, h, r, w, mat, b):
+    def _kernel_backward(ctx, dout, h, r, w, mat, b):
         """The C norm's backward: the projection's ``mm`` formulas on the recomputed (same) projection input, then
         ``rlvr_rms_bwd`` for h's whole gradient (one tensor: the two contributions summed in C) and w's."""
         _, xc = _rms_c(h, w, ctx.eps, ctx.cast)
@@ -235,15 +238,16 @@ class NormLinear(torch.autograd.Function):
             N, n = h.shape
             dh = torch.empty_like(h)
             dw = torch.empty_like(w) if ctx.needs_input_grad[2] else None
-            _native_lib().rlvr_rms_bwd(h.data_ptr(), r.data_ptr(), w.data_ptr(), dx.contiguous().data_ptr(), N, n,
-                                       dh.data_ptr(), None if dw is None else dw.data_ptr())
+            kernel_call(_kernel_lib(), "rlvr_rms_bwd", arg(h, "h", shape=(N, n)), arg(r, "r", shape=(N, 1)),
+                        arg(w, "w", shape=(n,)), arg(dx.contiguous(), "dx", shape=(N, n)), N, n,
+                        arg(dh, "dh", shape=(N, n)), arg(dw, "dw", shape=(n,), optional=True))
         return (dh, None, dw, db, None, None, None, *_split_grad(ctx, dmat))
 
 
 class SwiGLULinear(torch.autograd.Function):
     """``linear(silu(g) * u, W, b)`` for a 2-D ``gu = [g | u]``, ``mat`` = W in the compute dtype
     (:func:`fused_weight`); saves ``gu`` (not the product) and ``mat``. Backward: the projection's ``mm``
-    formulas, then SwiGLU's as :class:`~rlvr.models.packed_attention.SwiGLU` (``MulBackward``,
+    formulas, then SwiGLU's as :class:`~rlvr.accel.packed_attention.SwiGLU` (``MulBackward``,
     ``silu_backward``)."""
 
     @staticmethod
@@ -251,21 +255,23 @@ class SwiGLULinear(torch.autograd.Function):
         ctx.cast, ctx.has_b, ctx.w_dtype = _autocast_dtype(gu), b is not None, W.dtype
         ctx.needs = ctx.needs_input_grad[:3]
         ctx.save_for_backward(gu, mat, b if b is not None else mat.new_empty(0))
-        ctx.native = _native_swiglu(gu)
-        return _project(_swiglu_c(gu) if ctx.native else silu_mul(gu), mat, b, ctx.cast)
+        ctx.kernel = _kernel_swiglu(gu)
+        return _project(_swiglu_c(gu) if ctx.kernel else silu_mul(gu), mat, b, ctx.cast)
 
     @staticmethod
     def backward(ctx, dout):
         gu, mat, b = ctx.saved_tensors
         b = b if ctx.has_b else None
-        if ctx.native:  # rlvr/native/norm_swiglu.c: the product recomputed, then SwiGLU's backward in one pass
+        if ctx.kernel:  # rlvr/accel/kernels/norm_swiglu.c: the product recomputed, then SwiGLU's backward in one pass
             ds, dW, db = _project_backward(ctx, dout, _swiglu_c(gu), mat, b, ctx.w_dtype)
             if ds is None:
                 return None, dW, db, None
             ds = ds.contiguous()
             dgu = torch.empty_like(gu)
-            _native_lib().rlvr_swiglu_bwd(gu.data_ptr(), ds.data_ptr(), gu.shape[0], gu.shape[1] // 2,
-                                          int(gu.dtype == torch.bfloat16), dgu.data_ptr())
+            N, F2 = gu.shape
+            kernel_call(_kernel_lib(), "rlvr_swiglu_bwd", arg(gu, "gu", FLOAT32_OR_BF16, (N, F2)),
+                        arg(ds, "ds", (gu.dtype,), (N, F2 // 2)), N, F2 // 2, int(gu.dtype == torch.bfloat16),
+                        arg(dgu, "dgu", (gu.dtype,), (N, F2)))
             return dgu, dW, db, None
         g, u = gu.chunk(2, dim=-1)
         sg = F.silu(g)

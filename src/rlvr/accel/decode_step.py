@@ -1,7 +1,7 @@
-"""FastDecoder's per-token step as one C call (``rlvr/native/decode_step.c``), for float32 decoding.
+"""FastDecoder's per-token step as one C call (``rlvr/accel/kernels/decode_step.c``), for float32 decoding.
 
 At the tiny models' decode shapes (64 rows x 128 hidden) a step is ~25 tensor ops per layer of a few
-microseconds each, and Python and the dispatcher cost as much as the arithmetic. :class:`NativeStep` runs the
+microseconds each, and Python and the dispatcher cost as much as the arithmetic. :class:`KernelStep` runs the
 same function (RMSNorm, fused QKV projection, RoPE on adjacent pairs, K/V into the cache, one query's masked
 softmax attention over the cache, output projection into the residual, SwiGLU MLP, final norm, logits) in one
 call: the five projections a layer go to the ``sgemm`` torch itself uses (MKL's, in libtorch_cpu), the rest
@@ -9,10 +9,10 @@ are loops in C. It reads FastDecoder's own buffers (weights, fused QKV and gate/
 padding mask, the RoPE table), so the prompt pass (PyTorch) and the steps (C) share one cache, and
 ``FastDecoder.select`` moves rows for both.
 
-Used when :func:`native_reason` is None: float32 weights and compute, no MLP biases, fused gate/up, contiguous
-weights, a torch that exports ``sgemm_``, and a C compiler (``rlvr.native.build``; ``RLVR_NATIVE=0`` turns it
+Used when :func:`kernel_reason` is None: float32 weights and compute, no MLP biases, fused gate/up, contiguous
+weights, a torch that exports ``sgemm_``, and a C compiler (``rlvr.accel.kernels.build``; ``RLVR_KERNELS=0`` turns it
 off). The values are FastDecoder's up to float rounding (sums in another order, a polynomial ``exp``):
-``tests/unit/rollout/test_native_step.py`` compares the two paths' logits over a whole generation.
+``tests/unit/rollout/test_kernel_decode_step.py`` compares the two paths' logits over a whole generation.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import ctypes
 
 import torch
 
-from rlvr.native import build
+from rlvr.accel.kernels import build
+from rlvr.accel.kernels.call import LONG, arg
+from rlvr.accel.kernels.call import call as kernel_call
 
 _P = ctypes.c_void_p
 
@@ -45,16 +47,16 @@ _SIGNATURES = {"rlvr_decode_step": [_D, _I, _I, _P, _P, _P], "rlvr_bf16_embed_rm
 
 
 def _library():
-    """The compiled step and torch's sgemm address, or (None, None) (native kernels off, or not buildable here)."""
+    """The compiled step and torch's sgemm address, or (None, None) (the C kernels off, or not buildable here)."""
     lib = build.load("decode_step", _SIGNATURES)
     sgemm = build.torch_sgemm() if lib is not None else None
     return (lib, sgemm) if sgemm is not None else (None, None)
 
 
-def native_reason(dec) -> str | None:
-    """None when FastDecoder ``dec`` can step natively, else why not."""
+def kernel_reason(dec) -> str | None:
+    """None when FastDecoder ``dec`` can step in C, else why not."""
     if not build.enabled():
-        return "RLVR_NATIVE=0"
+        return "C kernels off (RLVR_KERNELS=0)"
     if dec.dtype != torch.float32 or dec.cd not in (None, torch.bfloat16):
         return "not float32 weights with float32 or bf16 compute"
     if dec.embed.device.type != "cpu":
@@ -72,7 +74,7 @@ def native_reason(dec) -> str | None:
     if not dec.cis.is_complex():
         return "no complex RoPE table"
     if _library()[0] is None:
-        return "native kernel unavailable (see the log)"
+        return "C kernel unavailable (see the log)"
     return None
 
 
@@ -80,7 +82,7 @@ def _ptrs(ts) -> ctypes.Array:
     return (_P * len(ts))(*[None if t is None else t.data_ptr() for t in ts])
 
 
-class NativeStep:
+class KernelStep:
     """Binds FastDecoder ``dec``'s buffers once; ``step(dec, ids, pos)`` is ``dec.step``'s function in one C call.
     It keeps no reference to ``dec`` (``dec`` owns it: a cycle would keep each decoder's KV cache alive until the
     garbage collector's next full pass, ~40 MB a ``generate()`` at 5m), only raw pointers into its buffers, which
@@ -132,7 +134,8 @@ class NativeStep:
         if self.bf16:
             return self._step_bf16(dec, B, t, ids, pos)
         out = torch.empty(B, self.V, dtype=torch.float32)
-        self.lib.rlvr_decode_step(self._ref, B, t, ids.data_ptr(), pos.data_ptr(), out.data_ptr())
+        kernel_call(self.lib, "rlvr_decode_step", self._ref, B, t, arg(ids, "ids", LONG, (B,)), arg(pos, "pos", LONG, (B,)),
+                    arg(out, "logits", shape=(B, self.V)))
         dec.t = t + 1
         return out
 
@@ -146,23 +149,24 @@ class NativeStep:
         xb, qkvb, attb, yb, gub = (bb[k][:m] for k in ("xb", "qkvb", "attb", "yb", "gub"))
         F = gub.shape[1] // 2
         g = gub[:, :F]
-        lib.rlvr_bf16_embed_rms(ref, B, m, ids.data_ptr())
+        hd = xb.shape[1]
+        kernel_call(lib, "rlvr_bf16_embed_rms", ref, B, m, arg(ids, "ids", LONG, (B,)))
         n = len(dec.layers)
         for i, L in enumerate(dec.layers):
             if L.bqkv is None:
                 torch.mm(xb, L.wqkv_t, out=qkvb)
             else:
                 torch.addmm(L.bqkv, xb, L.wqkv_t, out=qkvb)
-            lib.rlvr_bf16_attend(ref, i, B, m, t, pos.data_ptr())
+            kernel_call(lib, "rlvr_bf16_attend", ref, i, B, m, t, arg(pos, "pos", LONG, (B,)))
             if L.bo is None:
                 torch.mm(attb, L.wo_t, out=yb)
             else:
                 torch.addmm(L.bo, attb, L.wo_t, out=yb)
-            lib.rlvr_bf16_add_rms(ref, B, m, L.ln2.data_ptr(), dec.eps[i][1])
+            kernel_call(lib, "rlvr_bf16_add_rms", ref, B, m, arg(L.ln2, "w", shape=(hd,)), dec.eps[i][1])
             torch.mm(xb, L.wgu_t, out=gub)
-            lib.rlvr_bf16_swiglu(ref, m)
+            kernel_call(lib, "rlvr_bf16_swiglu", ref, m)
             torch.mm(g, L.wd_t, out=yb)
             w, eps = (dec.layers[i + 1].ln1, dec.eps[i + 1][0]) if i + 1 < n else (dec.norm, dec.norm_eps)
-            lib.rlvr_bf16_add_rms(ref, B, m, w.data_ptr(), eps)
+            kernel_call(lib, "rlvr_bf16_add_rms", ref, B, m, arg(w, "w", shape=(hd,)), eps)
         dec.t = t + 1
         return torch.mm(xb, dec.lm_t)[:B]

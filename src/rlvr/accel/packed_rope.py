@@ -3,10 +3,10 @@
 HF's rotate-half RoPE (``q * cos + rotate_half(q) * sin``) on the q and k heads of a packed ``[N, H * D]`` QKV
 matrix, the v heads copied, the result ``[N, H, D]`` in the attention's dtype. In PyTorch that is five
 elementwise ops, a concatenation and a cast, each a pass over the heads in float32 (a bf16 projection times the
-float32 cos/sin promotes), with their intermediates saved for the backward. In C (``rlvr/native/rope.c``) it is
+float32 cos/sin promotes), with their intermediates saved for the backward. In C (``rlvr/accel/kernels/rope.c``) it is
 one pass forward and one backward (the transpose of the rotation), nothing saved but cos/sin: used for float32
-or bf16 CPU tensors when native kernels are on; the PyTorch ops otherwise (tests:
-``tests/unit/models/test_packed_rope.py``).
+or bf16 CPU tensors when the C kernels are on; the PyTorch ops otherwise (tests:
+``tests/unit/accel/test_packed_rope.py``).
 """
 
 from __future__ import annotations
@@ -15,14 +15,17 @@ import ctypes
 
 import torch
 
+from rlvr.accel.kernels.call import FLOAT32_OR_BF16, arg
+from rlvr.accel.kernels.call import call as kernel_call
+
 _P, _I = ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {"rlvr_rope": [_P, _I, _I, _I, _I, _I, _P, _P, _P, _I, _I]}
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
-def _native_lib():
-    """``rope.c`` loaded, or None (``rlvr.native.build``: off, or not buildable here)."""
-    from rlvr.native import build
+def _kernel_lib():
+    """``rope.c`` loaded, or None (``rlvr.accel.kernels.build``: off, or not buildable here)."""
+    from rlvr.accel.kernels import build
 
     return build.load("rope", _SIGNATURES)
 
@@ -36,8 +39,10 @@ def _rope_c(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, H: int, Hr: i
             backward: bool) -> torch.Tensor:
     N = x.shape[0]
     y = torch.empty(N, H, D, dtype=dtype)
-    err = _native_lib().rlvr_rope(x.data_ptr(), int(x.dtype == torch.bfloat16), N, H, Hr, D, cos.data_ptr(),
-                                  sin.data_ptr(), y.data_ptr(), int(dtype == torch.bfloat16), int(backward))
+    err = kernel_call(_kernel_lib(), "rlvr_rope", arg(x.view(N, H * D), "x", FLOAT32_OR_BF16, (N, H * D)),
+                      int(x.dtype == torch.bfloat16), N, H, Hr, D, arg(cos, "cos", shape=(N, D)),
+                      arg(sin, "sin", shape=(N, D)), arg(y, "y", FLOAT32_OR_BF16, (N, H, D)),
+                      int(dtype == torch.bfloat16), int(backward))
     if err:
         raise RuntimeError(f"rlvr_rope failed ({err}) for H={H}, Hr={Hr}, D={D}")
     return y
@@ -60,9 +65,9 @@ class RopeHeads(torch.autograd.Function):
         return dx.view(dx.shape[0], H * D), None, None, None, None, None, None
 
 
-def _native(qkv: torch.Tensor, cos: torch.Tensor, dtype) -> bool:
+def _kernel_applies(qkv: torch.Tensor, cos: torch.Tensor, dtype) -> bool:
     return (qkv.device.type == "cpu" and qkv.dtype in _DTYPES and dtype in _DTYPES and cos.dtype == torch.float32
-            and qkv.dim() == 2 and qkv.is_contiguous() and not cos.requires_grad and _native_lib() is not None)
+            and qkv.dim() == 2 and qkv.is_contiguous() and not cos.requires_grad and _kernel_lib() is not None)
 
 
 def rope_heads(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, H: int, Hr: int, D: int,
@@ -76,7 +81,7 @@ def rope_heads(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, H: int, 
     N = qkv.shape[0]
     cos, sin = cos.reshape(N, D), sin.reshape(N, D)
     out = dtype or torch.promote_types(qkv.dtype, cos.dtype)
-    if _native(qkv, cos, out):
+    if _kernel_applies(qkv, cos, out):
         return RopeHeads.apply(qkv, cos.contiguous(), sin.contiguous(), H, Hr, D, out)
     c, s = cos[:, None, :], sin[:, None, :]
     qk = qkv[:, :Hr * D].view(N, Hr, D)

@@ -15,7 +15,7 @@ come after it. Left-padded, right-padded or holed ``attention_mask`` rows are al
 tokens in order, positions ``0 .. len-1`` (as ``position_ids_from_mask``). The ops are HF's, op for op
 (RMSNorm in float32 cast back before the weight, RoPE from the model's own ``rotary_emb`` so scaled RoPE
 types are honoured, ``q·k / sqrt(D)``); autograd runs through the model's own Parameters, so the
-gradient is the HF forward's (tests: ``tests/unit/models/test_packed_forward.py``).
+gradient is the HF forward's (tests: ``tests/unit/accel/test_packed_forward.py``).
 
 Generic over the batch: the RL update, the preference step and an SFT step can all use it through
 ``rlvr.models.logprobs.token_logprobs``. ``unsupported_reason(model)`` says why a model must take the HF
@@ -27,10 +27,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlvr.accel.packed_attention import causal_attention, packed_causal_attention, scatter_to_view, swiglu
+from rlvr.accel.packed_fused import norm_linear, swiglu_linear
+from rlvr.accel.packed_fused import rms as _rms
+from rlvr.accel.packed_rope import rope_heads
 from rlvr.models.arch import llama_family_reason
-from rlvr.models.packed_attention import causal_attention, packed_causal_attention, scatter_to_view, swiglu
-from rlvr.models.packed_fused import norm_linear, rms as _rms, swiglu_linear
-from rlvr.models.packed_rope import rope_heads
 
 
 def unsupported_reason(model) -> str | None:
@@ -206,7 +207,7 @@ def packed_hidden(model, pk: Packing) -> torch.Tensor:
 def _norm_proj(h: torch.Tensor, ln, w: tuple[torch.Tensor, ...], b: torch.Tensor | None,
                perm: torch.Tensor | None = None) -> torch.Tensor:
     """``linear(RMSNorm(h), cat(w)[perm], b)`` (fused: saves only ``h`` and builds the stacked weight once a
-    step, see :data:`FUSED` and :func:`rlvr.models.packed_fused.reuse_weights`)."""
+    step, see :data:`FUSED` and :func:`rlvr.accel.packed_fused.reuse_weights`)."""
     if FUSED:
         return norm_linear(h, ln.weight, ln.variance_epsilon, w, b, perm)
     W = torch.cat(w)
@@ -215,15 +216,15 @@ def _norm_proj(h: torch.Tensor, ln, w: tuple[torch.Tensor, ...], b: torch.Tensor
 
 FUSED = True
 """Keep fewer activations: each RMSNorm fused with the projection after it and SwiGLU with the down
-projection (``rlvr.models.packed_fused``: they save the norm's input / ``[g | u]`` only), and attention saving
+projection (``rlvr.accel.packed_fused``: they save the norm's input / ``[g | u]`` only), and attention saving
 the packed heads instead of the padded view (``PackedCausalAttention``). The outputs and every gradient are
-the unfused graph's bit for bit (``tests/unit/models/test_packed_fused.py``); ``False``: the unfused graph."""
+the unfused graph's bit for bit (``tests/unit/accel/test_packed_fused.py``); ``False``: the unfused graph."""
 
 
 def _pair_permutation(Hqk: int, Hkv: int, D: int, device) -> torch.Tensor:
     """Rows of the fused q/k/v weight reordered so that each q and k head's half-split RoPE layout
     ``(j, j + D/2)`` becomes adjacent pairs ``(2j, 2j + 1)``; v's rows unchanged. One tensor per shape and
-    device (its identity keys the stacked weight :func:`~rlvr.models.packed_fused.fused_weight` keeps)."""
+    device (its identity keys the stacked weight :func:`~rlvr.accel.packed_fused.fused_weight` keeps)."""
     key = (Hqk, Hkv, D, str(device))
     perm = _PERMS.get(key)
     if perm is None:
@@ -250,7 +251,7 @@ COMPLEX_ROPE = True
 ATTENTION = "recompute"
 """``bmm``: scores, softmax and values as batched matmuls with an additive causal mask (autograd saves the
 ``[H·B, L, L]`` probabilities); ``recompute``: the same ops in
-:class:`rlvr.models.packed_attention.CausalAttention`, which saves only q, k, v and recomputes the
+:class:`rlvr.accel.packed_attention.CausalAttention`, which saves only q, k, v and recomputes the
 probabilities in backward (same values, same gradient, less activation memory); ``sdpa``:
 ``scaled_dot_product_attention(is_causal=True)``. On CPU at the tiny models' shapes (rows × heads ≈ 256,
 length ≤ 64, head dim 32) bmm measured ~1.5× faster forward+backward than SDPA's flash kernel."""

@@ -1,4 +1,4 @@
-/* RMSNorm and SwiGLU, forward and backward, for rlvr.models.packed_fused (NormLinear, SwiGLULinear): the
+/* RMSNorm and SwiGLU, forward and backward, for rlvr.accel.packed_fused (NormLinear, SwiGLULinear): the
    elementwise halves of the fused projections in one pass each, rows split over torch's OpenMP threads.
 
    RMSNorm (HF's): r = 1 / sqrt(mean(h^2) + eps), x = w * (h r), x rounded to the projection's dtype (bf16 under
