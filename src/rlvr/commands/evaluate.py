@@ -218,6 +218,9 @@ def _print(res: dict, k: int) -> None:
         row.append(f"{res[f'pass_at_{k}_sampled']:.1%}")
     t.add_row(*row)
     make_console().print(t)
+    if res.get("mean_score") not in (None, res["pass_at_1"]):  # a scorer with partial credit
+        make_console().print(f"solved (score 1.0) {res['pass_at_1']:.1%}; mean score {res['mean_score']:.3f} "
+                             "(greedy; partial credit included)")
     if "turns_mean" in res:
         make_console().print(f"closed loop: {res['turns_mean']:.2f} turns, {res['tool_calls_mean']:.2f} tool calls per "
                               f"trajectory; ends {res['ends']}; outcomes {res['outcomes']}")

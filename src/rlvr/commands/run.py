@@ -203,7 +203,10 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     """The held-out evaluation by stage, then a line for each stage its time cap cut (steps done of planned)."""
     table = Table(title="held-out evaluation by stage")
     fams = sorted({f for row in summary["stages"] for f in row["by_family"]})
-    for col in ["stage", "pass@1", *[f"pass@1 {f}" for f in fams], "pass@k", "mean len", "wall s"]:
+    # the mean score beside the solved fraction where a scorer gives partial credit (they differ)
+    scored = any(row.get("mean_score") not in (None, row["pass_at_1"]) for row in summary["stages"])
+    for col in ["stage", "pass@1", *(["mean score"] if scored else []), *[f"pass@1 {f}" for f in fams], "pass@k",
+                "mean len", "wall s"]:
         table.add_column(col, justify="right" if col != "stage" else "left")
     for row in summary["stages"]:
         pk = [v for k, v in row.items() if k.startswith("pass_at_") and k.endswith("_sampled")]
@@ -212,7 +215,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             table.add_row(
                 row["stage"],
                 f"RM pair acc {acc:.1%}" if acc is not None else "-",
-                *["-"] * len(fams),
+                *["-"] * (len(fams) + scored),
                 "-",
                 "-",
                 f"{row['wall_s']:.0f}",
@@ -221,6 +224,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         table.add_row(
             row["stage"] + (" [RLAIF]" if row.get("reward_source") else "") + (" [time cap]" if row.get("time_cap") else ""),
             f"{row['pass_at_1']:.1%}",
+            *([_score(row.get("mean_score"))] if scored else []),
             *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
             f"{pk[-1]:.1%}" if pk else "-",
             f"{row['mean_length']:.1f}",
@@ -232,6 +236,11 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         if row.get("time_cap"):
             console.print(time_cap_text(row["stage"], row["time_cap"]), markup=False, highlight=False)
     note_output()
+
+
+def _score(v: float | None) -> str:
+    """A mean score (the mean reward, partial credit included) as a cell."""
+    return "-" if v is None else f"{v:.3f}"
 
 
 def time_cap_text(stage: str, cut: dict) -> str:
