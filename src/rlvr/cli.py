@@ -170,7 +170,7 @@ def distill(recipe: str, set_: list[str] | None = SetOpt, resume: bool = ResumeO
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
                                              "builtin:FAMILY[,FAMILY][:N], builtin_env:ENV[:N] (held-out "
                                              "environment tasks, run in the closed loop), or "
-                                             "reasoning_gym:NAME[:N] (held-out reasoning-gym tasks; extra 'gym').")
+                                             "reasoning_gym:NAME[:N][:KEY=VALUE,...] (held-out reasoning-gym tasks, generator options as pairs; extra 'gym').")
 
 SystemPromptOpt = typer.Option(None, "--system-prompt", metavar="TEXT", help="Put this system message before every prompt "
                                                             "(default: the checkpoint's, from prompt_format.json).")

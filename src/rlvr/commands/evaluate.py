@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from rich.table import Table
 
@@ -10,12 +11,13 @@ from rlvr.console import make_console
 from rlvr.errors import ConfigError, DataError, NothingJudged
 
 TASK_SPECS = ("a tasks JSONL, an HF save_to_disk folder, humaneval, builtin:FAMILY[,FAMILY...][:N], "
-              "builtin_env:ENV[:N] or reasoning_gym:NAME[:N]")
+              "builtin_env:ENV[:N] or reasoning_gym:NAME[:N][:KEY=VALUE,...]")
 
 
 def parse_tasks_arg(spec: str):
     """A JSONL path, a ``save_to_disk`` folder, ``humaneval``, ``builtin:FAMILY[,FAMILY...][:N]``,
-    ``builtin_env:ENV[:N]`` or ``reasoning_gym:NAME[:N]`` (held-out split, default config). A malformed
+    ``builtin_env:ENV[:N]`` or ``reasoning_gym:NAME[:N][:KEY=VALUE,...]`` (held-out split; the generator
+    config from the pairs, default the dataset's own). A malformed
     spec, an unknown family or environment, or a path that does not exist is a DataError naming the spec and what is allowed."""
     import os
 
@@ -27,12 +29,14 @@ def parse_tasks_arg(spec: str):
 
     head, _, rest = spec.partition(":")
     if head in ("builtin", "builtin_env", "reasoning_gym") and not os.path.exists(spec):
-        parts = rest.split(":")
-        example, what = {"builtin": ("builtin:add2,mul21:200", "FAMILY[,FAMILY...]"),
-                         "builtin_env": ("builtin_env:calculator:200", "ENV"),
-                         "reasoning_gym": ("reasoning_gym:NAME:200", "NAME")}[head]
+        parts = rest.split(":", 2 if head == "reasoning_gym" else -1)
+        example, what = {"builtin": ("builtin:add2,mul21:200", "FAMILY[,FAMILY...][:N]"),
+                         "builtin_env": ("builtin_env:calculator:200", "ENV[:N]"),
+                         "reasoning_gym": ("reasoning_gym:NAME:500:min_value=1,max_value=9",
+                                           "NAME[:N][:KEY=VALUE,...]")}[head]
+        config = gym_config(spec, parts.pop()) if head == "reasoning_gym" and "=" in parts[-1] else {}
         if len(parts) > 2 or not parts[0]:
-            raise DataError(f"--tasks {spec!r}: expected {head}:{what}[:N], e.g. {example}")
+            raise DataError(f"--tasks {spec!r}: expected {head}:{what}, e.g. {example}")
         if len(parts) == 2 and not (parts[1].strip().isdigit() and int(parts[1]) >= 1):
             raise DataError(f"--tasks {spec!r}: N must be a whole number >= 1, got {parts[1]!r}")
         n = int(parts[1]) if len(parts) == 2 else 200
@@ -41,7 +45,7 @@ def parse_tasks_arg(spec: str):
                 return BuiltinArithmetic(families=[f for f in parts[0].split(",") if f], n=n, split="heldout",
                                          seed=1234)
             if head == "reasoning_gym":
-                return ReasoningGymTasks(name=parts[0], n=n, split="heldout", seed=1234)
+                return ReasoningGymTasks(name=parts[0], config=config, n=n, split="heldout", seed=1234)
             return BuiltinEnvTasks(env=parts[0], n=n, split="heldout", seed=1234)
         except ValidationError as e:
             why = "; ".join(f"{'.'.join(map(str, x['loc'])) or head}: {x['msg'].removeprefix('Value error, ')}"
@@ -55,6 +59,23 @@ def parse_tasks_arg(spec: str):
         what = "a folder that is not an HF save_to_disk dataset" if os.path.isdir(spec) else "no such file"
         raise DataError(f"--tasks {spec!r}: {what}; expected {TASK_SPECS}")
     return JsonlTasks(path=spec)
+
+
+def gym_config(spec: str, text: str) -> dict:
+    """``KEY=VALUE,...`` of a ``reasoning_gym:NAME:N:...`` spec as a generator config (each value read as
+    YAML: numbers, true/false, [lists]); DataError naming the spec for a malformed pair."""
+    import yaml
+
+    out = {}
+    for pair in filter(None, re.split(r",(?![^\[]*\])", text)):  # commas inside [...] belong to a list
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise DataError(f"--tasks {spec!r}: expected KEY=VALUE pairs after the count, got {pair!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise DataError(f"--tasks {spec!r}: value of {key.strip()!r} is not a number, word or [list]") from None
+    return out
 
 
 def load_tasks_arg(spec: str, judged: bool = True) -> list:
