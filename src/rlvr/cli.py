@@ -138,7 +138,8 @@ for _kind in stage_commands():  # rlvr sft, grpo, dpo, rm, ppo, rft, distill: on
 TasksOpt = typer.Option(..., "--tasks", help="Tasks JSONL, an HF dataset folder (save_to_disk), 'humaneval', "
                                              "builtin:FAMILY[,FAMILY][:N], builtin_env:ENV[:N] (held-out "
                                              "environment tasks, run in the closed loop), "
-                                             "reasoning_gym:NAME[:N] (held-out reasoning-gym tasks; extra 'gym'), or "
+                                             "reasoning_gym:NAME[:N][:KEY=VALUE,...] (held-out reasoning-gym tasks, "
+                                             "generator options as pairs; extra 'gym'), or "
                                              "textarena:ENV_ID[:N] (held-out games of a single-player TextArena "
                                              "game, run in the closed loop; extra 'gym').")
 

@@ -366,6 +366,6 @@ def _row(name: str, res: dict, wall: float, ckpt: str, time_cap: dict | None = N
     if time_cap:
         row["time_cap"] = time_cap
     for k, v in res.items():
-        if (k.startswith("pass_at_") and k.endswith("_sampled")) or k == "heldout_pair_accuracy":
+        if (k.startswith("pass_at_") and k.endswith("_sampled")) or k in ("heldout_pair_accuracy", "mean_score"):
             row[k] = v
     return row

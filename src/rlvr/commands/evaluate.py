@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from rich.table import Table
 
@@ -10,12 +11,13 @@ from rlvr.console import make_console
 from rlvr.errors import ConfigError, DataError, NothingJudged
 
 TASK_SPECS = ("a tasks JSONL, an HF save_to_disk folder, humaneval, builtin:FAMILY[,FAMILY...][:N], "
-              "builtin_env:ENV[:N], reasoning_gym:NAME[:N] or textarena:ENV_ID[:N]")
+              "builtin_env:ENV[:N], reasoning_gym:NAME[:N][:KEY=VALUE,...] or textarena:ENV_ID[:N]")
 
 
 def parse_tasks_arg(spec: str):
     """A JSONL path, a ``save_to_disk`` folder, ``humaneval``, ``builtin:FAMILY[,FAMILY...][:N]``,
-    ``builtin_env:ENV[:N]``, ``reasoning_gym:NAME[:N]`` or ``textarena:ENV_ID[:N]`` (held-out split, default config). A malformed
+    ``builtin_env:ENV[:N]``, ``reasoning_gym:NAME[:N][:KEY=VALUE,...]`` (the generator config from the pairs,
+    default the dataset's own) or ``textarena:ENV_ID[:N]`` (held-out split). A malformed
     spec, an unknown family or environment, or a path that does not exist is a DataError naming the spec and what is allowed."""
     import os
 
@@ -27,13 +29,15 @@ def parse_tasks_arg(spec: str):
 
     head, _, rest = spec.partition(":")
     if head in ("builtin", "builtin_env", "reasoning_gym", "textarena") and not os.path.exists(spec):
-        parts = rest.split(":")
-        example, what = {"builtin": ("builtin:add2,mul21:200", "FAMILY[,FAMILY...]"),
-                         "builtin_env": ("builtin_env:calculator:200", "ENV"),
-                         "reasoning_gym": ("reasoning_gym:NAME:200", "NAME"),
-                         "textarena": ("textarena:ENV_ID:200", "ENV_ID")}[head]
+        parts = rest.split(":", 2 if head == "reasoning_gym" else -1)
+        example, what = {"builtin": ("builtin:add2,mul21:200", "FAMILY[,FAMILY...][:N]"),
+                         "builtin_env": ("builtin_env:calculator:200", "ENV[:N]"),
+                         "reasoning_gym": ("reasoning_gym:NAME:500:min_value=1,max_value=9",
+                                           "NAME[:N][:KEY=VALUE,...]"),
+                         "textarena": ("textarena:ENV_ID:200", "ENV_ID[:N]")}[head]
+        config = gym_config(spec, parts.pop()) if head == "reasoning_gym" and "=" in parts[-1] else {}
         if len(parts) > 2 or not parts[0]:
-            raise DataError(f"--tasks {spec!r}: expected {head}:{what}[:N], e.g. {example}")
+            raise DataError(f"--tasks {spec!r}: expected {head}:{what}, e.g. {example}")
         if len(parts) == 2 and not (parts[1].strip().isdigit() and int(parts[1]) >= 1):
             raise DataError(f"--tasks {spec!r}: N must be a whole number >= 1, got {parts[1]!r}")
         n = int(parts[1]) if len(parts) == 2 else 200
@@ -42,7 +46,7 @@ def parse_tasks_arg(spec: str):
                 return BuiltinArithmetic(families=[f for f in parts[0].split(",") if f], n=n, split="heldout",
                                          seed=1234)
             if head == "reasoning_gym":
-                return ReasoningGymTasks(name=parts[0], n=n, split="heldout", seed=1234)
+                return ReasoningGymTasks(name=parts[0], config=config, n=n, split="heldout", seed=1234)
             if head == "textarena":
                 return TextArenaTasks(env=parts[0], n=n, split="heldout", seed=1234)
             return BuiltinEnvTasks(env=parts[0], n=n, split="heldout", seed=1234)
@@ -58,6 +62,23 @@ def parse_tasks_arg(spec: str):
         what = "a folder that is not an HF save_to_disk dataset" if os.path.isdir(spec) else "no such file"
         raise DataError(f"--tasks {spec!r}: {what}; expected {TASK_SPECS}")
     return JsonlTasks(path=spec)
+
+
+def gym_config(spec: str, text: str) -> dict:
+    """``KEY=VALUE,...`` of a ``reasoning_gym:NAME:N:...`` spec as a generator config (each value read as
+    YAML: numbers, true/false, [lists]); DataError naming the spec for a malformed pair."""
+    import yaml
+
+    out = {}
+    for pair in filter(None, re.split(r",(?![^\[]*\])", text)):  # commas inside [...] belong to a list
+        key, eq, value = pair.partition("=")
+        if not eq or not key.strip():
+            raise DataError(f"--tasks {spec!r}: expected KEY=VALUE pairs after the count, got {pair!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise DataError(f"--tasks {spec!r}: value of {key.strip()!r} is not a number, word or [list]") from None
+    return out
 
 
 def load_tasks_arg(spec: str, judged: bool = True) -> list:
@@ -221,6 +242,9 @@ def _print(res: dict, k: int) -> None:
         row.append(f"{res[f'pass_at_{k}_sampled']:.1%}")
     t.add_row(*row)
     make_console().print(t)
+    if res.get("mean_score") not in (None, res["pass_at_1"]):  # a scorer with partial credit
+        make_console().print(f"solved (score 1.0) {res['pass_at_1']:.1%}; mean score {res['mean_score']:.3f} "
+                             "(greedy; partial credit included)")
     if "turns_mean" in res:
         make_console().print(f"closed loop: {res['turns_mean']:.2f} turns, {res['tool_calls_mean']:.2f} tool calls per "
                               f"trajectory; ends {res['ends']}; outcomes {res['outcomes']}")

@@ -206,8 +206,10 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     table = Table(title="held-out evaluation by stage")
     fams = sorted({f for row in summary["stages"] for f in row["by_family"]})
     gains = any("gain_over_control" in row for row in summary["stages"])
-    cols = ["stage", "pass@1", *[f"pass@1 {f}" for f in fams], "pass@k", "mean len", "steps", "train s", "wall s",
-            *(["vs control"] if gains else [])]
+    # the mean score beside the solved fraction where a scorer gives partial credit (they differ)
+    scored = any(row.get("mean_score") not in (None, row["pass_at_1"]) for row in summary["stages"])
+    cols = ["stage", "pass@1", *(["mean score"] if scored else []), *[f"pass@1 {f}" for f in fams], "pass@k",
+            "mean len", "steps", "train s", "wall s", *(["vs control"] if gains else [])]
     for col in cols:
         table.add_column(col, justify="right" if col != "stage" else "left")
     for row in summary["stages"]:
@@ -216,12 +218,13 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         gain = ([f"{100 * row['gain_over_control']:+.1f}" if "gain_over_control" in row else "-"] if gains else [])
         if row["pass_at_1"] is None:  # a reward model: its held-out pair accuracy
             acc = row.get("heldout_pair_accuracy")
-            table.add_row(row["stage"], f"RM pair acc {acc:.1%}" if acc is not None else "-", *["-"] * len(fams),
-                          "-", "-", *clock, *gain)
+            table.add_row(row["stage"], f"RM pair acc {acc:.1%}" if acc is not None else "-",
+                          *["-"] * (len(fams) + scored), "-", "-", *clock, *gain)
             continue
         table.add_row(
             row["stage"] + (" [RLAIF]" if row.get("reward_source") else "") + (" [time cap]" if row.get("time_cap") else ""),
             f"{row['pass_at_1']:.1%}",
+            *([_score(row.get("mean_score"))] if scored else []),
             *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
             f"{pk[-1]:.1%}" if pk else "-",
             f"{row['mean_length']:.1f}",
@@ -241,6 +244,11 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     for line in control_lines(summary):
         console.print(line, markup=False, highlight=False)
     note_output()
+
+
+def _score(v: float | None) -> str:
+    """A mean score (the mean reward, partial credit included) as a cell."""
+    return "-" if v is None else f"{v:.3f}"
 
 
 def time_cap_text(stage: str, cut: dict) -> str:

@@ -71,6 +71,7 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
     result = {
         "n_tasks": len(tasks),
         "pass_at_1": float(passed.mean()) if len(tasks) else 0.0,
+        "mean_score": mean_score(verdicts),
         "by_family": {f: float(np.mean(v)) for f, v in sorted(fams.items())},
         "mean_length": float(np.mean([len(c) for c in greedy.completion_ids])) if tasks else 0.0,
         "truncation_rate": float(np.mean([r == "length" for r in greedy.finish_reason])) if tasks else 0.0,
@@ -103,6 +104,15 @@ def _sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_t
         fams[t.family].append(pass_at_k(k, int(c), k))
     out[f"by_family_pass_at_{k}"] = {f: float(np.mean(v)) for f, v in sorted(fams.items())}
     return out
+
+
+def mean_score(verdicts) -> float | None:
+    """The mean reward of the judged verdicts (a scorer's partial credit beside the solved fraction;
+    ``infra`` verdicts left out); None when nothing was judged."""
+    from rlvr.verifiers.base import INFRA_OUTCOMES
+
+    scores = [float(v.reward) for v in verdicts if v.outcome not in INFRA_OUTCOMES]
+    return float(np.mean(scores)) if scores else None
 
 
 def _count(items) -> dict[str, int]:
@@ -142,6 +152,8 @@ class EvalHook:
         if self.out is not None:
             write_json_atomic(Path(self.out) / "evals" / f"step-{step:06d}.json", {"step": step, **r})
         out = {"eval/pass_at_1": r["pass_at_1"], "eval/mean_length": r["mean_length"], "eval/tasks": len(self.tasks)}
+        if r.get("mean_score") is not None:  # the mean reward beside the solved fraction
+            out["eval/mean_score"] = r["mean_score"]
         out.update({f"eval/pass_at_1/{f}": v for f, v in r["by_family"].items()})
         if "turns_mean" in r:  # closed-loop environment tasks
             out.update({"eval/turns_mean": r["turns_mean"], "eval/tool_calls_mean": r["tool_calls_mean"]})

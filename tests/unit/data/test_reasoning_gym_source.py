@@ -70,3 +70,15 @@ def test_tasks_spec_form():
     for bad in ("reasoning_gym:", "reasoning_gym:chain_sum:0", "reasoning_gym:a:b:c"):
         with pytest.raises(DataError, match="reasoning_gym"):
             parse_tasks_arg(bad)
+
+
+def test_tasks_spec_passes_a_generator_config_as_pairs():
+    src = parse_tasks_arg("reasoning_gym:chain_sum:6:min_terms=4,max_terms=5,allow_negation=true")
+    assert src.n == 6 and src.config == {"min_terms": 4, "max_terms": 5, "allow_negation": True}
+    tasks = load_task_source(src)
+    assert all(t.prompt.count(" + ") + t.prompt.count(" - ") >= 3 for t in tasks)  # 4-5 terms: 3-4 operators
+    assert parse_tasks_arg("reasoning_gym:chain_sum:min_terms=3").config == {"min_terms": 3}  # N optional
+    for bad, why in (("reasoning_gym:chain_sum:5:min_terms", "KEY=VALUE"), ("reasoning_gym:chain_sum:5:seed=3", "seed"),
+                     ("reasoning_gym:chain_sum:5:min_terms=[1", "min_terms")):
+        with pytest.raises(DataError, match=why):
+            parse_tasks_arg(bad)
