@@ -68,9 +68,15 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                        model_cfg.train_bf16, sft_loss_kwargs(stage.loss), packing=stage.packing)
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         rec.update(heldout.measure(model, run.step + 1, stage.max_steps))
-        stop = heldout.observe(model, tok, run.step + 1, rec)
-        log_step(run, rec, heldout.state(), info=f"loss {rec['train/loss']:.3f}", ids=[f"row {i}" for i in idx])
-        if stop:  # patience ran out
+        state, stop = heldout.state(), []
+
+        def observe(r, step=run.step + 1):  # after the step's held-out eval: best_metric may be eval/pass_at_1
+            stop.append(heldout.observe(model, tok, step, r))
+            state.update(heldout.state())
+
+        log_step(run, rec, state, info=f"loss {rec['train/loss']:.3f}", ids=[f"row {i}" for i in idx],
+                 observe=observe)
+        if any(stop):  # patience ran out
             run.writer.log(run.step, {"event": "early_stop", "best_step": heldout.best_step, "best": heldout.best})
             break
     return close_stage(run, final=lambda: heldout.final(model, tok))
