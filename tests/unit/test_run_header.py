@@ -13,6 +13,9 @@ def test_stage_text_gives_steps_time_cap_and_eval_interval():
     assert stage_text(rl) == "grpo (rl): 160 steps, time cap 4.5 min"
     pref = PreferenceStage.model_validate({"name": "dpo", "epochs": 4, "pairs": {"path": "p.jsonl"}})
     assert stage_text(pref) == "dpo (preference): 4 epochs of its pairs"
+    patient = SFTStage(name="sft", max_steps=1500, eval_every=100, patience=2, best_metric="eval/pass_at_1")
+    assert stage_text(patient) == ("sft (sft): 1500 steps, eval every 100, stops after 2 held-out measurements "
+                                   "without a better eval/pass_at_1")
 
 
 def test_model_params_without_loading_the_model(tiny_dir):

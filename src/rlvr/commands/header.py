@@ -65,6 +65,9 @@ def stage_text(stage) -> str:
     every = getattr(stage, "eval_every", 0)
     if every:
         text += f", eval every {every}"
+    patience = getattr(stage, "patience", 0)
+    if patience:
+        text += f", stops after {patience} held-out measurements without a better {stage.best_metric}"
     return f"{stage.name} ({stage.type}): {text}{teacher_text(stage)}"
 
 
