@@ -57,3 +57,15 @@ def test_patience_stops_early(tiny_dir, tmp_path):
     recs = records(tmp_path / "run" / "sft" / "metrics.jsonl")
     stop = [r for r in recs if r.get("event") == "early_stop"]
     assert stop and stop[0]["step"] < 40 and max(r["step"] for r in recs) == stop[0]["step"]
+
+
+def test_patience_on_heldout_pass_at_1_stops_early(tiny_dir, tmp_path):
+    # best_metric eval/pass_at_1 reads the held-out evaluation of the same step (every eval_every steps)
+    p = tmp_path / "r.yaml"
+    p.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir))
+    rlvr.run(str(p), stages__sft__patience=1, stages__sft__max_steps=40, stages__sft__eval_every=5,
+             stages__sft__best_metric="eval/pass_at_1", stages__sft__keep_best=False, stages__sft__optim__lr=0.5)
+    recs = records(tmp_path / "run" / "sft" / "metrics.jsonl")
+    stop = [r for r in recs if r.get("event") == "early_stop"]
+    evals = [r["step"] for r in recs if "eval/pass_at_1" in r]
+    assert stop and stop[0]["step"] in evals and stop[0]["step"] < 40, (stop, evals)

@@ -13,6 +13,9 @@ def test_stage_text_gives_steps_time_cap_and_eval_interval():
     assert stage_text(rl) == "grpo (rl): 160 steps, time cap 4.5 min"
     pref = PreferenceStage.model_validate({"name": "dpo", "epochs": 4, "pairs": {"path": "p.jsonl"}})
     assert stage_text(pref) == "dpo (preference): 4 epochs of its pairs"
+    patient = SFTStage(name="sft", max_steps=1500, eval_every=100, patience=2, best_metric="eval/pass_at_1")
+    assert stage_text(patient) == ("sft (sft): 1500 steps, eval every 100, stops after 2 held-out measurements "
+                                   "without a better eval/pass_at_1")
 
 
 def test_model_params_without_loading_the_model(tiny_dir):
@@ -36,3 +39,16 @@ def test_precision_text_says_what_auto_decides(monkeypatch):
     assert "float32 compute (no CPU bf16 units)" in precision_text(auto, 866_560, "cpu")
     assert precision_text(ModelConfig(tiny=TinyModel(), autocast_bf16=True), 1, "cuda") == \
         "float32 weights, bf16 autocast (training and generation)"
+
+
+def test_stage_text_says_how_many_demonstrations_of_an_imperfect_teacher_fail():
+    from rlvr.config.sft import SFTStage
+
+    honest = SFTStage(data={"type": "builtin", "families": ["mul31"], "n": 400})
+    taught = SFTStage(data={"type": "builtin", "families": ["add2", "mul31"], "n": 400,
+                            "teacher": {"rate": 1.0, "families": ["mul31"]}})
+    assert "teacher" not in stage_text(honest)
+    text = stage_text(taught)
+    share = int(text.split("teacher (mul31): ")[1].split("%")[0])
+    assert 20 <= share <= 40, text  # half the draws are mul31, ~60% of those have a leading carry to drop
+    assert text.endswith("of them fail the verifier")

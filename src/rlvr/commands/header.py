@@ -80,7 +80,34 @@ def stage_text(stage) -> str:
     every = getattr(stage, "eval_every", 0)
     if every:
         text += f", eval every {every}"
-    return f"{stage.name} ({stage.type}): {text}"
+    patience = getattr(stage, "patience", 0)
+    if patience:
+        text += f", stops after {patience} held-out measurements without a better {stage.best_metric}"
+    return f"{stage.name} ({stage.type}): {text}{teacher_text(stage)}"
+
+
+TEACHER_SAMPLE = 1000  # demonstrations the header verifies to say how many of an imperfect teacher's fail
+
+
+def teacher_text(stage) -> str:
+    """``, demonstrations from an imperfect teacher (mul31): 43% of them fail the verifier`` for an SFT stage
+    whose source names a teacher (measured on its first demonstrations); else empty."""
+    data = getattr(stage, "data", None)
+    teacher = getattr(data, "teacher", None)
+    if stage.type != "sft" or teacher is None:
+        return ""
+    return f", demonstrations from an imperfect teacher ({', '.join(teacher.families or ['all families'])}): " \
+           f"{failing_share(data):.0%} of them fail the verifier"
+
+
+def failing_share(source, sample: int = TEACHER_SAMPLE) -> float:
+    """Share of the first ``sample`` demonstrations of ``source`` that their task's verifier does not pass."""
+    from rlvr.data.sources import load_task_source
+    from rlvr.verifiers.registry import TaskRouter
+
+    tasks = load_task_source(source.model_copy(update={"n": min(source.n, sample)}))
+    router = TaskRouter()
+    return sum(router.verify(t, t.solution or "").reward < 1 for t in tasks) / max(len(tasks), 1)
 
 
 def model_text(cfg: ModelConfig, init_path: str | None, n_params: int | None) -> str:

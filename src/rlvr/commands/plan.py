@@ -183,6 +183,9 @@ def _temperature_fix(engine, tok, tasks, judge, st) -> float | None:
     return None
 
 
+SKIP_BELOW = 0.1  # share of informative groups under which plan suggests skipping an RL stage
+
+
 def _screen_advice(s: dict, recipe, st, label: str) -> str:
     from rlvr.stages import stage_kind
 
@@ -200,8 +203,11 @@ def _screen_advice(s: dict, recipe, st, label: str) -> str:
         t = s.get("temperature_fix")
         what = f"raise the temperature to {t:g}" if t else "no temperature up to 2x fixes it"
         easy = " (most groups all pass: harder tasks or dynamic sampling)" if s["above_threshold"] else ""
-        return f"{head}: entropy after this stage is {s['entropy']:.3f}: expect dead groups{easy}; {what} or skip " \
-               "the stage"
+        # a stage whose informative groups are a minority still learns from them (dead groups add no gradient):
+        # only one with almost none is worth skipping
+        skip = " or skip the stage" if s["signal_frac_observed"] < SKIP_BELOW else \
+            f"; the {s['signal_frac_observed']:.0%} informative groups still carry signal"
+        return f"{head}: entropy after this stage is {s['entropy']:.3f}: expect dead groups{easy}; {what}{skip}"
     return f"{head}: usable for RL"
 
 

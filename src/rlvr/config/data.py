@@ -13,6 +13,26 @@ from rlvr.config.base import Section, typed_union
 ARITHMETIC_FAMILIES: tuple[str, ...] = ("add2", "add3", "mul21", "mul31", "mul2")
 
 
+class ArithmeticTeacher(Section):
+    """An imperfect teacher writes the worked solutions (what SFT imitates): on ``rate`` of the problems it
+    forgets the carry into the leading digit, and its answer follows its steps. The error is systematic
+    (which problems is a hash of the problem), so above 0.5 it is the mode that imitation learns; the tasks'
+    gold answers, and so the verifier, stay right."""
+
+    rate: float = Field(0.7, ge=0, le=1)
+    """Share of the problems on which the teacher drops the carry (those without one come out right anyway)."""
+    families: list[str] | None = None
+    """Families whose solutions come from this teacher (None: all); the others keep the perfect one."""
+
+    @field_validator("families")
+    @classmethod
+    def _known_families(cls, v: list[str] | None) -> list[str] | None:
+        unknown = [f for f in v or [] if f not in ARITHMETIC_FAMILIES]
+        if unknown:
+            raise ValueError(f"unknown arithmetic family {unknown}; choose from {list(ARITHMETIC_FAMILIES)}")
+        return v
+
+
 class BuiltinArithmetic(Section):
     """Built-in arithmetic tasks (rlvr.data.arithmetic), deterministic by seed."""
 
@@ -29,6 +49,8 @@ class BuiltinArithmetic(Section):
     """Seed of the draw."""
     system_prompt: str | None = None
     """System message put before every prompt of these tasks (default: the recipe's system_prompt)."""
+    teacher: ArithmeticTeacher | None = None
+    """Worked solutions from an imperfect teacher (None: every solution is right)."""
 
     @field_validator("families")
     @classmethod

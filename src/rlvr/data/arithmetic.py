@@ -10,6 +10,12 @@ Families (easy -> hard):
 Worked solutions go digit by digit from the right, carrying explicitly, then give the answer in
 ``\\boxed{}`` (what the math verifier reads), e.g. ``47+85`` -> ``7+5=12, 4+8+1=13. \\boxed{132}``.
 
+An imperfect teacher (``teacher_rate``) writes some families' worked solutions with a systematic error: on
+that share of the problems where it matters it forgets the carry into the leading digit (``3*6=18`` where
+``3*6+2=20`` is right), and its boxed answer follows its steps. Which problems it errs on is a pure function of
+the problem (a hash), so repeated draws agree and the error is the mode wherever ``teacher_rate > 0.5``:
+imitation learns it, a verifier can catch it. The task's ``gold`` answer is always right.
+
 Train and held-out splits are provably disjoint: a problem's split is a pure function of the problem
 itself (a hash of its family and operands), so no seed or sample size can put one problem in both.
 """
@@ -49,53 +55,72 @@ def split_of(family: str, a: int, b: int) -> str:
     return "heldout" if int.from_bytes(h, "big") % 100 < HELDOUT_PERCENT else "train"
 
 
-def add_solution(a: int, b: int) -> str:
-    """Digit-wise addition with explicit carries: ``7+5=12, 4+8+1=13. \\boxed{132}``."""
+def teacher_errs(family: str, a: int, b: int, rate: float) -> bool:
+    """Whether the imperfect teacher of error ``rate`` drops the leading carry of this problem (a pure
+    function of the problem, independent of its split's hash)."""
+    h = hashlib.blake2b(f"teacher:{family}:{a}:{b}".encode(), digest_size=8).digest()
+    return int.from_bytes(h, "big") % 10_000 < round(rate * 10_000)
+
+
+def add_solution(a: int, b: int, drop_last_carry: bool = False) -> str:
+    """Digit-wise addition with explicit carries: ``7+5=12, 4+8+1=13. \\boxed{132}``; with ``drop_last_carry``
+    the leading column forgets its carry (``4+8=12``) and the answer follows."""
     da, db = str(a)[::-1], str(b)[::-1]
     steps, digits, carry = [], [], 0
-    for i in range(max(len(da), len(db))):
+    cols = max(len(da), len(db))
+    for i in range(cols):
         x = int(da[i]) if i < len(da) else 0
         y = int(db[i]) if i < len(db) else 0
+        if drop_last_carry and i == cols - 1:
+            carry = 0
         s = x + y + carry
         steps.append(f"{x}+{y}={s}" if i == 0 else f"{x}+{y}+{carry}={s}")
         digits.append(s % 10)
         carry = s // 10
     answer = (str(carry) if carry else "") + "".join(str(d) for d in reversed(digits))
-    assert int(answer) == a + b
+    assert drop_last_carry or int(answer) == a + b
     return f"{', '.join(steps)}. \\boxed{{{answer}}}"
 
 
-def mul1_solution(a: int, d: int) -> tuple[list[str], int]:
-    """Steps of ``a * d`` for a single digit ``d``: ``7*6=42, 4*6+4=28``."""
+def mul1_solution(a: int, d: int, drop_last_carry: bool = False) -> tuple[list[str], int]:
+    """Steps of ``a * d`` for a single digit ``d``: ``7*6=42, 4*6+4=28`` (``drop_last_carry``: the leading
+    digit's step forgets its carry)."""
     steps, digits, carry = [], [], 0
+    last = len(str(a)) - 1
     for i, ch in enumerate(str(a)[::-1]):
+        if drop_last_carry and i == last:
+            carry = 0
         p = int(ch) * d + carry
         steps.append(f"{ch}*{d}={p}" if i == 0 else f"{ch}*{d}+{carry}={p}")
         digits.append(p % 10)
         carry = p // 10
     value = int((str(carry) if carry else "") + "".join(str(x) for x in reversed(digits)))
-    assert value == a * d
+    assert drop_last_carry or value == a * d
     return steps, value
 
 
-def mul_solution(a: int, b: int) -> str:
-    """Digit-wise multiplication: one row per digit of ``b``, then the sum of the shifted rows."""
+def mul_solution(a: int, b: int, drop_last_carry: bool = False) -> str:
+    """Digit-wise multiplication: one row per digit of ``b``, then the sum of the shifted rows
+    (``drop_last_carry``: every row's leading digit forgets its carry)."""
     if b < 10:
-        steps, value = mul1_solution(a, b)
+        steps, value = mul1_solution(a, b, drop_last_carry)
         return f"{', '.join(steps)}. \\boxed{{{value}}}"
-    rows = []
+    rows, parts = [], []
     for i, ch in enumerate(str(b)[::-1]):
-        _, value = mul1_solution(a, int(ch))
+        _, value = mul1_solution(a, int(ch), drop_last_carry)
         rows.append(value * 10**i)
-    parts = [f"{a}*{ch}={a * int(ch)}" for ch in str(b)[::-1]]
+        parts.append(f"{a}*{ch}={value}")
     total = sum(rows)
     return f"{', '.join(parts)}, {'+'.join(str(r) for r in rows)}={total}. \\boxed{{{total}}}"
 
 
-def make_task(family: str, a: int, b: int) -> Task:
+def make_task(family: str, a: int, b: int, teacher_rate: float = 0.0) -> Task:
+    """The task ``a op b``; its worked solution from the imperfect teacher of error ``teacher_rate`` (module
+    docstring), which is the perfect one at 0."""
     fam = FAMILIES[family]
     answer = a + b if fam.op == "+" else a * b
-    solution = add_solution(a, b) if fam.op == "+" else mul_solution(a, b)
+    errs = teacher_rate > 0 and teacher_errs(family, a, b, teacher_rate)
+    solution = add_solution(a, b, errs) if fam.op == "+" else mul_solution(a, b, errs)
     return Task(
         id=f"{family}-{a}{fam.op}{b}", prompt=f"{a}{fam.op}{b}=?", kind="math",
         gold={"answer": str(answer)}, family=family, difficulty=fam.difficulty,
@@ -108,12 +133,17 @@ def _operand(rng: random.Random, digits: int) -> int:
 
 
 def generate(families: list[str], n: int, split: str = "train", seed: int = 0,
-             weights: list[float] | None = None) -> list[Task]:
+             weights: list[float] | None = None, teacher_rate: float = 0.0,
+             teacher_families: list[str] | None = None) -> list[Task]:
     """Draw ``n`` tasks from ``families`` (weighted), all in ``split``; deterministic by ``seed``.
 
     Training draws are with replacement; held-out draws are distinct problems (an evaluation set with
     repeats would overstate its own precision), and asking for more than a family has is an error.
+    ``teacher_rate``: the worked solutions of ``teacher_families`` (None: all) come from the imperfect teacher
+    (module docstring); the draw itself does not change.
     """
+    if not 0.0 <= teacher_rate <= 1.0:
+        raise ValueError(f"teacher_rate {teacher_rate} is not in [0, 1]")
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         raise ValueError(f"unknown arithmetic families {unknown}; choose from {sorted(FAMILIES)}")
@@ -131,5 +161,6 @@ def generate(families: list[str], n: int, split: str = "train", seed: int = 0,
         if split_of(fam.name, a, b) != split or (split == "heldout" and (fam.name, a, b) in seen):
             continue
         seen.add((fam.name, a, b))
-        tasks.append(make_task(fam.name, a, b))
+        erring = teacher_families is None or fam.name in teacher_families
+        tasks.append(make_task(fam.name, a, b, teacher_rate if erring else 0.0))
     return tasks

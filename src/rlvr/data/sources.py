@@ -43,7 +43,10 @@ def _load(src) -> list[Task]:
         from rlvr.data.arithmetic import generate
 
         try:
-            return generate(src.families, src.n, split=src.split, seed=src.seed, weights=src.weights)
+            teacher = src.teacher
+            return generate(src.families, src.n, split=src.split, seed=src.seed, weights=src.weights,
+                            teacher_rate=teacher.rate if teacher else 0.0,
+                            teacher_families=teacher.families if teacher else None)
         except ValueError as e:
             raise DataError(f"builtin tasks: {e}") from None
     if isinstance(src, JsonlTasks):

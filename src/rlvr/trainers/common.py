@@ -26,7 +26,7 @@ import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -346,11 +346,14 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
     return run
 
 
-def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = "", ids=None) -> bool:
+def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = "", ids=None,
+             observe: Callable[[dict], None] | None = None) -> bool:
     """Close step ``run.step + 1``: timing, lr, held-out eval when due, health, one metrics row, the
     progress bar, the periodic checkpoint (holding ``state``, the trainer's own resumable state), the
     non-finite guard (``ids``: the step's task ids, logged when its update was skipped), a stop signal,
-    and the simulated crash of the resume tests. Returns True when the health monitor asks the stage to stop."""
+    and the simulated crash of the resume tests. ``observe`` sees the step's record once its held-out
+    evaluation is in it, before it is logged and checkpointed (it may add keys and update ``state``).
+    Returns True when the health monitor asks the stage to stop."""
     run.step += 1
     dt = time.perf_counter() - run._t0
     run.seconds += dt

@@ -58,3 +58,49 @@ def test_heldout_sets_never_repeat_a_problem():
     assert len({t.id for t in held}) == 500
     with pytest.raises(ValueError, match="distinct heldout problems"):
         generate(["mul21"], 200, split="heldout")  # mul21 has ~80 held-out problems in all
+
+
+def test_imperfect_teacher_drops_the_leading_carry_hand_worked():
+    # 347*6: 7*6=42, 4*6+4=28, then 3*6+2=20 -> 2082; the teacher forgets the 2: 3*6+0=18 -> 1882
+    assert mul_solution(347, 6, drop_last_carry=True) == "7*6=42, 4*6+4=28, 3*6+0=18. \\boxed{1882}"
+    assert add_solution(47, 85, drop_last_carry=True) == "7+5=12, 4+8+0=12. \\boxed{122}"
+    # no carry to forget: the same, right solution
+    assert mul_solution(111, 2, drop_last_carry=True) == mul_solution(111, 2)
+
+
+def test_imperfect_teacher_errs_systematically_where_a_carry_matters():
+    perfect = generate(["add2", "mul31"], 3000, seed=3)
+    taught = generate(["add2", "mul31"], 3000, seed=3, teacher_rate=0.7, teacher_families=["mul31"])
+    assert [t.id for t in taught] == [t.id for t in perfect]  # the draw does not change
+    assert [t.gold for t in taught] == [t.gold for t in perfect]  # nor the verifier's gold answers
+    wrong = [t for t in taught if boxed(t.solution) != t.gold["answer"]]
+    assert all(t.family == "mul31" for t in wrong)  # add2 keeps the perfect teacher
+    carried = [t for t in taught if t.family == "mul31" and "+0=" not in mul_solution(*map(int, t.prompt[:-2].split("*")))
+               .split(", ")[-1]]
+    assert 0.65 < len(wrong) / len(carried) < 0.75  # ~rate of the problems with a leading carry to forget
+    # systematic: the same problem gets the same solution in every draw, so the error is the mode to imitate
+    again = {t.id: t.solution for t in generate(["mul31"], 3000, seed=4, teacher_rate=0.7)}
+    assert all(again.get(t.id, t.solution) == t.solution for t in taught if t.family == "mul31")
+
+
+def test_teacher_rate_out_of_range_is_an_error():
+    with pytest.raises(ValueError, match="teacher_rate"):
+        generate(["add2"], 4, teacher_rate=1.5)
+
+
+def test_teacher_option_of_the_builtin_source():
+    from pydantic import ValidationError
+
+    from rlvr.config.data import BuiltinArithmetic
+    from rlvr.data.sources import load_task_source
+
+    src = BuiltinArithmetic(families=["add2", "mul31"], n=400, teacher={"rate": 1.0, "families": ["mul31"]})
+    tasks = load_task_source(src)
+    wrong = {t.family for t in tasks if boxed(t.solution) != t.gold["answer"]}
+    assert wrong == {"mul31"}
+    with pytest.raises(ValidationError, match="rate"):
+        BuiltinArithmetic(teacher={"rate": 1.5})
+    with pytest.raises(ValidationError, match="unknown arithmetic family"):
+        BuiltinArithmetic(teacher={"families": ["mul9"]})
+    with pytest.raises(ValidationError, match="extra|not permitted|rat"):
+        BuiltinArithmetic(teacher={"rat": 0.5})
