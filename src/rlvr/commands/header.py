@@ -90,11 +90,12 @@ TEACHER_SAMPLE = 1000  # demonstrations the header verifies to say how many of a
 
 
 def teacher_text(stage) -> str:
-    """``, demonstrations from an imperfect teacher (mul31): 43% of them fail the verifier`` for an SFT stage
-    whose source names a teacher (measured on its first demonstrations); else empty."""
+    """``, demonstrations from an imperfect teacher (mul31): 43% of them fail the verifier`` for a stage that
+    trains on demonstrations (the stage table's ``demonstrations``) whose source names a teacher (measured on its
+    first demonstrations); else empty."""
     data = getattr(stage, "data", None)
     teacher = getattr(data, "teacher", None)
-    if stage.type != "sft" or teacher is None:
+    if not stage_kind(stage).demonstrations or teacher is None:
         return ""
     return f", demonstrations from an imperfect teacher ({', '.join(teacher.families or ['all families'])}): " \
            f"{failing_share(data):.0%} of them fail the verifier"
