@@ -321,13 +321,18 @@ class ToolEnv:
         if isinstance(budget, bool) or not isinstance(budget, int) or not 0 <= budget <= 1000:
             raise DataError(f"gold['budget'] must be an integer in [0, 1000], got {budget!r}")
 
-    def reset(self, task: Task) -> Observation:
-        """Start an episode on ``task``; ``task.gold`` must hold ``env``, ``init`` and ``goal``."""
+    def task_gold(self, task: Task) -> dict[str, Any]:
+        """``task.gold`` checked by :meth:`check_gold`; DataError naming the task otherwise."""
         gold = task.gold or {}
         try:
             self.check_gold(gold)
         except DataError as e:
             raise DataError(f"task {task.id}: {e}") from None
+        return gold
+
+    def reset(self, task: Task) -> Observation:
+        """Start an episode on ``task``; ``task.gold`` must hold ``env``, ``init`` and ``goal``."""
+        gold = self.task_gold(task)
         budget = gold.get("budget", self.limits.tool_budget)
         self._task, self.budget, self._done = task, budget, False
         self.turns = self.tool_calls = 0

@@ -233,11 +233,7 @@ class TextArenaEnv(ToolEnv):
     name: ClassVar[str] = NAME
 
     def reset(self, task: Task) -> Observation:
-        gold = task.gold or {}
-        try:
-            self.check_gold(gold)
-        except DataError as e:
-            raise DataError(f"task {task.id}: {e}") from None
+        gold = self.task_gold(task)
         init = gold["init"]
         self._task, self.budget, self._done = task, 0, False
         self.turns = self.tool_calls = self.tool_errors = 0
