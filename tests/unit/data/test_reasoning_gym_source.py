@@ -44,6 +44,13 @@ def test_a_configuration_too_small_for_the_split_is_refused_with_its_count():
     assert len(load_task_source(ReasoningGymTasks(name="gcd", config=small, n=10))) == 10
 
 
+def test_an_empty_side_is_empty_not_refused():
+    from rlvr.data.reasoning_gym import split_entries
+
+    assert split_entries("chain_sum", {}, 0, 3, "heldout", train_n=50) == []
+    assert split_entries("chain_sum", {}, 0, 3, "train") == []
+
+
 def test_the_generator_config_is_passed_through_and_bad_ones_are_named():
     tasks = load_task_source(_src(config={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}, n=20))
     assert all(t.prompt.count("+") + t.prompt.count("-") == 1 for t in tasks)
