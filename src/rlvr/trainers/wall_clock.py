@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 _IMPORTED = time.perf_counter()
 

@@ -2,6 +2,7 @@
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_rl_stage_saves_at_each_mark_and_logs_the_clock(tiny_dir, tmp_path, monk
     stage = RLStage(data=BuiltinArithmetic(families=["add2"], n=32), sampling=SamplingConfig(group_size=2, max_new_tokens=4),
                     max_steps=5, tasks_per_step=2, micro_batch_size=4, save_every=0, save_every_s=25, keep_last=0)
     res = train_rl(stage, ModelConfig(path=tiny_dir), tmp_path, seed=0, judge=parity_judge)
-    events = [json.loads(x) for x in open(res.metrics_path)]
+    events = [json.loads(x) for x in Path(res.metrics_path).read_text().splitlines()]
     timed = [e for e in events if e.get("event") == "timed_checkpoint"]
     # marks 25, 50: passed at the step-2 end (30 s) and the step-4 end (50 s); step 5 is the last (final/ only)
     assert [(e["step"], e["process_s"]) for e in timed] == [(2, 30.0), (4, 50.0)]
