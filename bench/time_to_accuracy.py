@@ -10,8 +10,9 @@ are scored on the same held-out items; what differs is only the library.
 - **Items**: drawn through rlvr's reasoning-gym task source with a recipe's split rules
   (``rlvr.data.reasoning_gym``): ``--train-n`` training items from ``--data-seed``; ``--heldout-n`` (>= 500
   for a measurement) held-out items from the distant held-out seed, minus every training question (checked
-  again here by question text). The prompts are the checkpoint's prompt format (its system prompt, the
-  tokenizer's chat template); rlvr's and TRL's prompt token ids are checked equal.
+  again here by question text), written once as task files both sides read (``Task.to_line``). The prompts
+  are the checkpoint's prompt format (its system prompt, the tokenizer's chat template); rlvr's and TRL's
+  prompt token ids are checked equal.
 - **Reward**: the dataset's ``score_answer`` through rlvr's reasoning-gym verifier on both sides: 1.0 for a
   score of exactly 1.0, else the clipped partial credit (a score below 1 is kept only when the answer does
   not contain the oracle; ``rlvr.verifiers.reasoning_gym``). rlvr runs its ``correct`` reward term; TRL a
@@ -60,10 +61,11 @@ import time
 from pathlib import Path
 
 import _common  # threads, OpenMP wait policy, rlvr's accelerations (before torch loads)
+from _accuracy_curves import assemble, in_window
 from _common import fmt_row, heavy_modules, machine, peak_rss_mb, pin_threads
+from _rewards import make_trl_reward
 from grpo_vs_trl import check_same_prompts, count_trl_rows, matched_grpo_config, matched_rl_stage
 
-HERE = Path(__file__).resolve().parent
 LOAD_SAMPLE_S = 5.0
 """How often the driver samples the load average while a run trains."""
 
@@ -87,6 +89,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--beta", type=float, default=0.0, help="KL coefficient (k3 on both sides)")
     ap.add_argument("--max-new", type=int, default=72, help="max new tokens (training and evaluation)")
     ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--rlvr-bf16", default="auto", choices=["auto", "train", "false", "true"],
+                    help="rlvr's model.autocast_bf16 (auto: bf16 where it pays on this CPU, as `rlvr run` decides)")
     ap.add_argument("--trl-precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     ap.add_argument("--trl-micro", type=int, nargs="+", default=None,
                     help="TRL micro-batch sizes to try (default: the step's rows, a half and a quarter)")
@@ -160,43 +164,27 @@ def source(name: str, config: dict, n: int, split: str, seed: int, train_n: int 
     return ReasoningGymTasks(name=name, config=config, n=n, split=split, seed=seed, train_n=train_n)
 
 
-def make_trl_reward(tasks):
-    """TRL reward function over the dataset's ``task_index`` column: rlvr's RL judge for a ``correct`` reward
-    term on the same (task, completion text) -- the reward rlvr trains on; an ``infra`` verdict is None."""
-    from rlvr.config.rl import RewardTerm
-    from rlvr.verifiers.judge import reward_judge
-
-    judge = reward_judge([RewardTerm(name="correct")])
-
-    def reasoning_gym_reward(completions, task_index, **_):
-        texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
-        verdicts = judge([tasks[i] for i in task_index], texts)
-        return [None if v.outcome in ("infra", "timeout", "crash") else float(v.reward) for v in verdicts]
-    return reasoning_gym_reward
-
-
 # ---------------------------------------------------------------- workers (one process per run)
 
 def rlvr_recipe(spec: dict):
-    """The recipe ``rlvr grpo`` runs: one RL stage with the matched settings, a timed save every ``every`` s,
-    a stop after ``seconds`` of training time; its after-stage evaluation on 8 of the held-out items (the
-    recipe's overlap check refuses a held-out question among the training ones)."""
+    """The recipe ``rlvr grpo`` runs: one RL stage with the matched settings on the training items' task file,
+    a timed save every ``every`` s, a stop after ``seconds`` of training time; its after-stage evaluation on 8
+    of the held-out items (the recipe's overlap check refuses a held-out question among the training ones)."""
+    from rlvr.config.data import JsonlTasks
     from rlvr.config.eval import EvalConfig
     from rlvr.config.model import ModelConfig
     from rlvr.config.recipe import Recipe
     from rlvr.config.rl import RewardTerm, RLStage
 
     a = argparse.Namespace(**spec["args"])
-    d = spec["data"]
     stage = matched_rl_stage(
-        a, source(d["name"], d["config"], d["train_n"], "train", d["seed"]), [RewardTerm(name="correct")],
-        lr=a.lr, max_steps=1_000_000, micro_batch_size=RLStage.model_fields["micro_batch_size"].default,
-        name="grpo", save_every_s=a.every, keep_last=0, max_minutes=a.seconds / 60)
-    ev = EvalConfig(tasks=source(d["name"], d["config"], 8, "heldout", d["seed"], d["train_n"]),
-                    max_new_tokens=a.max_new)
+        a, JsonlTasks(path=spec["train_file"]), [RewardTerm(name="correct")], lr=a.lr, max_steps=1_000_000,
+        micro_batch_size=RLStage.model_fields["micro_batch_size"].default, name="grpo", save_every_s=a.every,
+        keep_last=0, max_minutes=a.seconds / 60)
+    ev = EvalConfig(tasks=JsonlTasks(path=spec["heldout_file"], limit=8), max_new_tokens=a.max_new)
     return Recipe(name="time_to_accuracy", seed=spec["seed"], run_dir=spec["out"], threads=_common.THREADS,
-                  model=ModelConfig(path=spec["model"]), system_prompt=spec["system_prompt"], eval=ev,
-                  eval_base=False, stages=[stage])
+                  model=ModelConfig(path=spec["model"], autocast_bf16=spec["rlvr_bf16"]),
+                  system_prompt=spec["system_prompt"], eval=ev, eval_base=False, stages=[stage])
 
 
 def rlvr_worker(spec: dict) -> dict:
@@ -207,14 +195,33 @@ def rlvr_worker(spec: dict) -> dict:
     rlvr.run(recipe, stage_type="rl", model=spec["model"], run_dir=spec["out"])
     recs = [json.loads(x) for x in (Path(spec["out"]) / "grpo" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in recs if "time/step" in r]
-    ckpts = [[r["process_s"], r["checkpoint"]] for r in recs if r.get("event") == "timed_checkpoint"]
-    from rlvr.config.model import ModelConfig
+    done, total = {}, 0  # step -> rows trained up to it
+    for r in steps:
+        total += int(r.get("train/sequences", 0))
+        done[r["step"]] = total
+    ckpts = [[r["process_s"], r["checkpoint"], r["step"], done.get(r["step"], 0)]
+             for r in recs if r.get("event") == "timed_checkpoint"]
+    from rlvr.commands.header import precision_text
 
-    cfg = ModelConfig(path=spec["model"])
+    cfg, st = recipe.model, recipe.stages[0]
     return {"checkpoints": ckpts, "steps": len(steps), "rows_trained": sum(int(r.get("train/sequences", 0)) for r in steps),
-            "rows_sampled": len(steps) * recipe.stages[0].tasks_per_step * recipe.stages[0].sampling.group_size,
-            "settings": {"autocast_bf16": cfg.autocast_bf16, "micro_batch_size": recipe.stages[0].micro_batch_size,
-                         "micro_tokens": cfg.micro_tokens, "threads": _common.THREADS}}
+            "rows_sampled": len(steps) * st.tasks_per_step * st.sampling.group_size,
+            "settings": {"precision": precision_text(cfg, checkpoint_params(spec["model"]), "cpu"),
+                         "micro_batch_size": st.micro_batch_size, "micro_tokens": cfg.micro_tokens,
+                         "decode_threads": st.sampling.decode_threads, "threads": _common.THREADS}}
+
+
+def checkpoint_params(model_dir: str) -> int:
+    """Parameters stored in a checkpoint's safetensors files (read from their headers, nothing loaded)."""
+    import math
+
+    from safetensors import safe_open
+
+    n = 0
+    for f in Path(model_dir).glob("*.safetensors"):
+        with safe_open(str(f), "pt") as st:
+            n += sum(math.prod(st.get_slice(k).get_shape()) for k in st.keys())  # noqa: SIM118 - not a dict
+    return n
 
 
 def trl_worker(spec: dict) -> dict:
@@ -236,6 +243,7 @@ def trl_worker(spec: dict) -> dict:
                               micro=spec["micro"], seed=spec["seed"])
     ckpts: list = []
     ends: list[float] = []
+    rows: list[int] = []  # rows each micro-batch forwarded and backwarded (count_trl_rows)
 
     class Marks(TrainerCallback):
         """Save at the first step end after each mark; stop at the last one."""
@@ -252,13 +260,12 @@ def trl_worker(spec: dict) -> dict:
                 path = Path(spec["out"]) / f"step-{state.global_step:06d}"
                 model.save_pretrained(path)
                 processing_class.save_pretrained(path)
-                ckpts.append([round(age, 3), str(path)])
+                ckpts.append([round(age, 3), str(path), state.global_step, sum(rows)])
                 if age >= a.seconds:
                     control.should_training_stop = True
 
     trainer = GRPOTrainer(model=spec["model"], reward_funcs=make_trl_reward(tasks), args=cfg, train_dataset=ds,
                           processing_class=AutoTokenizer.from_pretrained(spec["model"]), callbacks=[Marks()])
-    rows: list[int] = []
     count_trl_rows(trainer, rows, [], [])
     pin_threads()
     t0 = time.perf_counter()
@@ -345,39 +352,6 @@ def evaluate_checkpoint(path: str, heldout_file: str, a, fmt_file: Path | None, 
     return float(res["pass_at_1"])
 
 
-def curve(start: float, points: list[tuple[float, float]]) -> list[list[float]]:
-    """``[[0, start], [seconds, solved], ...]`` in time order (the SFT checkpoint at 0 s)."""
-    return [[0.0, round(start, 4)]] + [[round(s, 2), round(v, 4)] for s, v in sorted(points)]
-
-
-def mean_curve(curves: list[list[list[float]]]) -> list[list[float]]:
-    """The seeds' mean, point by point (the i-th checkpoint of each run is its i-th mark); as long as the
-    shortest curve."""
-    n = min(len(c) for c in curves)
-    return [[round(statistics.fmean(c[i][0] for c in curves), 2), round(statistics.fmean(c[i][1] for c in curves), 4)]
-            for i in range(n)]
-
-
-def first_reaching(c: list[list[float]], target: float) -> float | None:
-    """Seconds of the first point of ``c`` at or above ``target`` (None: never)."""
-    return next((s for s, v in c if v >= target), None)
-
-
-def acceptance(mean: dict) -> dict:
-    """The issue's lines on the seeds' mean curves: rlvr >= TRL at every point after the first; rlvr reaches
-    TRL's final score in <= 0.5x TRL's time; TRL gains >= 5 points over the SFT checkpoint (window long enough)."""
-    r, t = mean["rlvr"], mean["trl"]
-    n = min(len(r), len(t))
-    every = all(r[i][1] >= t[i][1] for i in range(1, n))
-    reach = first_reaching(r, t[-1][1])
-    ratio = None if reach is None or not t[-1][0] else round(reach / t[-1][0], 3)
-    gain = round(t[-1][1] - t[0][1], 4)
-    return {"rlvr_at_least_trl_every_point": every, "rlvr_reaches_trl_final_s": reach, "trl_final_s": t[-1][0],
-            "reach_ratio": ratio, "reach_within_half": ratio is not None and ratio <= 0.5,
-            "trl_gain_over_sft": gain, "window_long_enough": gain >= 0.05,
-            "met": every and ratio is not None and ratio <= 0.5 and gain >= 0.05}
-
-
 def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -398,9 +372,9 @@ def bench(a) -> dict:
     write_jsonl_atomic(work / "heldout.jsonl", [t.to_line() for t in heldout])
     args = {k: getattr(a, k) for k in ("every", "seconds", "prompts", "group", "lr", "beta", "max_new",
                                        "temperature", "search_steps")}
-    base = {"args": args, "model": str(Path(a.model).resolve()), "system_prompt": system_prompt,
-            "train_file": str(work / "train.jsonl"),
-            "data": {"name": a.dataset, "config": a.config, "train_n": a.train_n, "seed": a.data_seed}}
+    rlvr_bf16 = {"false": False, "true": True}.get(a.rlvr_bf16, a.rlvr_bf16)
+    base = {"args": args, "model": str(Path(a.model).resolve()), "system_prompt": system_prompt, "rlvr_bf16": rlvr_bf16,
+            "train_file": str(work / "train.jsonl"), "heldout_file": str(work / "heldout.jsonl")}
     info = machine()
     trl_best, tried = search_trl(a, base, work)
     say(f"TRL setting: {trl_best['precision']}, micro-batch {trl_best['micro']}")
@@ -413,26 +387,22 @@ def bench(a) -> dict:
             runs.setdefault(str(seed), {})[side] = run_side(side, {**base, **trl_best, "tag": f"{side}_s{seed}",
                                                                     "seed": seed}, work, limit)
     fmt_file = Path(a.model) / FILE if (Path(a.model) / FILE).exists() else None
-    say(f"evaluating the SFT checkpoint and {sum(len(r['checkpoints']) for s in runs.values() for r in s.values())} "
-        f"checkpoints on {a.heldout_n} held-out items")
-    sft = evaluate_checkpoint(a.model, str(work / "heldout.jsonl"), a, fmt_file, system_prompt)
-    seeds = {}
-    for seed, sides in runs.items():
-        seeds[seed] = {side: curve(sft, [(s, evaluate_checkpoint(p, str(work / "heldout.jsonl"), a, fmt_file,
-                                                                system_prompt)) for s, p in r["checkpoints"]])
-                       for side, r in sides.items()}
-        seeds[seed]["runs"] = sides
-    mean = {side: mean_curve([seeds[s][side] for s in seeds]) for side in ("rlvr", "trl")}
+    todo = [c[1] for sides in runs.values() for r in sides.values() for c in in_window(r["checkpoints"], a.seconds)]
+    say(f"evaluating the SFT checkpoint and {len(todo)} checkpoints on {a.heldout_n} held-out items")
+    heldout_file = str(work / "heldout.jsonl")
+    sft = evaluate_checkpoint(a.model, heldout_file, a, fmt_file, system_prompt)
+    scores = {p: evaluate_checkpoint(p, heldout_file, a, fmt_file, system_prompt) for p in todo}
+    res = assemble(runs, scores, sft, a.every, a.seconds, a.prompts * a.group)
     out = {"benchmark": "time_to_accuracy", "command": " ".join(sys.argv), "machine": info,
            "load_avg_end": os.getloadavg(), "dataset": a.dataset, "config": a.config, "model": a.model,
            "items": {"train": a.train_n, "heldout": a.heldout_n, "data_seed": a.data_seed},
-           "sft_solved": sft, "seeds": seeds, "mean": mean,
+           "sft_solved": sft, "seeds": res["seeds"], "mean": res["mean"],
            "settings": {"shared": {**args, "loss": "grpo (clip 0.2, group std, seq-mean-token-mean)",
                                    "kl": "k3", "optimizer": "AdamW (0.9, 0.95), constant lr, grad-clip 1.0",
                                    "system_prompt": system_prompt},
                         "rlvr": runs[str(a.seeds[0])]["rlvr"]["settings"],
                         "trl": runs[str(a.seeds[0])]["trl"]["settings"]},
-           "trl_search": tried, "acceptance": acceptance(mean)}
+           "trl_search": tried, "acceptance": res["acceptance"]}
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
     return out
@@ -447,17 +417,21 @@ def report(out: dict) -> None:
     print(f"rlvr: {json.dumps(s['rlvr'])}")
     print(f"TRL:  {json.dumps(s['trl'])}; tried: " + ", ".join(
         f"{t['precision']}/{t['micro']} {t['median_step_s']} s" for t in out["trl_search"]))
-    w = [10, 6, 7, 13, 9, 10, 22, 40]
-    print(fmt_row(["run", "steps", "rows", "rows sampled", "peak MB", "load max", "final solved", "curve"], w))
+    print("steps, rows trained and rows sampled up to the window's last checkpoint (at 'until' s); peak RSS and "
+          "load average (1 min; start / max) of the whole run")
+    w = [8, 8, 7, 8, 9, 8, 12, 7, 36]
+    print(fmt_row(["run", "until", "steps", "rows", "sampled", "peak MB", "load", "solved", "curve (s:solved)"], w))
     for seed, sides in out["seeds"].items():
         for side in ("rlvr", "trl"):
-            r = sides["runs"][side]
+            r, win = sides["runs"][side], sides["runs"][side]["window"]
             pts = " ".join(f"{x:.0f}:{y:.3f}" for x, y in sides[side])
-            print(fmt_row([f"{side} s{seed}", r["steps"], r["rows_trained"], r["rows_sampled"],
-                           f"{r['rss']['peak_mb']:.0f}", r["load_avg"]["max"], f"{sides[side][-1][1]:.1%}", pts], w))
+            print(fmt_row([f"{side} s{seed}", win["seconds"], win["steps"], win["rows_trained"], win["rows_sampled"],
+                           f"{r['rss']['peak_mb']:.0f}", f"{r['load_avg']['start']}/{r['load_avg']['max']}",
+                           f"{sides[side][-1][1]:.1%}", pts], w))
     acc = out["acceptance"]
-    print(f"mean of seeds: rlvr {out['mean']['rlvr']}\n               TRL  {out['mean']['trl']}")
-    print(f"acceptance: rlvr >= TRL at every point after the first: {acc['rlvr_at_least_trl_every_point']}; "
+    print(f"mean of seeds at the marks: rlvr {out['mean']['rlvr']}\n                            TRL  {out['mean']['trl']}")
+    print(f"acceptance (mean of seeds at the marks): rlvr >= TRL at every mark after 0: "
+          f"{acc['rlvr_at_least_trl_every_mark']}; "
           f"rlvr reaches TRL's final score at {acc['rlvr_reaches_trl_final_s']} s of TRL's {acc['trl_final_s']} s "
           f"(ratio {acc['reach_ratio']}, line <= 0.5); TRL gain over SFT {acc['trl_gain_over_sft']:+.1%} (line >= 5 "
           f"points): {'MET' if acc['met'] else 'NOT MET'}")
