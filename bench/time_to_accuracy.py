@@ -450,7 +450,9 @@ def plot(out: dict, path: str) -> None:
             xs, ys = zip(*sides[side])
             ax.plot(xs, ys, color=colors[side], alpha=0.35, lw=1, marker=".")
         xs, ys = zip(*out["mean"][side])
-        ax.plot(xs, ys, color=colors[side], lw=2.2, marker="o", label=f"{side} (mean of {len(out['seeds'])} seeds)")
+        n = len(out["seeds"])
+        seeds = f"mean of {n} seeds" if n > 1 else "one seed"
+        ax.plot(xs, ys, color=colors[side], lw=2.2, marker="o", label=f"{side} ({seeds}, at the marks)")
     ax.set_xlabel("seconds from process start")
     ax.set_ylabel("held-out solved fraction (greedy, score 1.0)")
     ax.set_title(f"{out['dataset']}: rlvr GRPO vs TRL GRPOTrainer, {out['items']['heldout']} held-out items")
