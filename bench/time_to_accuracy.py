@@ -139,6 +139,12 @@ def check_args(ap, a) -> None:
             ap.error(f"--trl-setting {a.trl_setting!r}: expected fp32|bf16:MICRO with MICRO dividing {rows}")
     if a.json and a.plot is None:
         a.plot = str(Path(a.json).with_suffix(".png"))
+    import importlib.util
+
+    need = {"trl": "bench", "datasets": "bench", "reasoning_gym": "gym", **({"matplotlib": "report"} if a.plot else {})}
+    missing = [f"{m} (pip install -e '.[{extra}]')" for m, extra in need.items() if importlib.util.find_spec(m) is None]
+    if missing:
+        ap.error(f"missing packages: {', '.join(missing)}")
 
 
 # ---------------------------------------------------------------- items, reward
@@ -468,7 +474,12 @@ def main() -> None:
     if a.worker:
         worker_main(a)
         return
-    out = bench(a)
+    from rlvr.errors import RlvrError
+
+    try:
+        out = bench(a)
+    except RlvrError as e:  # a dataset name or config reasoning-gym refuses, text the tokenizer cannot encode, ...
+        raise SystemExit(f"error: {e}") from None
     report(out)
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ the acceptance lines, the JSON's shape, and TRL's reward adapter = rlvr's reason
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +105,38 @@ def test_trl_reward_adapter_equals_rlvrs_reasoning_gym_reward():
     verdicts = reward_judge([RewardTerm(name="correct")])([tasks[i] for i in idx], texts)
     rlvr = compose_rewards(verdicts, [len(x) for x in texts], [RewardTerm(name="correct")], 72)["correct"].tolist()
     assert got == rlvr  # what rlvr's RL stage trains on
+
+
+@pytest.mark.slow
+def test_the_script_end_to_end_on_a_tiny_checkpoint(tiny_dir, tmp_path):
+    """Two seeds (A B B A), 10 s windows, checkpoints every 5 s, a given TRL setting: the JSON holds both
+    curves per seed from the same SFT score, each run's window, the settings, and the plot is drawn."""
+    for mod in ("trl", "reasoning_gym", "matplotlib"):
+        pytest.importorskip(mod)
+    import os
+    import subprocess
+
+    env = {**os.environ, "BENCH_THREADS": "1", "BENCH_OMP_WAIT": "passive",
+           "PYTHONPATH": os.pathsep.join([str(BENCH.parent / "src"), str(BENCH), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "tta.json"
+    cmd = [sys.executable, str(BENCH / "time_to_accuracy.py"), "--model", tiny_dir, "--dataset", "chain_sum",
+           "--config", '{"min_terms": 2, "max_terms": 2}', "--train-n", "64", "--heldout-n", "16",
+           "--seconds", "10", "--every", "5", "--seeds", "0", "1", "--prompts", "2", "--group", "4", "--max-new", "8",
+           "--trl-setting", "fp32:4", "--json", str(out)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert set(d["seeds"]) == {"0", "1"}
+    for rec in d["seeds"].values():
+        for side in ("rlvr", "trl"):
+            assert rec[side][0] == [0.0, d["sft_solved"]] and len(rec[side]) >= 2
+            assert all(0 <= v <= 1 for _, v in rec[side])
+            win = rec["runs"][side]["window"]
+            assert win["steps"] >= 1 and win["rows_sampled"] == win["steps"] * 8 and win["seconds"] >= 10
+            assert rec["runs"][side]["rss"]["peak_mb"] > 0 and "load_avg" in rec["runs"][side]
+    assert d["settings"]["trl"]["precision"] == "fp32" and d["settings"]["trl"]["micro_batch"] == 4
+    assert "autocast_bf16" in d["settings"]["rlvr"]["precision"] and d["trl_search"][0]["given"]
+    assert [m for m, _ in d["mean"]["rlvr"]] == [0, 5, 10] and set(d["acceptance"]) >= {"met", "reach_ratio"}
+    assert out.with_suffix(".png").stat().st_size > 1000
+    for words in ("steps", "rows", "peak MB", "TRL:", "rlvr:"):
+        assert words in res.stdout
