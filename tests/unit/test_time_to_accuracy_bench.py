@@ -123,7 +123,7 @@ def test_the_script_end_to_end_on_a_tiny_checkpoint(tiny_dir, tmp_path):
            "--config", '{"min_terms": 2, "max_terms": 2}', "--train-n", "64", "--heldout-n", "16",
            "--seconds", "10", "--every", "5", "--seeds", "0", "1", "--prompts", "2", "--group", "4", "--max-new", "8",
            "--trl-setting", "fp32:4", "--json", str(out)]
-    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert res.returncode == 0, res.stderr[-3000:]
     d = json.loads(out.read_text())
     assert set(d["seeds"]) == {"0", "1"}

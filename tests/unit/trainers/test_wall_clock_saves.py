@@ -25,7 +25,9 @@ def test_process_age_is_this_process_and_advances():
     a = process_age_s()
     time.sleep(0.05)
     b = process_age_s()
-    assert 0.0 < a < b and b - a == pytest.approx(0.05, abs=0.04)
+    assert 0.0 < a < b and b - a >= 0.03  # /proc/uptime counts in hundredths
+    # the process started before this module was imported, and not days ago
+    assert time.perf_counter() - wall_clock._IMPORTED - 0.02 <= process_age_s() < 24 * 3600
 
 
 def test_marks_fire_once_per_passed_mark_and_skip_the_ones_a_long_step_spans():
