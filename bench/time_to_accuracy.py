@@ -189,7 +189,7 @@ def rlvr_recipe(spec: dict):
         keep_last=0, max_minutes=a.seconds / 60)
     ev = EvalConfig(tasks=JsonlTasks(path=spec["heldout_file"], limit=8), max_new_tokens=a.max_new)
     return Recipe(name="time_to_accuracy", seed=spec["seed"], run_dir=spec["out"], threads=_common.THREADS,
-                  model=ModelConfig(path=spec["model"], autocast_bf16=spec["rlvr_bf16"]),
+                  omp_wait=_common.WAIT, model=ModelConfig(path=spec["model"], autocast_bf16=spec["rlvr_bf16"]),
                   system_prompt=spec["system_prompt"], eval=ev, eval_base=False, stages=[stage])
 
 
@@ -210,7 +210,7 @@ def rlvr_worker(spec: dict) -> dict:
     from rlvr.commands.header import precision_text
 
     cfg, st = recipe.model, recipe.stages[0]
-    return {"checkpoints": ckpts, "steps": len(steps), "rows_trained": sum(int(r.get("train/sequences", 0)) for r in steps),
+    return {"checkpoints": ckpts, "steps": len(steps), "rows_trained": total,
             "rows_sampled": len(steps) * st.tasks_per_step * st.sampling.group_size,
             "settings": {"precision": precision_text(cfg, checkpoint_params(spec["model"]), "cpu"),
                          "micro_batch_size": st.micro_batch_size, "micro_tokens": cfg.micro_tokens,
@@ -286,8 +286,10 @@ def trl_worker(spec: dict) -> dict:
 def worker_main(a) -> None:
     spec = json.loads(Path(a.spec).read_text())
     res = (rlvr_worker if a.worker == "rlvr" else trl_worker)(spec)
+    from rlvr.omp_wait import in_effect
     from rlvr.trainers.wall_clock import process_age_s
 
+    res["settings"]["omp_wait"] = in_effect()
     res.update({"process_s": round(process_age_s(), 2), "rss": peak_rss_mb(), "modules": heavy_modules()})
     Path(spec["result"]).write_text(json.dumps(res))
 
@@ -435,7 +437,8 @@ def report(out: dict) -> None:
                            f"{r['rss']['peak_mb']:.0f}", f"{r['load_avg']['start']}/{r['load_avg']['max']}",
                            f"{sides[side][-1][1]:.1%}", pts], w))
     acc = out["acceptance"]
-    print(f"mean of seeds at the marks: rlvr {out['mean']['rlvr']}\n                            TRL  {out['mean']['trl']}")
+    print(f"mean of seeds at the marks: rlvr {out['mean']['rlvr']}")
+    print(f"                            TRL  {out['mean']['trl']}")
     print(f"acceptance (mean of seeds at the marks): rlvr >= TRL at every mark after 0: "
           f"{acc['rlvr_at_least_trl_every_mark']}; "
           f"rlvr reaches TRL's final score at {acc['rlvr_reaches_trl_final_s']} s of TRL's {acc['trl_final_s']} s "
