@@ -40,9 +40,14 @@ are scored on the same held-out items; what differs is only the library.
   score of exactly 1.0) -- scores the SFT checkpoint (the point at 0 s of both curves) and every saved
   checkpoint on the same held-out items, each folder with the SFT checkpoint's ``prompt_format.json``.
 
-``--json OUT``: ``seeds`` -> {seed: {"rlvr": [[seconds, solved_fraction], ...], "trl": [...], "runs": {side:
-steps, rows trained, peak RSS, load average, checkpoints}}}, ``mean`` (the seeds' mean at each mark),
-``settings`` (each side's), ``trl_search`` (every TRL setting tried and its median step), ``acceptance``.
+The curves are compared at the marks ``0, every, ..., seconds`` (``bench/_accuracy_curves.py``: at each mark a
+run's score is that of its last checkpoint saved for a mark at or before it).
+
+``--json OUT``: ``seeds`` -> {seed: {"rlvr": [[seconds, solved_fraction], ...], "trl": [...], "marks": {side:
+the curve at the marks}, "runs": {side: checkpoints, peak RSS, load average, settings, ``window``: steps,
+rows trained and rows sampled up to the window's last checkpoint}}}, ``mean`` (the seeds' mean at the marks),
+``settings`` (shared and each side's), ``trl_search`` (every TRL setting tried and its median step),
+``acceptance``.
 ``--plot PNG`` (default: OUT with .png) draws solved fraction against seconds.
 """
 
