@@ -51,7 +51,7 @@ def test_all_equal_groups_train_nothing_and_move_no_weight(tiny_dir):
     from rlvr.trainers.common import build_optimizer
 
     opt, sched = build_optimizer(model, st.optim, 10)
-    met = policy_update(model, opt, sched, st, batch, 0, False)
+    met = policy_update(model, opt, sched, st, batch, False)
     assert met["train/sequences"] == 0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
@@ -62,7 +62,7 @@ def test_zero_advantage_rows_give_exactly_zero_gradient_when_kept(tiny_dir):
     adv = rl_variant(GRPOLoss()).advantages(GRPOLoss(), ro.rewards, ro.valid)
     batch = build_train_batch(ro, adv, needs_all=True, mask_truncated=False)  # kept, as KL would need them
     assert len(batch) == 4
-    update_minibatch(model, batch, stage(), 0, on_policy=True)
+    update_minibatch(model, batch, stage(), on_policy=True)
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 
 
@@ -74,7 +74,7 @@ def test_accumulation_4x2_equals_2x4(tiny_dir, loss):
     grads = []
     for micro in (2, 4, 8):
         model, _ = load_pretrained(tiny_dir)
-        update_minibatch(model, batch, stage(loss=loss, micro_batch_size=micro), 0, on_policy=False)
+        update_minibatch(model, batch, stage(loss=loss, micro_batch_size=micro), on_policy=False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6) and torch.allclose(grads[1], grads[2], atol=1e-6)
 
