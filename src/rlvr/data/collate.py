@@ -142,7 +142,7 @@ def _packed_tokens(lengths: np.ndarray, groups: list, shared: list[int]):
 
 @dataclass
 class TokenBatch:
-    """The one batch every update carries and forwards (RL, PPO, preference), right-padded to ``[B, T]``.
+    """The one batch the policy updates carry and forward (RL, PPO), right-padded to ``[B, T]``.
 
     ``input_ids [B, T]`` long, ``attention_mask [B, T]`` long, ``loss_mask [B, T]`` float (1 on trained
     tokens); per-token ``old_logprobs``, ``ref_logprobs``, ``advantages`` (a per-row advantage is spread over
