@@ -76,7 +76,12 @@ from rlvr.trainers.common import (
 )
 from rlvr.trainers.guards import grads_finite, skip_update
 from rlvr.trainers.micro_loss import ppo_micro_loss
-from rlvr.trainers.update import recompute_old_logprobs, reference_logprobs
+from rlvr.trainers.update import (
+    first_update_micros,
+    recompute_old_logprobs,
+    reference_logprobs,
+    update_micro_batches,
+)
 from rlvr.verifiers.judge import default_judge
 
 CORRECT = [RewardTerm()]  # the verifier's reward (logged as the pass rate even when an RM scores)
@@ -159,13 +164,9 @@ def build_batch(ro, rewards: torch.Tensor, valid: torch.Tensor, pad_id: int,
     return b, keep
 
 
-def _micro_slices(rows: list[int], micro: int):
-    return [rows[s:s + micro] for s in range(0, len(rows), micro)]
-
-
 @torch.no_grad()
 def critic_values(critic, b: TokenBatch, micros: list[list[int]], bf16: bool) -> torch.Tensor:
-    """The critic's values ``[B, T]`` of the batch's rows (0 off the loss mask)."""
+    """The critic's values ``[B, T]`` of the batch's rows over ``micros`` (row ids), 0 off the loss mask."""
     vals = torch.zeros(b.input_ids.shape, device=b.input_ids.device)
     for rows in micros:
         mb = b.rows(rows)
@@ -173,13 +174,16 @@ def critic_values(critic, b: TokenBatch, micros: list[list[int]], bf16: bool) ->
     return vals * b.loss_mask
 
 
-def evaluate_batch(b: TokenBatch, policy, ref, critic, stage: PPOStage, bf16: bool) -> dict:
+def evaluate_batch(b: TokenBatch, policy, ref, critic, stage: PPOStage, bf16: bool, seed: int = 0, step: int = 0,
+                   micro_tokens: int | str | None = "auto") -> dict:
     """Fill the batch's old logprobs (the training forward under no grad, in the training precision and the
-    sampling's top-k / top-p truncation: the ratio starts at exactly 1; the sampler's move to
-    ``sampler_logprobs``), reference logprobs (LoRA: adapters off) and values, with the RL stage's update
-    engine (``trainers/update.py``); returns the sampler-vs-trainer mismatch (``rollout/logprob_mismatch_*``)."""
-    micros = _micro_slices(list(range(len(b))), stage.micro_batch_size)
-    met = recompute_old_logprobs(policy, b, stage, bf16, micros)
+    sampling's top-k / top-p truncation; the sampler's move to ``sampler_logprobs``), reference logprobs (LoRA:
+    adapters off) and values with the RL stage's update engine (``trainers/update.py``), on the micro-batches
+    of the first epoch's updates: the ratio and the value clip start at exactly 1 and 0 even where kernels round
+    by batch shape. Returns the sampler-vs-trainer mismatch (``rollout/logprob_mismatch_*``)."""
+    first = minibatch_rows(len(b), stage.mini_batches, 1, seed, step)[0]
+    micros = first_update_micros(policy, b, first, stage.micro_batch_size, micro_tokens)
+    met = recompute_old_logprobs(policy, b, stage, bf16, micros, micro_tokens)
     b.ref_logprobs = reference_logprobs(ref, policy, b, stage.sampling.temperature, stage.micro_batch_size, bf16,
                                         micros, Truncation.of(stage.sampling))
     b.values = critic_values(critic, b, micros, bf16)
@@ -201,10 +205,12 @@ def compute_advantages(b: TokenBatch, kl_coef: float, gamma: float, lam: float, 
             "advantage/mean_raw": float((adv * lm).sum() / lm.sum().clamp(min=1))}
 
 
-def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step: int, bf16: bool) -> dict:
-    """``ppo_epochs`` x ``mini_batches`` optimizer steps on both the actor and the critic: the seeded mini-batch
-    shuffle (``minibatch_rows``) and the accumulation loop (``accumulate``) of the RL stage, PPO's micro-batch
-    loss (``micro_loss.ppo_micro_loss``); a mini-batch with a non-finite loss or gradient updates neither."""
+def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step: int, bf16: bool,
+               micro_tokens: int | str | None = "auto") -> dict:
+    """``ppo_epochs`` x ``mini_batches`` optimizer steps on both the actor and the critic, with the RL stage's
+    seeded mini-batch shuffle (``minibatch_rows``), micro-batch plan (``update_micro_batches``) and accumulation
+    loop (``accumulate``) around PPO's micro-batch loss (``micro_loss.ppo_micro_loss``); a mini-batch with a
+    non-finite loss or gradient updates neither model."""
     (popt, copt), (psched, csched) = opts, scheds
     agg: dict[str, float] = {}
     tokens = 0.0
@@ -212,7 +218,7 @@ def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step
     for epoch_minis in minibatch_rows(len(b), cfg.mini_batches, cfg.ppo_epochs, seed, step):
         for mini in epoch_minis:
             denom = float(b.loss_mask[mini].sum().clamp(min=1))
-            met = accumulate(_micro_slices(mini, cfg.micro_batch_size),
+            met = accumulate(update_micro_batches(policy, b, mini, cfg.micro_batch_size, micro_tokens),
                              partial(ppo_micro_loss, policy, critic, b, cfg, denom, bf16), len(mini))
             if not math.isfinite(met.pop("train/loss")) or not grads_finite(policy, critic):
                 skip_update((popt, copt))  # a non-finite mini-batch: no update at all
@@ -274,7 +280,7 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
         critic.load_state_dict(run.state["critic"])
         copt.load_state_dict(run.state["critic_optimizer"])
         csched.load_state_dict(run.state["critic_scheduler"])
-    bf16 = model_cfg.train_bf16
+    bf16, micro_tokens = model_cfg.train_bf16, model_cfg.micro_tokens
     while not run.done():
         tasks = stream.take(stage.tasks_per_step)
         ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)
@@ -286,9 +292,10 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                "kl/coef": kl_coef, "train/sequences": len(batch)}
         pause_on_infra(run, rec, len(tasks), ro.reward_errors)
         if len(batch):
-            rec.update(evaluate_batch(batch, policy, ref, critic, stage, bf16))
+            rec.update(evaluate_batch(batch, policy, ref, critic, stage, bf16, seed, run.step, micro_tokens))
             rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
-            rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step, bf16))
+            rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step, bf16,
+                                  micro_tokens))
             if stage.kl.target is not None:
                 kl_coef = adaptive_kl_coef(kl_coef, rec["kl/ref"], stage.kl.target, len(batch), stage.kl.horizon)
         else:
