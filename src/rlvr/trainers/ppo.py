@@ -58,6 +58,7 @@ from rlvr.models.heads import (
 )
 from rlvr.models.load import load_model_and_tokenizer
 from rlvr.models.truncation import Truncation
+from rlvr.monitoring.metrics import PhaseTimer
 from rlvr.rollout.collector import collect
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.common import (
@@ -282,9 +283,11 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
         csched.load_state_dict(run.state["critic_scheduler"])
     bf16, micro_tokens = model_cfg.train_bf16, model_cfg.micro_tokens
     while not run.done():
-        tasks = stream.take(stage.tasks_per_step)
-        ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)
-        batch, _ = build_batch(ro, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
+        phase = PhaseTimer()
+        with phase("rollout"):  # generate + verify (+ the reward model's scores): time/generate, time/verify inside
+            tasks = stream.take(stage.tasks_per_step)
+            ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)
+            batch, _ = build_batch(ro, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
         rec = {**rmet, "reward/mean": float(rewards[valid].mean()) if bool(valid.any()) else 0.0,
                "reward/std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
                "rollout/length_mean": float(np.mean([len(c) for c in ro.completion_ids])),
@@ -292,14 +295,18 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                "kl/coef": kl_coef, "train/sequences": len(batch)}
         pause_on_infra(run, rec, len(tasks), ro.reward_errors)
         if len(batch):
-            rec.update(evaluate_batch(batch, policy, ref, critic, stage, bf16, seed, run.step, micro_tokens))
-            rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
-            rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step, bf16,
-                                  micro_tokens))
+            with phase("ref"):  # π_old, the reference and the critic's values
+                rec.update(evaluate_batch(batch, policy, ref, critic, stage, bf16, seed, run.step, micro_tokens))
+            with phase("advantages"):
+                rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
+            with phase("train"):
+                rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step,
+                                      bf16, micro_tokens))
             if stage.kl.target is not None:
                 kl_coef = adaptive_kl_coef(kl_coef, rec["kl/ref"], stage.kl.target, len(batch), stage.kl.horizon)
         else:
             psched.step(), csched.step()
+        rec.update(phase.metrics())
         state = {"cursor": stream.cursor, "kl_coef": kl_coef, "critic": critic.state_dict(),
                  "critic_optimizer": copt.state_dict(), "critic_scheduler": csched.state_dict()}
         if log_step(run, rec, state, info=f"reward {rec['reward/mean']:.3f} kl {rec.get('kl/ref', 0.0):.2f}",

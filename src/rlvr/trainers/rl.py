@@ -23,9 +23,7 @@ the sampler-vs-trainer gap.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 import warnings
 from functools import partial
 from pathlib import Path
@@ -42,6 +40,7 @@ from rlvr.losses.aggregate import global_counts
 from rlvr.losses.mismatch import mismatch_metrics
 from rlvr.models.truncation import Truncation
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
+from rlvr.monitoring.metrics import PhaseTimer
 from rlvr.rollout.model_judge import with_model_judges
 from rlvr.trainers.common import (
     StageResult,
@@ -193,24 +192,6 @@ def policy_update(model, opt, sched, stage: RLStage, batch: TokenBatch, bf16: bo
 
 
 # ---------------------------------------------------------------------------------------- trainer
-
-
-class PhaseTimer:
-    """Wall seconds of a step's named phases: ``with phase("ref"): ...`` -> ``{"time/ref": s}``."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-
-    def metrics(self) -> dict[str, float]:
-        return {f"time/{k}": v for k, v in self.seconds.items()}
 
 
 def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,

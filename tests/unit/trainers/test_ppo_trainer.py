@@ -143,6 +143,8 @@ def test_ppo_logs_the_sampler_trainer_logprob_mismatch(tiny_dir, tmp_path):
     res = train_ppo(stage(max_steps=1), ModelConfig(path=tiny_dir), tmp_path, judge=even_judge)
     last = records(res)[-1]
     assert 0 <= last["rollout/logprob_mismatch_mean"] <= last["rollout/logprob_mismatch_max"] < 1e-4
+    for k in ("time/rollout", "time/generate", "time/verify", "time/ref", "time/advantages", "time/train"):
+        assert last[k] >= 0, k  # the step's phases, named and timed as in the RL stage
 
 
 def test_ppo_old_logprobs_and_values_come_from_the_first_updates_micro_batches(tiny_dir, tmp_path, monkeypatch):

@@ -99,6 +99,9 @@ def test_kl_with_reference_runs_and_is_logged(tiny_dir, tmp_path):
                    judge=parity_judge)
     recs = [json.loads(x) for x in open(res.metrics_path)]
     assert any("kl/ref" in r for r in recs)
+    steps = [r for r in recs if r.get("step", 0) > 0 and "train/loss" in r]
+    for k in ("time/rollout", "time/generate", "time/verify", "time/advantages", "time/ref", "time/train"):
+        assert all(r[k] >= 0 for r in steps), k  # every phase of the step named and timed
 
 
 def test_dynamic_sampling_reports_data_too_easy(tiny_dir, tmp_path):
