@@ -1,6 +1,7 @@
 """GRPO-family trainer: zero-variance groups cost nothing, accumulation is exact, resume is exact."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -148,3 +149,51 @@ def test_prompts_that_do_not_fit_the_model_are_refused_before_any_rollout(tmp_pa
     with pytest.raises(DataError, match=r"1 of 2 prompts.*40 positions.*task 'long'.*max_new_tokens"):
         train_rl(st, ModelConfig(path=str(model_dir)), tmp_path / "run", judge=parity_judge)
     assert not (tmp_path / "run" / st.name / "checkpoints").exists()
+
+
+def test_asynchronous_rollouts_train_on_prefetched_batches(tiny_dir, tmp_path):
+    """``max_staleness`` 1 picks the asynchronous source: each next batch is sampled on a background thread by an
+    engine holding its own copy of the weights (as Ray workers or vLLM do), tagged with their version, while the
+    current one trains. The copy takes version v only once batch v was drawn (so every batch after the first is
+    one step stale, whatever the threads' timing)."""
+    import copy
+    import threading
+
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.trainers.parallel import DistContext
+
+    class CopyEngine:
+        def __init__(self, model, tok):
+            self.inner, self.version, self.calls = HFEngine(copy.deepcopy(model), tok), 0, 0
+            self.cond = threading.Condition()
+
+        def generate(self, prompts, params):
+            with self.cond:  # no weight update while sampling
+                self.calls += 1
+                self.cond.notify_all()
+                gen = self.inner.generate(prompts, params)
+                gen.policy_version = [self.version] * len(gen.completion_ids)
+                return gen
+
+        def sync_weights(self, model):
+            pass
+
+    class Prefetching(DistContext):
+        max_staleness = 1
+
+        def engine(self, model, tok, bf16=False):
+            self.copy = CopyEngine(model, tok)
+            return self.copy
+
+        def publish(self, model, version):
+            with self.copy.cond:
+                assert self.copy.cond.wait_for(lambda: version == 0 or self.copy.calls > version, timeout=120)
+                self.copy.inner.model.load_state_dict(model.state_dict())
+                self.copy.version = version
+
+    res = train_rl(stage(max_steps=3, mini_batches=2), ModelConfig(path=tiny_dir), tmp_path, judge=parity_judge,
+                   dist=Prefetching())
+    steps = [r for r in map(json.loads, open(res.metrics_path)) if "rollout/staleness" in r]
+    assert [(r["step"], r["rollout/staleness"], r["rollout/stale_dropped"]) for r in steps] == \
+        [(1, 0, 0), (2, 1, 0), (3, 1, 0)]
+    assert all(r["train/sequences"] > 0 and math.isfinite(r["train/loss"]) for r in steps if r.get("train/updates"))
