@@ -148,9 +148,10 @@ class TokenBatch:
     tokens); per-token ``old_logprobs``, ``ref_logprobs``, ``advantages`` (a per-row advantage is spread over
     its row), ``values``, ``returns``, ``sampler_logprobs`` (the engine's, where ``old_logprobs`` were
     recomputed by the trainer: the mismatch correction compares the two) ``[B, T]`` float (0 on padding, and
-    ``old_logprobs`` 0 on the prompt), or None where the update does not use them; ``rewards [B]`` (PPO's
-    sequence reward), or None; ``skipped_mask [S, T']`` float: the loss masks of valid rows that are not
-    forwarded (zero advantage) but count in the loss's denominators, or None.
+    ``old_logprobs`` 0 on the prompt), or None where the update does not use them; per row, ``rewards [B]`` float
+    (the trajectory's reward; PPO's sequence reward) and ``group_ids [B]`` long (the group, i.e. the task, it was
+    sampled for), or None; ``skipped_mask [S, T']`` float: the loss masks of valid rows that are not forwarded
+    (zero advantage) but count in the loss's denominators, or None.
 
     Row ids ``0 .. num_rows - 1`` (for :meth:`subset` and the mini-batch shuffle) run over the forwarded rows
     first, then the skipped ones; ``len()`` is the number of forwarded rows.
@@ -167,8 +168,10 @@ class TokenBatch:
     rewards: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None
     skipped_mask: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
 
     PER_TOKEN = ("old_logprobs", "ref_logprobs", "advantages", "values", "returns", "sampler_logprobs")
+    PER_ROW = ("rewards", "group_ids")
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -190,12 +193,12 @@ class TokenBatch:
     @classmethod
     def from_rows(cls, seqs: list[list[int]], masks: list[list[int]], pad_id: int = 0, device=None, *,
                   advantages: list[float] | list[list[float]] | None = None,
-                  skipped_masks: list[list[int]] | None = None,
-                  **per_token: list[list[float]] | None) -> "TokenBatch":
+                  skipped_masks: list[list[int]] | None = None, rewards: list[float] | None = None,
+                  group_ids: list[int] | None = None, **per_token: list[list[float]] | None) -> "TokenBatch":
         """Right-pad rows of ids with their loss masks and per-token lists (each row as long as its ids, or
         shorter: the rest is 0) to one batch on ``device``. ``advantages``: per row a float (spread over the
         row's tokens; the loss mask keeps it off the prompt) or a per-token list; ``skipped_masks``: the loss
-        masks of the rows counted but not forwarded."""
+        masks of the rows counted but not forwarded; ``rewards``, ``group_ids``: per row."""
         if advantages is not None:
             per_token["advantages"] = [a if isinstance(a, list) else [float(a)] * len(ids)
                                        for a, ids in zip(advantages, seqs)]
@@ -210,7 +213,9 @@ class TokenBatch:
         skipped = None
         if skipped_masks:
             skipped = pad_batch(skipped_masks, 0, skipped_masks, left=False, device=device)[2]
-        return cls(ids, att, lm, **extra, skipped_mask=skipped)
+        per_row = {k: None if v is None else torch.tensor(v, dtype=d, device=ids.device)
+                   for k, v, d in (("rewards", rewards, torch.float32), ("group_ids", group_ids, torch.long))}
+        return cls(ids, att, lm, **extra, **per_row, skipped_mask=skipped)
 
     @classmethod
     def empty(cls) -> "TokenBatch":
@@ -221,9 +226,10 @@ class TokenBatch:
         """The forwarded rows ``idx``, cut to their longest sequence (right padding): a micro-batch."""
         T = int(self.attention_mask[idx].sum(dim=1).max()) if len(idx) else 1
         cut = lambda t: None if t is None else t[idx, :T]  # noqa: E731
+        pick = lambda t: None if t is None else t[idx]  # noqa: E731
         return TokenBatch(cut(self.input_ids), cut(self.attention_mask), cut(self.loss_mask),
                           **{k: cut(getattr(self, k)) for k in self.PER_TOKEN},
-                          rewards=None if self.rewards is None else self.rewards[idx])
+                          **{k: pick(getattr(self, k)) for k in self.PER_ROW})
 
     def subset(self, rows: list[int]) -> "TokenBatch":
         """The rows ``rows`` (ids over the forwarded rows, then the skipped ones): a mini-batch."""
@@ -240,5 +246,5 @@ class TokenBatch:
             return self
         move = lambda t: None if t is None else t.to(device)  # noqa: E731
         return TokenBatch(move(self.input_ids), move(self.attention_mask), move(self.loss_mask),
-                          **{k: move(getattr(self, k)) for k in self.PER_TOKEN}, rewards=move(self.rewards),
+                          **{k: move(getattr(self, k)) for k in self.PER_TOKEN + self.PER_ROW},
                           skipped_mask=move(self.skipped_mask))

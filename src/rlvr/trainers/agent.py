@@ -134,7 +134,7 @@ def build_agent_batch(trajs: list[Trajectory], per_turn: list[list[float]], need
     is not part of the loss at all (its advantages still entered its group's baseline, as in single-turn).
     ``into``: the step's :class:`~rlvr.rollout.source.RolloutBatch` to fill instead of a new batch; ``pad_id``:
     the tokenizer's padding id."""
-    ids, masks, old, advs, skipped = [], [], [], [], []
+    ids, masks, old, advs, skipped, rewards, groups = [], [], [], [], [], [], []
     for tr, adv in zip(trajs, per_turn):
         if not tr.valid or not tr.turns or (mask_truncated and truncated(tr)):
             continue
@@ -148,7 +148,10 @@ def build_agent_batch(trajs: list[Trajectory], per_turn: list[list[float]], need
             masks.append(list(seg.loss_mask))
             old.append(list(seg.old_logprobs))
             advs.append(seg_adv)
-    rows = TokenBatch.from_rows(ids, masks, pad_id, old_logprobs=old, advantages=advs, skipped_masks=skipped)
+            rewards.append(tr.reward)
+            groups.append(tr.group)
+    rows = TokenBatch.from_rows(ids, masks, pad_id, old_logprobs=old, advantages=advs, skipped_masks=skipped,
+                                rewards=rewards, group_ids=groups)
     return rows if into is None else into.set_rows(rows)
 
 

@@ -160,7 +160,7 @@ def build_batch(ro, rewards: torch.Tensor, valid: torch.Tensor, pad_id: int,
     seqs = [ro.prompt_ids[i] + ro.completion_ids[i] for i in keep]
     masks = [[0] * len(ro.prompt_ids[i]) + [1] * len(ro.completion_ids[i]) for i in keep]
     old = [[0.0] * len(ro.prompt_ids[i]) + list(ro.old_logprobs[i]) for i in keep]
-    b = TokenBatch.from_rows(seqs, masks, pad_id, device=device, old_logprobs=old)
+    b = TokenBatch.from_rows(seqs, masks, pad_id, device=device, old_logprobs=old, group_ids=keep)
     b.rewards = rewards[keep].float().to(b.input_ids.device)
     return b, keep
 

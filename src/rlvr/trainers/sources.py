@@ -110,8 +110,8 @@ def build_train_batch(ro, advantages, needs_all: bool, mask_truncated: bool, int
     truncated ones are not part of the loss at all. ``into``: the step's
     :class:`~rlvr.rollout.source.RolloutBatch` to fill instead of a new batch; ``pad_id``: the tokenizer's."""
     adv = advantages.reshape(-1).tolist() if isinstance(advantages, torch.Tensor) else advantages
-    valid = ro.valid.reshape(-1).tolist()
-    ids, masks, old, advs, skipped = [], [], [], [], []
+    valid, rewards = ro.valid.reshape(-1).tolist(), ro.rewards.reshape(-1).tolist()
+    ids, masks, old, advs, skipped, row_rewards, groups = [], [], [], [], [], [], []
     for i, (p, c) in enumerate(zip(ro.prompt_ids, ro.completion_ids)):
         if not valid[i] or not c or (mask_truncated and ro.finish_reason[i] == "length"):
             continue
@@ -124,7 +124,10 @@ def build_train_batch(ro, advantages, needs_all: bool, mask_truncated: bool, int
         masks.append(mask)
         old.append([0.0] * len(p) + list(ro.old_logprobs[i]))
         advs.append([0.0] * len(p) + list(adv[i]) if per_token else adv[i])
-    rows = TokenBatch.from_rows(ids, masks, pad_id, old_logprobs=old, advantages=advs, skipped_masks=skipped)
+        row_rewards.append(rewards[i])
+        groups.append(i // ro.group_size)
+    rows = TokenBatch.from_rows(ids, masks, pad_id, old_logprobs=old, advantages=advs, skipped_masks=skipped,
+                                rewards=row_rewards, group_ids=groups)
     return rows if into is None else into.set_rows(rows)
 
 

@@ -53,6 +53,7 @@ def test_one_multi_turn_step_per_credit_estimator_trains_only_policy_tokens(cred
     rows = [(batch.input_ids[i, :n].tolist(), batch.loss_mask[i, :n].tolist(), batch.advantages[i, :n].tolist())
             for i, n in enumerate(batch.lengths())]
     assert all(not any(a) for a in batch.advantages[:, max(batch.lengths()):].tolist())  # padding: nothing
+    assert batch.group_ids.tolist() == sorted(batch.group_ids.tolist()) and set(batch.group_ids.tolist()) <= {0, 1, 2}
     for seq, mask, adv in rows:
         assert len(adv) == len(seq) == len(mask) and any(adv)
         assert all(a == 0.0 for a, m in zip(adv, mask) if not m)  # observation and prompt tokens: nothing

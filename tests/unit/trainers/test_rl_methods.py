@@ -194,3 +194,4 @@ def test_per_token_advantages_reach_the_batch():
     assert len(batch) == 1 and batch.num_rows == 2
     assert batch.advantages[0].tolist() == [0.0, 0.0, 0.0, 0.5, 1.0, -1.0]  # 3 prompt positions, then the completion
     assert torch.equal(batch.advantages * batch.loss_mask, torch.tensor([[0.0, 0, 0, 0.5, 1.0, -1.0]]))
+    assert batch.rewards.tolist() == [1.0] and batch.group_ids.tolist() == [0]  # per row: its reward and group
