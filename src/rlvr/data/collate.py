@@ -194,7 +194,7 @@ class TokenBatch:
     def from_rows(cls, seqs: list[list[int]], masks: list[list[int]], pad_id: int = 0, device=None, *,
                   advantages: list[float] | list[list[float]] | None = None,
                   skipped_masks: list[list[int]] | None = None, rewards: list[float] | None = None,
-                  group_ids: list[int] | None = None, **per_token: list[list[float]] | None) -> "TokenBatch":
+                  group_ids: list[int] | None = None, **per_token: list[list[float]] | None) -> TokenBatch:
         """Right-pad rows of ids with their loss masks and per-token lists (each row as long as its ids, or
         shorter: the rest is 0) to one batch on ``device``. ``advantages``: per row a float (spread over the
         row's tokens; the loss mask keeps it off the prompt) or a per-token list; ``skipped_masks``: the loss
@@ -218,20 +218,20 @@ class TokenBatch:
         return cls(ids, att, lm, **extra, **per_row, skipped_mask=skipped)
 
     @classmethod
-    def empty(cls) -> "TokenBatch":
+    def empty(cls) -> TokenBatch:
         return cls(torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1),
                    rewards=torch.zeros(0))
 
-    def rows(self, idx: list[int]) -> "TokenBatch":
+    def rows(self, idx: list[int]) -> TokenBatch:
         """The forwarded rows ``idx``, cut to their longest sequence (right padding): a micro-batch."""
         T = int(self.attention_mask[idx].sum(dim=1).max()) if len(idx) else 1
-        cut = lambda t: None if t is None else t[idx, :T]  # noqa: E731
-        pick = lambda t: None if t is None else t[idx]  # noqa: E731
+        cut = lambda t: None if t is None else t[idx, :T]
+        pick = lambda t: None if t is None else t[idx]
         return TokenBatch(cut(self.input_ids), cut(self.attention_mask), cut(self.loss_mask),
                           **{k: cut(getattr(self, k)) for k in self.PER_TOKEN},
                           **{k: pick(getattr(self, k)) for k in self.PER_ROW})
 
-    def subset(self, rows: list[int]) -> "TokenBatch":
+    def subset(self, rows: list[int]) -> TokenBatch:
         """The rows ``rows`` (ids over the forwarded rows, then the skipped ones): a mini-batch."""
         n = len(self)
         out = self.rows([i for i in rows if i < n])
@@ -240,11 +240,11 @@ class TokenBatch:
             out.skipped_mask = self.skipped_mask[skipped]
         return out
 
-    def to(self, device) -> "TokenBatch":
+    def to(self, device) -> TokenBatch:
         """The same rows on ``device`` (itself when they are there already)."""
         if self.input_ids.device == torch.device(device):
             return self
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        move = lambda t: None if t is None else t.to(device)
         return TokenBatch(move(self.input_ids), move(self.attention_mask), move(self.loss_mask),
                           **{k: move(getattr(self, k)) for k in self.PER_TOKEN + self.PER_ROW},
                           skipped_mask=move(self.skipped_mask))

@@ -51,12 +51,12 @@ class RolloutBatch(TokenBatch):
     policy_version: list[int] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, **kw) -> "RolloutBatch":
+    def empty(cls, **kw) -> RolloutBatch:
         """A batch with no training rows yet (the advantages phase adds them with :meth:`set_rows`)."""
         e = TokenBatch.empty()
         return cls(e.input_ids, e.attention_mask, e.loss_mask, **kw)
 
-    def set_rows(self, rows: TokenBatch) -> "RolloutBatch":
+    def set_rows(self, rows: TokenBatch) -> RolloutBatch:
         """Take ``rows``' training rows (every :class:`TokenBatch` field) into this batch; returns it."""
         for f in fields(TokenBatch):
             setattr(self, f.name, getattr(rows, f.name))
