@@ -75,7 +75,7 @@ class RolloutSource(Protocol):
 
     def advantages(self, batch: RolloutBatch, stage, needs_all: bool) -> None:
         """Fill ``batch``'s training rows with their advantages; rows whose advantages are all 0 are not
-        forwarded unless ``needs_all`` (KL, entropy), but still counted (``skipped_masks``)."""
+        forwarded unless ``needs_all`` (KL, entropy), but still counted (``skipped_mask``)."""
 
     def log_samples(self, step: int, batch: RolloutBatch) -> None:
         """Write sampled completions with their verdicts (``logging.samples_every``)."""
