@@ -185,10 +185,12 @@ class TokenBatch:
         """Each forwarded row's length (its real tokens)."""
         return self.attention_mask.sum(dim=1).tolist()
 
-    def prompt(self, i: int) -> tuple[int, ...] | None:
-        """Row ``i``'s ids before its first trained token (its prompt), None when it trains on no token."""
-        m = self.loss_mask[i]
-        return tuple(self.input_ids[i, : int(m.argmax())].tolist()) if bool(m.any()) else None
+    def prompts(self) -> list[tuple[int, ...] | None]:
+        """Each forwarded row's ids before its first trained token (its prompt), None for a row that trains on no
+        token (read on the CPU in one pass)."""
+        lm, ids = self.loss_mask.cpu(), self.input_ids.cpu()
+        has, first = lm.any(dim=1).tolist(), lm.argmax(dim=1).tolist()
+        return [tuple(ids[i, :first[i]].tolist()) if has[i] else None for i in range(len(self))]
 
     @classmethod
     def from_rows(cls, seqs: list[list[int]], masks: list[list[int]], pad_id: int = 0, device=None, *,

@@ -22,8 +22,8 @@ def update_micro_batches(model, batch: TokenBatch, rows: list[int], micro: int,
     ``batch.subset(rows)`` (``micro_tokens``: ``model.micro_tokens``, see ``micro_token_budget``): length-sorted,
     a group's rows kept together (the packed forward shares their prompt)."""
     fwd = [i for i in rows if i < len(batch)]
-    lengths = batch.lengths()
-    prompts = [batch.prompt(i) or i for i in fwd]
+    lengths, rows_prompt = batch.lengths(), batch.prompts()
+    prompts = [i if rows_prompt[i] is None else rows_prompt[i] for i in fwd]
     packed = hooks.packed_forward(model)
     plan = plan_micro_batches([lengths[i] for i in fwd], micro, split_overhead(model, packed),
                               micro_token_budget(model, micro_tokens), prompts,

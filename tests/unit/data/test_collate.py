@@ -31,7 +31,7 @@ def test_token_batch_counts_skipped_rows_and_cuts_mini_batches_by_row_id():
                              old_logprobs=[[0.0, -1.0, -1.0], [0.0, 0.0, -2.0, -2.0, -2.0]], advantages=[1.0, -1.0],
                              skipped_masks=[[0, 1], [0, 0, 1, 1]], rewards=[1.0, 0.0], group_ids=[0, 3])
     assert (len(b), b.num_rows, b.lengths()) == (2, 4, [3, 5])
-    assert b.prompt(0) == (1,) and b.prompt(1) == (4, 5)
+    assert b.prompts() == [(1,), (4, 5)]
     assert b.skipped_mask.tolist() == [[0, 1, 0, 0], [0, 0, 1, 1]]
     mini = b.subset([3, 0])                       # the second skipped row and the first forwarded one
     assert mini.input_ids.tolist() == [[1, 2, 3]] and mini.advantages.tolist() == [[1.0, 1.0, 1.0]]
