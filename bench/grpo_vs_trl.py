@@ -346,7 +346,7 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
     import torch
 
     from rlvr.data.chat import encode_prompt
-    from rlvr.data.collate import TrainBatch
+    from rlvr.data.collate import TokenBatch
     from rlvr.trainers.rl import update_minibatch
 
     trainer = trl_trainer(a, model_dir, plain, work)
@@ -368,10 +368,12 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
     stage = rlvr_stage(a, len(tasks))
     # the sampler's logprobs = the policy's own (it sampled them): rlvr's sampler/trainer mismatch correction
     # (on by default) then weighs every row 1, as TRL's loss does
-    batch = TrainBatch([p + c for p, c in rows], [[0] * len(p) + [1] * len(c) for p, c in rows],
-                       [[0.0] * len(p) + x.tolist() for (p, _), x in zip(rows, lp)],
-                       [[0.0] * len(p) + r.tolist() for (p, _), r in zip(rows, ref)], adv)
-    met = update_minibatch(model, batch, stage, tok.pad_token_id, on_policy=True)
+    batch = TokenBatch.from_rows([p + c for p, c in rows], [[0] * len(p) + [1] * len(c) for p, c in rows],
+                                 tok.pad_token_id,
+                                 old_logprobs=[[0.0] * len(p) + x.tolist() for (p, _), x in zip(rows, lp)],
+                                 ref_logprobs=[[0.0] * len(p) + r.tolist() for (p, _), r in zip(rows, ref)],
+                                 advantages=adv)
+    met = update_minibatch(model, batch, stage, on_policy=True)
     grad_ours = torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
     model.zero_grad(set_to_none=True)
     # TRL: _compute_loss on the same rows, completions right-padded

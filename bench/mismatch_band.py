@@ -76,8 +76,8 @@ def gap(model, tok, st, seeds):
             lr, toks = [], []
             for seed in seeds:
                 b = sampled(model, tok, st, dec, seed)
-                lps = rl.forward_logprobs(model, b, tok.pad_token_id, st.sampling.temperature, st.micro_batch_size,
-                                          trn, None, Truncation.of(st.sampling))
+                lps = rl.forward_logprobs(model, b, st.sampling.temperature, st.micro_batch_size, trn, None,
+                                          Truncation.of(st.sampling))
                 lr += row_log_rho(lps, b.old_logprobs, b.loss_mask)
                 toks += [abs(a - c) for t, s, m in zip(lps, b.old_logprobs, b.loss_mask)
                          for a, c, k in zip(t, s, m) if k]
@@ -113,7 +113,7 @@ def paths(model, tok, st, seed, band):
             batch = copy.deepcopy(base)
             seen.clear()
             opt, sched = build_optimizer(model, s.optim, 10)
-            met = rl.policy_update(model, opt, sched, s, batch, tok.pad_token_id, False, seed=seed, step=0)
+            met = rl.policy_update(model, opt, sched, s, batch, False, seed=seed, step=0)
             out[name] = (met, dict(seen))
     finally:
         rl.mismatch_sums = orig

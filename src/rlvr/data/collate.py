@@ -3,7 +3,7 @@ generation)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -141,59 +141,20 @@ def _packed_tokens(lengths: np.ndarray, groups: list, shared: list[int]):
 
 
 @dataclass
-class TrainBatch:
-    """Trajectories selected for the backward pass (row-aligned lists; per-token lists include the prompt),
-    plus the ``skipped_masks`` of the valid rows that are not forwarded (zero advantage) but count in the
-    loss's denominators.
-
-    Row indices ``0 .. num_rows - 1`` (for :meth:`subset` and mini-batch shuffling) run over the forwarded
-    rows first, then the skipped ones; ``len()`` is the number of forwarded rows.
-    """
-
-    input_ids: list[list[int]]
-    loss_mask: list[list[int]]
-    old_logprobs: list[list[float]]   # 0 on prompt positions
-    ref_logprobs: list[list[float]] | None
-    advantages: list[float] | list[list[float]]   # per row, or (multi-turn credit) per token
-    skipped_masks: list[list[int]] = field(default_factory=list)
-    sampler_logprobs: list[list[float]] | None = None
-    """The engine's logprobs, kept here when the trainer recomputes ``old_logprobs`` (an off-policy update);
-    None: ``old_logprobs`` are still the engine's. The mismatch correction compares the two."""
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-    @property
-    def num_rows(self) -> int:
-        """Rows counted in the denominators: forwarded and skipped."""
-        return len(self.input_ids) + len(self.skipped_masks)
-
-    def tokens(self, pad_id: int, device=None) -> "TokenBatch":
-        """The forwarded rows as a :class:`TokenBatch`; a per-row advantage is spread over its row's tokens
-        (the loss mask keeps it off the prompt)."""
-        adv = [a if isinstance(a, list) else [float(a)] * len(ids) for a, ids in zip(self.advantages, self.input_ids)]
-        return TokenBatch.from_rows(self.input_ids, self.loss_mask, pad_id, device=device,
-                                    old_logprobs=self.old_logprobs, ref_logprobs=self.ref_logprobs, advantages=adv,
-                                    sampler_logprobs=self.sampler_logprobs)
-
-    def subset(self, rows: list[int]) -> TrainBatch:
-        n = len(self.input_ids)
-        fwd = [i for i in rows if i < n]
-        pick = lambda xs: None if xs is None else [xs[i] for i in fwd]  # noqa: E731
-        return TrainBatch(pick(self.input_ids), pick(self.loss_mask), pick(self.old_logprobs),
-                          pick(self.ref_logprobs), pick(self.advantages),
-                          [self.skipped_masks[i - n] for i in rows if i >= n], pick(self.sampler_logprobs))
-
-
-@dataclass
 class TokenBatch:
-    """The token batch every policy update forwards (RL, PPO, preference), right-padded to ``[B, T]``.
+    """The one batch the policy updates carry and forward (RL, PPO), right-padded to ``[B, T]``.
 
     ``input_ids [B, T]`` long, ``attention_mask [B, T]`` long, ``loss_mask [B, T]`` float (1 on trained
-    tokens); per-token ``old_logprobs``, ``ref_logprobs``, ``advantages``, ``values``, ``returns``,
-    ``sampler_logprobs`` (the engine's, where ``old_logprobs`` were recomputed by the trainer)
-    ``[B, T]`` float (0 on prompt and padding), or None where the update does not use them;
-    ``rewards [B]`` (PPO's sequence reward), or None.
+    tokens); per-token ``old_logprobs``, ``ref_logprobs``, ``advantages`` (a per-row advantage is spread over
+    its row), ``values``, ``returns``, ``sampler_logprobs`` (the engine's, where ``old_logprobs`` were
+    recomputed by the trainer: the mismatch correction compares the two) ``[B, T]`` float (0 on padding, and
+    ``old_logprobs`` 0 on the prompt), or None where the update does not use them; per row, ``rewards [B]`` float
+    (the trajectory's reward; PPO's sequence reward) and ``group_ids [B]`` long (the group, i.e. the task, it was
+    sampled for), or None; ``skipped_mask [S, T']`` float: the loss masks of valid rows that are not forwarded
+    (zero advantage) but count in the loss's denominators, or None.
+
+    Row ids ``0 .. num_rows - 1`` (for :meth:`subset` and the mini-batch shuffle) run over the forwarded rows
+    first, then the skipped ones; ``len()`` is the number of forwarded rows.
     """
 
     input_ids: torch.Tensor
@@ -206,34 +167,86 @@ class TokenBatch:
     returns: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     sampler_logprobs: torch.Tensor | None = None
+    skipped_mask: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
 
     PER_TOKEN = ("old_logprobs", "ref_logprobs", "advantages", "values", "returns", "sampler_logprobs")
+    PER_ROW = ("rewards", "group_ids")
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    @classmethod
-    def from_rows(cls, seqs: list[list[int]], masks: list[list[int]], pad_id: int, device=None,
-                  **per_token: list[list[float]] | None) -> "TokenBatch":
-        """Right-pad rows of ids with their loss masks and per-token lists (each row as long as its ids, or
-        shorter: the rest is 0) to one batch on ``device``."""
-        ids, att, lm = pad_batch(seqs, pad_id, masks, left=False, device=device)
-        T = ids.shape[1]
-        extra = {k: None if v is None else torch.tensor([list(r) + [0.0] * (T - len(r)) for r in v],
-                                                        dtype=torch.float32, device=ids.device)
-                 for k, v in per_token.items()}
-        return cls(ids, att, lm, **extra)
+    @property
+    def num_rows(self) -> int:
+        """Rows counted in the denominators: forwarded and skipped."""
+        return len(self) + (0 if self.skipped_mask is None else self.skipped_mask.shape[0])
+
+    def lengths(self) -> list[int]:
+        """Each forwarded row's length (its real tokens)."""
+        return self.attention_mask.sum(dim=1).tolist()
+
+    def prompts(self) -> list[tuple[int, ...] | None]:
+        """Each forwarded row's ids before its first trained token (its prompt), None for a row that trains on no
+        token (read on the CPU in one pass)."""
+        lm, ids = self.loss_mask.cpu(), self.input_ids.cpu()
+        has, first = lm.any(dim=1).tolist(), lm.argmax(dim=1).tolist()
+        return [tuple(ids[i, :first[i]].tolist()) if has[i] else None for i in range(len(self))]
 
     @classmethod
-    def empty(cls) -> "TokenBatch":
+    def from_rows(cls, seqs: list[list[int]], masks: list[list[int]], pad_id: int = 0, device=None, *,
+                  advantages: list[float] | list[list[float]] | None = None,
+                  skipped_masks: list[list[int]] | None = None, rewards: list[float] | None = None,
+                  group_ids: list[int] | None = None, **per_token: list[list[float]] | None) -> TokenBatch:
+        """Right-pad rows of ids with their loss masks and per-token lists (each row as long as its ids, or
+        shorter: the rest is 0) to one batch on ``device``. ``advantages``: per row a float (spread over the
+        row's tokens; the loss mask keeps it off the prompt) or a per-token list; ``skipped_masks``: the loss
+        masks of the rows counted but not forwarded; ``rewards``, ``group_ids``: per row."""
+        if advantages is not None:
+            per_token["advantages"] = [a if isinstance(a, list) else [float(a)] * len(ids)
+                                       for a, ids in zip(advantages, seqs)]
+        if seqs:
+            ids, att, lm = pad_batch(seqs, pad_id, masks, left=False, device=device)
+        else:
+            ids, att, lm = (torch.zeros(0, 1, dtype=d, device=device) for d in (torch.long, torch.long, torch.float32))
+        T = ids.shape[1]
+        extra = {k: None if v is None else torch.tensor([list(r) + [0.0] * (T - len(r)) for r in v],
+                                                        dtype=torch.float32, device=ids.device).reshape(len(seqs), T)
+                 for k, v in per_token.items()}
+        skipped = None
+        if skipped_masks:
+            skipped = pad_batch(skipped_masks, 0, skipped_masks, left=False, device=device)[2]
+        per_row = {k: None if v is None else torch.tensor(v, dtype=d, device=ids.device)
+                   for k, v, d in (("rewards", rewards, torch.float32), ("group_ids", group_ids, torch.long))}
+        return cls(ids, att, lm, **extra, **per_row, skipped_mask=skipped)
+
+    @classmethod
+    def empty(cls) -> TokenBatch:
         return cls(torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1, dtype=torch.long), torch.zeros(0, 1),
                    rewards=torch.zeros(0))
 
-    def rows(self, idx: list[int]) -> "TokenBatch":
-        """The rows ``idx``, cut to their longest sequence (right padding): a micro-batch."""
-        T = int(self.attention_mask[idx].sum(dim=1).max())
-        cut = lambda t: None if t is None else t[idx, :T]  # noqa: E731
+    def rows(self, idx: list[int]) -> TokenBatch:
+        """The forwarded rows ``idx``, cut to their longest sequence (right padding): a micro-batch."""
+        T = int(self.attention_mask[idx].sum(dim=1).max()) if len(idx) else 1
+        cut = lambda t: None if t is None else t[idx, :T]
+        pick = lambda t: None if t is None else t[idx]
         return TokenBatch(cut(self.input_ids), cut(self.attention_mask), cut(self.loss_mask),
                           **{k: cut(getattr(self, k)) for k in self.PER_TOKEN},
-                          rewards=None if self.rewards is None else self.rewards[idx])
+                          **{k: pick(getattr(self, k)) for k in self.PER_ROW})
 
+    def subset(self, rows: list[int]) -> TokenBatch:
+        """The rows ``rows`` (ids over the forwarded rows, then the skipped ones): a mini-batch."""
+        n = len(self)
+        out = self.rows([i for i in rows if i < n])
+        skipped = [i - n for i in rows if i >= n]
+        if skipped:
+            out.skipped_mask = self.skipped_mask[skipped]
+        return out
+
+    def to(self, device) -> TokenBatch:
+        """The same rows on ``device`` (itself when they are there already)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        move = lambda t: None if t is None else t.to(device)
+        return TokenBatch(move(self.input_ids), move(self.attention_mask), move(self.loss_mask),
+                          **{k: move(getattr(self, k)) for k in self.PER_TOKEN + self.PER_ROW},
+                          skipped_mask=move(self.skipped_mask))

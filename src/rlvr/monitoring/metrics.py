@@ -3,6 +3,7 @@ section turns on (TensorBoard, W&B: :mod:`rlvr.monitoring.sinks`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -69,3 +70,22 @@ def truncate_metrics_after(path: str | Path, step: int) -> None:
     p = Path(path)
     if p.exists():
         write_jsonl_atomic(p, read_metrics(p, after_step=step))
+
+
+class PhaseTimer:
+    """Wall seconds of a step's named phases: ``with phase("ref"): ...`` -> ``{"time/ref": s}`` (the RL and PPO
+    steps: ``time/rollout``, ``time/advantages``, ``time/ref``, ``time/train``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
+
+    def metrics(self) -> dict[str, float]:
+        return {f"time/{k}": v for k, v in self.seconds.items()}

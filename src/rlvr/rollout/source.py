@@ -8,17 +8,17 @@ guidance, residual) are wrappers inside the single-turn source's collection (``r
 step then reads the same whatever the source::
 
     batch = source.next_batch(step, stage)          # generate + verify: the sampled episodes, rewards, metrics
-    source.advantages(batch, stage, needs_all)      # advantages -> the training rows of the same batch
-    batch.ref_logprobs = reference pass             # optional (KL)
-    policy update on batch                          # the batch is a TrainBatch: rows, masks, logprobs
+    source.advantages(batch, stage, needs_all)      # advantages -> the [B, T] training rows of the same batch
+    batch.ref_logprobs = reference pass             # optional (KL): a [B, T] tensor of the same batch
+    policy update on batch                          # mini-batches and micro-batches are row slices of it
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
 
-from rlvr.data.collate import TrainBatch
+from rlvr.data.collate import TokenBatch
 
 
 def staleness(versions: list[int], step: int) -> int:
@@ -27,10 +27,12 @@ def staleness(versions: list[int], step: int) -> int:
 
 
 @dataclass
-class RolloutBatch(TrainBatch):
-    """One step's batch from generation to the update. As a :class:`~rlvr.data.collate.TrainBatch` it holds
-    the training rows (ids, loss masks, the sampler's logprobs, advantages, then the reference's logprobs),
-    filled by the source's advantages phase; around them, what the step logs and checks:
+class RolloutBatch(TokenBatch):
+    """One step's batch from generation to the update. As a :class:`~rlvr.data.collate.TokenBatch` it holds
+    the training rows as ``[B, T]`` tensors (ids, attention and loss masks, the sampler's logprobs, advantages,
+    then the reference's logprobs; the skipped rows' masks), filled once by the source's advantages phase and
+    read in place by the reference pass and the update (mini- and micro-batches are row slices of it); around
+    them, what the step logs and checks:
 
     ``episodes`` (what was sampled: ``Rollouts`` or multi-turn trajectories; read only by its source),
     ``metrics`` (the rollout's and verifier's metrics row), ``task_ids`` (for the non-finite log, None when
@@ -49,9 +51,16 @@ class RolloutBatch(TrainBatch):
     policy_version: list[int] = field(default_factory=list)
 
     @classmethod
-    def empty(cls, **kw) -> "RolloutBatch":
-        """A batch with no training rows yet (the advantages phase adds them)."""
-        return cls([], [], [], None, [], **kw)
+    def empty(cls, **kw) -> RolloutBatch:
+        """A batch with no training rows yet (the advantages phase adds them with :meth:`set_rows`)."""
+        e = TokenBatch.empty()
+        return cls(e.input_ids, e.attention_mask, e.loss_mask, **kw)
+
+    def set_rows(self, rows: TokenBatch) -> RolloutBatch:
+        """Take ``rows``' training rows (every :class:`TokenBatch` field) into this batch; returns it."""
+        for f in fields(TokenBatch):
+            setattr(self, f.name, getattr(rows, f.name))
+        return self
 
 
 @runtime_checkable
@@ -66,7 +75,7 @@ class RolloutSource(Protocol):
 
     def advantages(self, batch: RolloutBatch, stage, needs_all: bool) -> None:
         """Fill ``batch``'s training rows with their advantages; rows whose advantages are all 0 are not
-        forwarded unless ``needs_all`` (KL, entropy), but still counted (``skipped_masks``)."""
+        forwarded unless ``needs_all`` (KL, entropy), but still counted (``skipped_mask``)."""
 
     def log_samples(self, step: int, batch: RolloutBatch) -> None:
         """Write sampled completions with their verdicts (``logging.samples_every``)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr.data.collate import TrainBatch
+from rlvr.data.collate import TokenBatch
 from rlvr.errors import ConfigError
 from rlvr.models.turn_critic import TurnCritic, boundary_features, fit_critic, save_critic
 from rlvr.rollout.agent_stats import agent_metrics, horizon_note
@@ -126,14 +126,15 @@ def truncated(tr: Trajectory) -> bool:
 
 
 def build_agent_batch(trajs: list[Trajectory], per_turn: list[list[float]], needs_all: bool,
-                      mask_truncated: bool = False, into: TrainBatch | None = None) -> TrainBatch:
+                      mask_truncated: bool = False, into=None, pad_id: int = 0) -> TokenBatch:
     """Training rows: exactly the ids of each segment of each valid trajectory (one segment unless the
     template split it), with per-token advantages; rows whose advantages are all 0 are not forwarded
-    unless ``needs_all`` (KL, entropy) but still counted in the loss's denominators (``skipped_masks``).
+    unless ``needs_all`` (KL, entropy) but still counted in the loss's denominators (``skipped_mask``).
     ``mask_truncated`` (``loss.mask_truncated``, DAPO's overlong filtering): a :func:`truncated` trajectory
     is not part of the loss at all (its advantages still entered its group's baseline, as in single-turn).
-    ``into``: an empty batch to fill (the step's carrier) instead of a new one."""
-    rows = TrainBatch([], [], [], None, []) if into is None else into
+    ``into``: the step's :class:`~rlvr.rollout.source.RolloutBatch` to fill instead of a new batch; ``pad_id``:
+    the tokenizer's padding id."""
+    ids, masks, old, advs, skipped, rewards, groups = [], [], [], [], [], [], []
     for tr, adv in zip(trajs, per_turn):
         if not tr.valid or not tr.turns or (mask_truncated and truncated(tr)):
             continue
@@ -141,13 +142,17 @@ def build_agent_batch(trajs: list[Trajectory], per_turn: list[list[float]], need
             if 1 not in seg.loss_mask:
                 continue
             if not needs_all and not any(seg_adv):
-                rows.skipped_masks.append(list(seg.loss_mask))
+                skipped.append(list(seg.loss_mask))
                 continue
-            rows.input_ids.append(list(seg.ids))
-            rows.loss_mask.append(list(seg.loss_mask))
-            rows.old_logprobs.append(list(seg.old_logprobs))
-            rows.advantages.append(seg_adv)
-    return rows
+            ids.append(list(seg.ids))
+            masks.append(list(seg.loss_mask))
+            old.append(list(seg.old_logprobs))
+            advs.append(seg_adv)
+            rewards.append(tr.reward)
+            groups.append(tr.group)
+    rows = TokenBatch.from_rows(ids, masks, pad_id, old_logprobs=old, advantages=advs, skipped_masks=skipped,
+                                rewards=rewards, group_ids=groups)
+    return rows if into is None else into.set_rows(rows)
 
 
 class AgentRollout:
@@ -180,7 +185,7 @@ class AgentRollout:
         if self.critic is not None:
             save_critic(self.critic.critic, folder)
 
-    def step(self, stream, seed: int, step: int, needs_all: bool, stage=None) -> tuple[TrainBatch, dict]:
+    def step(self, stream, seed: int, step: int, needs_all: bool, stage=None) -> tuple[TokenBatch, dict]:
         """One rollout batch -> (training rows, metrics). ``stage``: this step's stage with the health
         actions' knobs applied (temperature, group size, ...); default the stage it was built with."""
         stage = stage or self.stage
@@ -210,8 +215,7 @@ class AgentRollout:
             rec["notes"], self.noted_horizon = horizon_note(rec), True
         return trajs, rec
 
-    def credit(self, trajs: list[Trajectory], needs_all: bool, stage, into: TrainBatch | None = None
-               ) -> tuple[TrainBatch, dict]:
+    def credit(self, trajs: list[Trajectory], needs_all: bool, stage, into=None) -> tuple[TokenBatch, dict]:
         """Advantages: per-turn credit (with the learned critic's values where the credit has one) spread
         over each turn's tokens, as training rows (written into ``into`` when given); then the critic's fit."""
         values, crit = None, {}
@@ -219,7 +223,7 @@ class AgentRollout:
             feats = self.critic.features(self.model, trajs, self.pad_id)
             values = self.critic.values(feats)
         batch = build_agent_batch(trajs, turn_advantages(trajs, stage.rollout.credit, values), needs_all,
-                                  stage.loss.mask_truncated, into)
+                                  stage.loss.mask_truncated, into, self.pad_id)
         if self.critic is not None:
             crit = self.critic.fit(trajs, feats, values)
         return batch, crit

@@ -579,10 +579,3 @@ class _NullWriter:
     def close(self) -> None:
         pass
 
-
-def logprob_mismatch(trainer: list[list[float]], sampler: list[list[float]], masks: list[list[int]]) -> dict:
-    """Mean and max ``|trainer - sampler|`` logprob over the trained tokens (``rollout/logprob_mismatch_*``)."""
-    gaps = [abs(t - s) for tr, sa, ms in zip(trainer, sampler, masks) for t, s, m in zip(tr, sa, ms) if m]
-    if not gaps:
-        return {}
-    return {"rollout/logprob_mismatch_mean": sum(gaps) / len(gaps), "rollout/logprob_mismatch_max": max(gaps)}

@@ -28,6 +28,8 @@ the task cursor, the KL coefficient and the health history, so a resumed run con
 from __future__ import annotations
 
 import copy
+import math
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +46,7 @@ from rlvr.data.order import TaskStream, minibatch_rows
 from rlvr.data.sources import load_task_source
 from rlvr.errors import ConfigError
 from rlvr.losses.kl import adaptive_kl_coef, kl_penalty
-from rlvr.losses.policy import clipped_surrogate
-from rlvr.losses.value import clipped_value_loss, explained_variance
+from rlvr.losses.value import explained_variance
 from rlvr.models.checkpoint import save_pretrained_atomic, seed_everything
 from rlvr.models.heads import (
     backbone_and_head,
@@ -56,27 +57,32 @@ from rlvr.models.heads import (
     token_values,
 )
 from rlvr.models.load import load_model_and_tokenizer
-from rlvr.models.logprobs import token_logprobs
-from rlvr.models.truncation import NONE as NO_TRUNCATION
 from rlvr.models.truncation import Truncation
+from rlvr.monitoring.metrics import PhaseTimer
 from rlvr.rollout.collector import collect
 from rlvr.rollout.hf_engine import HFEngine
 from rlvr.trainers.common import (
     StageResult,
+    accumulate,
     build_optimizer,
     clip_grads,
     close_stage,
     find_checkpoint,
     frozen_reference,
     log_step,
-    logprob_mismatch,
     open_stage,
     pause_on_infra,
-    reference_model,
     set_train_mode,
     stage_dir,
 )
 from rlvr.trainers.guards import grads_finite, skip_update
+from rlvr.trainers.micro_loss import ppo_micro_loss
+from rlvr.trainers.update import (
+    first_update_micros,
+    recompute_old_logprobs,
+    reference_logprobs,
+    update_micro_batches,
+)
 from rlvr.verifiers.judge import default_judge
 
 CORRECT = [RewardTerm()]  # the verifier's reward (logged as the pass rate even when an RM scores)
@@ -146,48 +152,43 @@ def rm_scores(rm, rm_tok, policy_tok, tasks, prompt_ids, completion_ids, texts, 
 
 def build_batch(ro, rewards: torch.Tensor, valid: torch.Tensor, pad_id: int,
                 device=None) -> tuple[TokenBatch, list[int]]:
-    """Keep valid rows with a non-empty completion; returns the batch (on ``device``) and the kept rows."""
+    """Keep valid rows with a non-empty completion, with the sampler's logprobs as ``old_logprobs`` (until
+    :func:`evaluate_batch` recomputes them); returns the batch (on ``device``) and the kept rows."""
     keep = [i for i in range(len(ro.completion_ids)) if bool(valid[i]) and ro.completion_ids[i]]
     if not keep:
         return TokenBatch.empty(), keep
     seqs = [ro.prompt_ids[i] + ro.completion_ids[i] for i in keep]
     masks = [[0] * len(ro.prompt_ids[i]) + [1] * len(ro.completion_ids[i]) for i in keep]
-    b = TokenBatch.from_rows(seqs, masks, pad_id, device=device)
+    old = [[0.0] * len(ro.prompt_ids[i]) + list(ro.old_logprobs[i]) for i in keep]
+    b = TokenBatch.from_rows(seqs, masks, pad_id, device=device, old_logprobs=old, group_ids=keep)
     b.rewards = rewards[keep].float().to(b.input_ids.device)
     return b, keep
 
 
-def _micro_slices(rows: list[int], micro: int):
-    return [rows[s:s + micro] for s in range(0, len(rows), micro)]
-
-
 @torch.no_grad()
-def evaluate_batch(b: TokenBatch, policy, ref, critic, temperature: float, micro: int, bf16: bool,
-                   truncation: Truncation = NO_TRUNCATION) -> None:
-    """Fill old logprobs (the training forward under no grad, in the training precision and the sampling's
-    top-k / top-p truncation: the ratio starts at exactly 1), reference logprobs (LoRA: adapters off) and
-    values."""
-    old, refl, vals = (torch.zeros(b.input_ids.shape, device=b.input_ids.device) for _ in range(3))
-    for rows in _micro_slices(list(range(len(b))), micro):
+def critic_values(critic, b: TokenBatch, micros: list[list[int]], bf16: bool) -> torch.Tensor:
+    """The critic's values ``[B, T]`` of the batch's rows over ``micros`` (row ids), 0 off the loss mask."""
+    vals = torch.zeros(b.input_ids.shape, device=b.input_ids.device)
+    for rows in micros:
         mb = b.rows(rows)
-        ids, att, T = mb.input_ids, mb.attention_mask, mb.input_ids.shape[1]
-        old[rows, :T] = token_logprobs(policy, ids, att, temperature, bf16=bf16, truncation=truncation)[0].float()
-        with reference_model(policy, ref) as model:
-            refl[rows, :T] = token_logprobs(model, ids, att, temperature, bf16=bf16, truncation=truncation)[0].float()
-        vals[rows, :T] = token_values(critic, ids, att, bf16)
-    b.old_logprobs, b.ref_logprobs, b.values = old, refl, vals * b.loss_mask
+        vals[rows, :mb.input_ids.shape[1]] = token_values(critic, mb.input_ids, mb.attention_mask, bf16)
+    return vals * b.loss_mask
 
 
-def sampler_mismatch(b: TokenBatch, ro, keep: list[int]) -> dict:
-    """``rollout/logprob_mismatch_{mean,max}``: the sampler's logprobs against the training forward's
-    ``old_logprobs`` (which the update uses), over the completion tokens of the batch's rows."""
-    trainer, sampler, masks = [], [], []
-    for r, i in enumerate(keep):
-        P, n = len(ro.prompt_ids[i]), len(ro.completion_ids[i])
-        trainer.append(b.old_logprobs[r, P:P + n].tolist())
-        sampler.append(ro.old_logprobs[i])
-        masks.append([1] * n)
-    return logprob_mismatch(trainer, sampler, masks)
+def evaluate_batch(b: TokenBatch, policy, ref, critic, stage: PPOStage, bf16: bool, seed: int = 0, step: int = 0,
+                   micro_tokens: int | str | None = "auto") -> dict:
+    """Fill the batch's old logprobs (the training forward under no grad, in the training precision and the
+    sampling's top-k / top-p truncation; the sampler's move to ``sampler_logprobs``), reference logprobs (LoRA:
+    adapters off) and values with the RL stage's update engine (``trainers/update.py``), on the micro-batches
+    of the first epoch's updates: the ratio and the value clip start at exactly 1 and 0 even where kernels round
+    by batch shape. Returns the sampler-vs-trainer mismatch (``rollout/logprob_mismatch_*``)."""
+    first = minibatch_rows(len(b), stage.mini_batches, 1, seed, step)[0]
+    micros = first_update_micros(policy, b, first, stage.micro_batch_size, micro_tokens)
+    met = recompute_old_logprobs(policy, b, stage, bf16, micros, micro_tokens)
+    b.ref_logprobs = reference_logprobs(ref, policy, b, stage.sampling.temperature, stage.micro_batch_size, bf16,
+                                        micros, Truncation.of(stage.sampling))
+    b.values = critic_values(critic, b, micros, bf16)
+    return met
 
 
 def compute_advantages(b: TokenBatch, kl_coef: float, gamma: float, lam: float, whiten_adv: bool) -> dict:
@@ -205,27 +206,12 @@ def compute_advantages(b: TokenBatch, kl_coef: float, gamma: float, lam: float, 
             "advantage/mean_raw": float((adv * lm).sum() / lm.sum().clamp(min=1))}
 
 
-def micro_loss(b: TokenBatch, rows, policy, critic, cfg, denom: float, bf16: bool):
-    """Token-sum of the clipped policy loss + vf_coef x clipped value loss, divided by the mini-batch's tokens."""
-    mb = b.rows(rows)
-    ids, att, lm, old, adv, v_old, ret = (mb.input_ids, mb.attention_mask, mb.loss_mask, mb.old_logprobs,
-                                          mb.advantages, mb.values, mb.returns)
-    logprobs, entropy = token_logprobs(policy, ids, att, cfg.sampling.temperature, with_entropy=True, bf16=bf16,
-                                       truncation=Truncation.of(cfg.sampling))
-    pg, pmet = clipped_surrogate(logprobs, old, adv, lm, cfg.eps, cfg.eps)
-    values = token_values(critic, ids, att, bf16)
-    vf, vmet = clipped_value_loss(values, v_old, ret, lm, cfg.value_clip)
-    pg_sum, vf_sum = (pg * lm).sum(), (vf * lm).sum()
-    loss = (pg_sum + cfg.vf_coef * vf_sum) / denom
-    n = float(lm.sum())
-    met = {**pmet, "value/clip_frac": vmet["value/clip_frac"], "value/mse": vmet["value/mse"],
-           "policy/loss": float(pg_sum.detach()) / max(n, 1), "value/loss": float(vf_sum.detach()) / max(n, 1),
-           "policy/entropy": float((entropy * lm).sum()) / max(n, 1)}
-    return loss, met, n
-
-
-def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step: int, bf16: bool) -> dict:
-    """``ppo_epochs`` x ``mini_batches`` optimizer steps on both the actor and the critic."""
+def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step: int, bf16: bool,
+               micro_tokens: int | str | None = "auto") -> dict:
+    """``ppo_epochs`` x ``mini_batches`` optimizer steps on both the actor and the critic, with the RL stage's
+    seeded mini-batch shuffle (``minibatch_rows``), micro-batch plan (``update_micro_batches``) and accumulation
+    loop (``accumulate``) around PPO's micro-batch loss (``micro_loss.ppo_micro_loss``); a mini-batch with a
+    non-finite loss or gradient updates neither model."""
     (popt, copt), (psched, csched) = opts, scheds
     agg: dict[str, float] = {}
     tokens = 0.0
@@ -233,23 +219,15 @@ def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step
     for epoch_minis in minibatch_rows(len(b), cfg.mini_batches, cfg.ppo_epochs, seed, step):
         for mini in epoch_minis:
             denom = float(b.loss_mask[mini].sum().clamp(min=1))
-            mini_agg, mini_tokens, finite = {}, 0.0, True
-            for rows in _micro_slices(mini, cfg.micro_batch_size):
-                loss, met, n = micro_loss(b, rows, policy, critic, cfg, denom, bf16)
-                if not torch.isfinite(loss):
-                    finite = False
-                    break
-                loss.backward()
-                mini_tokens += n
-                for k, v in met.items():
-                    mini_agg[k] = mini_agg.get(k, 0.0) + v * n
-            if not finite or not grads_finite(policy, critic):  # a non-finite mini-batch: no update at all
-                skip_update((popt, copt))
+            met = accumulate(update_micro_batches(policy, b, mini, cfg.micro_batch_size, micro_tokens),
+                             partial(ppo_micro_loss, policy, critic, b, cfg, denom, bf16), len(mini))
+            if not math.isfinite(met.pop("train/loss")) or not grads_finite(policy, critic):
+                skip_update((popt, copt))  # a non-finite mini-batch: no update at all
                 skipped += 1
                 continue
-            tokens += mini_tokens
-            for k, v in mini_agg.items():
-                agg[k] = agg.get(k, 0.0) + v
+            tokens += met.pop("tokens_sum")
+            for k, v in met.items():
+                agg[k.removesuffix("_sum")] = agg.get(k.removesuffix("_sum"), 0.0) + v
             agg["train/grad_norm"] = agg.get("train/grad_norm", 0.0) + clip_grads(policy, cfg.optim.max_grad_norm)
             copt_cfg = cfg.critic_optim or cfg.optim
             agg["critic/grad_norm"] = agg.get("critic/grad_norm", 0.0) + clip_grads(critic, copt_cfg.max_grad_norm)
@@ -303,11 +281,13 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
         critic.load_state_dict(run.state["critic"])
         copt.load_state_dict(run.state["critic_optimizer"])
         csched.load_state_dict(run.state["critic_scheduler"])
-    bf16 = model_cfg.train_bf16
+    bf16, micro_tokens = model_cfg.train_bf16, model_cfg.micro_tokens
     while not run.done():
-        tasks = stream.take(stage.tasks_per_step)
-        ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)
-        batch, keep = build_batch(ro, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
+        phase = PhaseTimer()
+        with phase("rollout"):  # generate + verify (+ the reward model's scores): time/generate, time/verify inside
+            tasks = stream.take(stage.tasks_per_step)
+            ro, rewards, valid, rmet = rollout_and_score(stage, engine, tok, tasks, judge, rm, rm_tok, seed, run.step)
+            batch, _ = build_batch(ro, rewards, valid, tok.pad_token_id, device=next(policy.parameters()).device)
         rec = {**rmet, "reward/mean": float(rewards[valid].mean()) if bool(valid.any()) else 0.0,
                "reward/std": float(rewards[valid].std()) if int(valid.sum()) > 1 else 0.0,
                "rollout/length_mean": float(np.mean([len(c) for c in ro.completion_ids])),
@@ -315,15 +295,18 @@ def train_ppo(stage: PPOStage, model_cfg: ModelConfig, run_dir: str | Path, seed
                "kl/coef": kl_coef, "train/sequences": len(batch)}
         pause_on_infra(run, rec, len(tasks), ro.reward_errors)
         if len(batch):
-            evaluate_batch(batch, policy, ref, critic, stage.sampling.temperature, stage.micro_batch_size, bf16,
-                           Truncation.of(stage.sampling))
-            rec.update(sampler_mismatch(batch, ro, keep))
-            rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
-            rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step, bf16))
+            with phase("ref"):  # π_old, the reference and the critic's values
+                rec.update(evaluate_batch(batch, policy, ref, critic, stage, bf16, seed, run.step, micro_tokens))
+            with phase("advantages"):
+                rec.update(compute_advantages(batch, kl_coef, stage.gamma, stage.lam, stage.whiten_advantages))
+            with phase("train"):
+                rec.update(ppo_update(batch, policy, critic, (popt, copt), (psched, csched), stage, seed, run.step,
+                                      bf16, micro_tokens))
             if stage.kl.target is not None:
                 kl_coef = adaptive_kl_coef(kl_coef, rec["kl/ref"], stage.kl.target, len(batch), stage.kl.horizon)
         else:
             psched.step(), csched.step()
+        rec.update(phase.metrics())
         state = {"cursor": stream.cursor, "kl_coef": kl_coef, "critic": critic.state_dict(),
                  "critic_optimizer": copt.state_dict(), "critic_scheduler": csched.state_dict()}
         if log_step(run, rec, state, info=f"reward {rec['reward/mean']:.3f} kl {rec.get('kl/ref', 0.0):.2f}",

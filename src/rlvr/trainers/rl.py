@@ -23,28 +23,24 @@ the sampler-vs-trainer gap.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import time
 import warnings
 from functools import partial
 from pathlib import Path
 
 import torch
 
-from rlvr import hooks
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.rl import RLStage
-from rlvr.data.collate import TrainBatch, micro_token_budget, pad_batch, plan_micro_batches, split_overhead
+from rlvr.data.collate import TokenBatch
 from rlvr.data.order import TaskStream, minibatch_rows
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import global_counts
 from rlvr.losses.mismatch import mismatch_metrics
-from rlvr.models.logprobs import token_logprobs
-from rlvr.models.truncation import NONE as NO_TRUNCATION
 from rlvr.models.truncation import Truncation
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
+from rlvr.monitoring.metrics import PhaseTimer
 from rlvr.rollout.model_judge import with_model_judges
 from rlvr.trainers.common import (
     StageResult,
@@ -55,15 +51,20 @@ from rlvr.trainers.common import (
     frozen_reference,
     load_policy,
     log_step,
-    logprob_mismatch,
     open_stage,
     optimizer_step,
     pause_on_infra,
-    reference_model,
 )
 from rlvr.trainers.micro_loss import micro_batch_loss, micro_loss  # noqa: F401
 from rlvr.trainers.parallel import LOCAL, reduce_metrics
 from rlvr.trainers.sources import SourceSetup, build_train_batch, rollout_source, rollout_step  # noqa: F401
+from rlvr.trainers.update import (  # noqa: F401 (the update engine, re-exported)
+    first_update_micros,
+    forward_logprobs,
+    recompute_old_logprobs,
+    reference_logprobs,
+    update_micro_batches,
+)
 from rlvr.trainers.variants import rl_variant
 from rlvr.verifiers.judge import reward_judge
 
@@ -86,88 +87,20 @@ def needs_every_row(stage: RLStage, variant) -> bool:
     return kl_all or stage.entropy_coef != 0 or variant.trains_zero_advantage
 
 
-def update_micro_batches(model, batch: TrainBatch, rows: list[int], micro: int,
-                         micro_tokens: int | str | None = "auto") -> list[list[int]]:
-    """The micro-batches (as row ids of ``batch``) that :func:`update_minibatch` forwards for the
-    mini-batch ``batch.subset(rows)`` (``micro_tokens``: ``model.micro_tokens``, see ``micro_token_budget``)."""
-    fwd = [i for i in rows if i < len(batch)]
-    prompts = [tuple(batch.input_ids[i][:batch.loss_mask[i].index(1)]) if 1 in batch.loss_mask[i] else i
-               for i in fwd]  # keep a group's rows together: the packed forward shares their prompt
-    packed = hooks.packed_forward(model)
-    plan = plan_micro_batches([len(batch.input_ids[i]) for i in fwd], micro, split_overhead(model, packed),
-                              micro_token_budget(model, micro_tokens), prompts,
-                              [len(p) if isinstance(p, tuple) else 0 for p in prompts] if packed else None)
-    return [[fwd[k] for k in m] for m in plan]
-
-
-def first_update_micros(model, batch: TrainBatch, first_minibatches: list[list[int]], micro: int,
-                        micro_tokens: int | str | None = "auto"):
-    """The micro-batches (row ids) of the first epoch's updates, mini-batch after mini-batch."""
-    return [m for rows in first_minibatches for m in update_micro_batches(model, batch, rows, micro, micro_tokens)]
-
-
-@torch.no_grad()
-def forward_logprobs(model, batch: TrainBatch, pad_id: int, temperature: float, micro: int, bf16: bool,
-                     micros: list[list[int]] | None = None, truncation: Truncation = NO_TRUNCATION,
-                     micro_tokens: int | str | None = "auto"):
-    """Per forwarded row, its logprobs under ``model`` (no grad), with the update's temperature, truncation
-    (top-k / top-p) and precision, over ``micros`` (row ids; default: the length-sorted plan of all rows)."""
-    out: list = [None] * len(batch)
-    if micros is None:
-        micros = update_micro_batches(model, batch, list(range(len(batch))), micro, micro_tokens)
-    with hooks.reuse_weights():
-        for rows in micros:
-            ids, att, lm = pad_batch([batch.input_ids[i] for i in rows], pad_id, [batch.loss_mask[i] for i in rows],
-                                     left=False, device=model.device)
-            lp, _ = token_logprobs(model, ids, att, temperature, bf16=bf16, wanted=lm, truncation=truncation)
-            for k, i in enumerate(rows):
-                out[i] = lp[k, : len(batch.input_ids[i])].tolist()
-    return out
-
-
-def reference_logprobs(ref_model, policy, batch: TrainBatch, pad_id: int, temperature: float, micro: int,
-                       bf16: bool = False, micros: list[list[int]] | None = None,
-                       truncation: Truncation = NO_TRUNCATION):
-    """Frozen-reference logprobs, computed once per rollout batch in the policy's precision and truncation
-    (LoRA: the policy with adapters disabled) and, given ``micros``, on the first updates' micro-batches, so
-    that KL is exactly 0 while the policy is still the reference."""
-    with reference_model(policy, ref_model) as model:
-        return forward_logprobs(model, batch, pad_id, temperature, micro, bf16, micros, truncation)
-
-
-def first_update_reference(ref, model, batch: TrainBatch, stage: RLStage, pad_id: int, bf16: bool, seed: int,
-                           step: int, micro_tokens: int | str | None = "auto"):
-    """The reference pass of a step: :func:`reference_logprobs` on the first update's micro-batches."""
+def first_update_reference(ref, model, batch: TokenBatch, stage: RLStage, bf16: bool, seed: int, step: int,
+                           micro_tokens: int | str | None = "auto") -> torch.Tensor:
+    """The reference pass of a step (``[B, T]``): :func:`reference_logprobs` on the first update's micro-batches."""
     first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, step)[0]
-    return reference_logprobs(ref, model, batch, pad_id, stage.sampling.temperature, stage.micro_batch_size, bf16,
+    return reference_logprobs(ref, model, batch, stage.sampling.temperature, stage.micro_batch_size, bf16,
                               first_update_micros(model, batch, first, stage.micro_batch_size, micro_tokens),
                               Truncation.of(stage.sampling))
-
-
-def recompute_old_logprobs(model, batch: TrainBatch, cfg, pad_id: int, bf16: bool,
-                           micros: list[list[int]] | None = None, micro_tokens: int | str | None = "auto") -> dict:
-    """Replace the sampler's ``old_logprobs`` by the training forward's (no grad), for updates that are
-    not on-policy (μ > 1 or several mini-batches): the ratio then starts at exactly 1 instead of at the
-    sampler/trainer numerical gap (4-8e-3 a token in bf16, enough to clip GSPO's 3e-4 sequence range). The
-    engine's logprobs move to ``batch.sampler_logprobs``, where the mismatch correction reads them.
-    An asynchronous trainer, whose samples come from older weights, must keep the sampler's logprobs:
-    they are the behaviour policy's. The rows are forwarded in the micro-batches the first epoch's updates
-    will use (``micros``, see :func:`first_update_micros`), so even shape-dependent GPU kernels give their
-    values bit for bit. Returns the sampler-vs-trainer mismatch metrics."""
-    lps = forward_logprobs(model, batch, pad_id, cfg.sampling.temperature, cfg.micro_batch_size, bf16, micros,
-                           Truncation.of(cfg.sampling), micro_tokens)
-    met = logprob_mismatch(lps, batch.old_logprobs, batch.loss_mask)
-    if batch.sampler_logprobs is None:  # the engine's stay beside π_old: the mismatch correction compares them
-        batch.sampler_logprobs = batch.old_logprobs
-    batch.old_logprobs = [[lp if m else 0.0 for lp, m in zip(row, mask)] for row, mask in zip(lps, batch.loss_mask)]
-    return met
 
 
 # ----------------------------------------------------------------------------------------- update
 
 
-def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool, bf16: bool = False,
-                     dist=LOCAL, micro_tokens: int | str | None = "auto") -> dict:
+def update_minibatch(model, batch: TokenBatch, cfg, on_policy: bool, bf16: bool = False, dist=LOCAL,
+                     micro_tokens: int | str | None = "auto") -> dict:
     """Forward/backward a mini-batch's forwarded rows in length-sorted micro-batches (see
     plan_micro_batches); every micro-batch divides by the denominators of all the mini-batch's rows,
     skipped ones included: exact gradients.
@@ -175,12 +108,12 @@ def update_minibatch(model, batch: TrainBatch, cfg, pad_id: int, on_policy: bool
     With several processes (``dist``; every one holds the whole batch) each forwards its share of the
     rows, divides by the whole mini-batch's denominators, and the gradients are summed across processes."""
     total = len(batch)
-    counts = global_counts(torch.tensor([m], dtype=torch.float32) for m in batch.loss_mask + batch.skipped_masks)
-    batch = batch.subset(dist.shard([len(s) for s in batch.input_ids]))
+    counts = global_counts(m for m in (batch.loss_mask, batch.skipped_mask) if m is not None)
+    batch = batch.subset(dist.shard(batch.lengths()))
     micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size, micro_tokens)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
-    met = accumulate(micros, partial(micro_batch_loss, model, batch, cfg, kw, pad_id, on_policy, bf16), total)
+    met = accumulate(micros, partial(micro_batch_loss, model, batch, cfg, kw, on_policy, bf16), total)
     dist.reduce_grads(model)
     return reduce_metrics(met, dist)
 
@@ -199,8 +132,8 @@ def warn_masked(frac: float, correction) -> None:
                     100 * frac, correction.seq_low, correction.seq_high)
 
 
-def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: bool, seed: int = 0,
-                  step: int = 0, dist=LOCAL, stale: bool = False, micro_tokens: int | str | None = "auto") -> dict:
+def policy_update(model, opt, sched, stage: RLStage, batch: TokenBatch, bf16: bool, seed: int = 0, step: int = 0,
+                  dist=LOCAL, stale: bool = False, micro_tokens: int | str | None = "auto") -> dict:
     """μ epochs over the batch in ``mini_batches`` optimizer steps; returns averaged metrics.
     ``micro_tokens``: the recipe's ``model.micro_tokens`` (each micro-batch's token budget).
 
@@ -223,7 +156,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
     mismatch = {}
     if not on_policy and not stale:
         micros = first_update_micros(model, batch, minis[0], stage.micro_batch_size, micro_tokens)
-        mismatch = recompute_old_logprobs(model, batch, stage, pad_id, bf16, micros, micro_tokens)
+        mismatch = recompute_old_logprobs(model, batch, stage, bf16, micros, micro_tokens)
     out: dict = {}
     corr: dict = {}
     n_updates = 0
@@ -232,7 +165,7 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
             mini = batch.subset(rows)
             if len(mini) == 0:
                 continue
-            met = update_minibatch(model, mini, stage, pad_id, on_policy, bf16, dist, micro_tokens)
+            met = update_minibatch(model, mini, stage, on_policy, bf16, dist, micro_tokens)
             met["train/grad_norm"] = optimizer_step(model, opt, None, stage.optim.max_grad_norm, met.get("train/loss"))
             n_updates += 1
             for k, v in met.items():
@@ -261,24 +194,6 @@ def policy_update(model, opt, sched, stage: RLStage, batch, pad_id: int, bf16: b
 # ---------------------------------------------------------------------------------------- trainer
 
 
-class PhaseTimer:
-    """Wall seconds of a step's named phases: ``with phase("ref"): ...`` -> ``{"time/ref": s}``."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str):
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-
-    def metrics(self) -> dict[str, float]:
-        return {f"time/{k}": v for k, v in self.seconds.items()}
-
-
 def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
              init_path: str | None = None, resume: bool = False, eval_cfg: EvalConfig | None = None,
              judge=None, crash_at_step: int | None = None, dist=None) -> StageResult:
@@ -302,7 +217,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     stream.cursor = run.state.get("cursor", 0)
     dist.publish(model, run.step)
     source.start(run.state)
-    base, pad, bf16, micro_tokens = stage, tok.pad_token_id, model_cfg.train_bf16, model_cfg.micro_tokens
+    base, bf16, micro_tokens = stage, model_cfg.train_bf16, model_cfg.micro_tokens
     try:
         while not run.done():
             stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
@@ -314,10 +229,10 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
                 source.advantages(batch, stage, needs_every_row(stage, variant))
             with phase("ref"):
                 if track_kl and len(batch):
-                    batch.ref_logprobs = first_update_reference(ref, model, batch, stage, pad, bf16, seed, run.step,
+                    batch.ref_logprobs = first_update_reference(ref, model, batch, stage, bf16, seed, run.step,
                                                                 micro_tokens)
             with phase("train"):
-                met = policy_update(model, opt, sched, stage, batch, pad, bf16, seed, run.step, dist, batch.stale > 0,
+                met = policy_update(model, opt, sched, stage, batch, bf16, seed, run.step, dist, batch.stale > 0,
                                     micro_tokens)
                 dist.publish(model, run.step + 1)
             rec = {**batch.metrics, **met, **phase.metrics(), **dist.step_metrics()}

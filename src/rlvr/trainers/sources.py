@@ -21,7 +21,7 @@ import torch
 
 from rlvr.advantages import zero_variance_groups
 from rlvr.data.chat import check_prompt_lengths
-from rlvr.data.collate import TrainBatch
+from rlvr.data.collate import TokenBatch
 from rlvr.models.load import load_pretrained
 from rlvr.monitoring.heldout_guard import TestGuard
 from rlvr.monitoring.screen import sampled_entropy
@@ -101,29 +101,34 @@ def rollout_metrics(ro: Rollouts, zv: torch.Tensor) -> dict:
     return m
 
 
-def build_train_batch(ro, advantages, needs_all: bool, mask_truncated: bool,
-                      into: TrainBatch | None = None) -> TrainBatch:
-    """Flatten rollouts into training rows (``advantages``: ``[n, G]``, or per row a float or a list over its
-    completion tokens, see ``rollout.methods.row_advantages``). Zero-advantage rows are not forwarded unless ``needs_all``
-    (KL or entropy terms give them a gradient) but still counted; invalid (infrastructure) verdicts,
-    empty completions and, with ``mask_truncated``, truncated ones are not part of the loss at all.
-    ``into``: an empty batch to fill (the step's carrier) instead of a new one."""
+def build_train_batch(ro, advantages, needs_all: bool, mask_truncated: bool, into=None,
+                      pad_id: int = 0) -> TokenBatch:
+    """Flatten rollouts into training rows, one ``[B, T]`` batch (``advantages``: ``[n, G]``, or per row a float
+    or a list over its completion tokens, see ``rollout.methods.row_advantages``). Zero-advantage rows are not
+    forwarded unless ``needs_all`` (KL or entropy terms give them a gradient) but still counted
+    (``skipped_mask``); invalid (infrastructure) verdicts, empty completions and, with ``mask_truncated``,
+    truncated ones are not part of the loss at all. ``into``: the step's
+    :class:`~rlvr.rollout.source.RolloutBatch` to fill instead of a new batch; ``pad_id``: the tokenizer's."""
     adv = advantages.reshape(-1).tolist() if isinstance(advantages, torch.Tensor) else advantages
-    valid = ro.valid.reshape(-1).tolist()
-    rows = TrainBatch([], [], [], None, []) if into is None else into
+    valid, rewards = ro.valid.reshape(-1).tolist(), ro.rewards.reshape(-1).tolist()
+    ids, masks, old, advs, skipped, row_rewards, groups = [], [], [], [], [], [], []
     for i, (p, c) in enumerate(zip(ro.prompt_ids, ro.completion_ids)):
         if not valid[i] or not c or (mask_truncated and ro.finish_reason[i] == "length"):
             continue
         mask = [0] * len(p) + [1] * len(c)
         per_token = isinstance(adv[i], list)
         if not needs_all and (all(a == 0.0 for a in adv[i]) if per_token else adv[i] == 0.0):
-            rows.skipped_masks.append(mask)
+            skipped.append(mask)
             continue
-        rows.input_ids.append(p + c)
-        rows.loss_mask.append(mask)
-        rows.old_logprobs.append([0.0] * len(p) + list(ro.old_logprobs[i]))
-        rows.advantages.append([0.0] * len(p) + list(adv[i]) if per_token else adv[i])
-    return rows
+        ids.append(p + c)
+        masks.append(mask)
+        old.append([0.0] * len(p) + list(ro.old_logprobs[i]))
+        advs.append([0.0] * len(p) + list(adv[i]) if per_token else adv[i])
+        row_rewards.append(rewards[i])
+        groups.append(i // ro.group_size)
+    rows = TokenBatch.from_rows(ids, masks, pad_id, old_logprobs=old, advantages=advs, skipped_masks=skipped,
+                                rewards=row_rewards, group_ids=groups)
+    return rows if into is None else into.set_rows(rows)
 
 
 class SingleTurnSource:
@@ -175,7 +180,7 @@ class SingleTurnSource:
         res = teacher_residuals(s.model, self.teacher, ro, s.tok.pad_token_id, stage.sampling.temperature) \
             if self.teacher is not None else None
         build_train_batch(ro, row_advantages(ro, adv, res, stage.residual.weight), needs_all,
-                          stage.loss.mask_truncated, into=batch)
+                          stage.loss.mask_truncated, into=batch, pad_id=s.tok.pad_token_id)
 
     def log_samples(self, step: int, batch: RolloutBatch) -> None:
         log_samples(step, batch.episodes)

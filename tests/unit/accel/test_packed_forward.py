@@ -10,7 +10,7 @@ from rlvr.accel import packed_forward
 from rlvr.accel.packed_forward import Packing, unsupported_reason
 from rlvr.config.preference import DPOLoss, PreferenceStage
 from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
-from rlvr.data.collate import TrainBatch, pad_batch
+from rlvr.data.collate import TokenBatch, pad_batch
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.tiny import build_tiny
 from rlvr.trainers import preference, rl
@@ -113,13 +113,14 @@ def test_grpo_loss_gradient_is_the_hf_paths(monkeypatch):
     seqs = [prompts[i // 3] + torch.randint(3, 100, (n,), generator=g).tolist()
             for i, n in enumerate([5, 2, 7, 3, 6, 1])]
     masks = [[0] * len(prompts[i // 3]) + [1] * (len(s) - len(prompts[i // 3])) for i, s in enumerate(seqs)]
-    batch = TrainBatch(seqs, masks, [[0.0] * len(s) for s in seqs], None, [1.0, -0.5, 0.3, -1.2, 0.8, 0.1])
+    batch = TokenBatch.from_rows(seqs, masks, old_logprobs=[[0.0] * len(s) for s in seqs],
+                                 advantages=[1.0, -0.5, 0.3, -1.2, 0.8, 0.1])
     cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=8, temperature=0.9), micro_batch_size=6,
                   kl=KLConfig(beta=0.04), entropy_coef=0.01)
 
     def step():
-        batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 0.9, 6)
-        rl.update_minibatch(model, batch, cfg, 0, on_policy=True)
+        batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0.9, 6)
+        rl.update_minibatch(model, batch, cfg, on_policy=True)
     hf, packed = both_paths(model, step, monkeypatch)
     assert hf.abs().max() > 1e-3
     assert torch.allclose(hf, packed, atol=1e-6, rtol=1e-4)
@@ -202,9 +203,10 @@ def test_kl_is_exactly_zero_while_the_policy_is_the_reference():
     g = torch.Generator().manual_seed(3)
     seqs = [prompt + torch.randint(3, 100, (n,), generator=g).tolist() for n in (5, 2, 7, 3)]
     masks = [[0] * 4 + [1] * (len(s) - 4) for s in seqs]
-    batch = TrainBatch(seqs, masks, [[0.0] * len(s) for s in seqs], None, [1.0, -1.0, 0.5, -0.5])
+    batch = TokenBatch.from_rows(seqs, masks, old_logprobs=[[0.0] * len(s) for s in seqs],
+                                 advantages=[1.0, -1.0, 0.5, -0.5])
     cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=8), micro_batch_size=4,
                   kl=KLConfig(beta=0.04))
-    batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 1.0, 4)
-    met = rl.update_minibatch(model, batch, cfg, 0, on_policy=True)
+    batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 1.0, 4)
+    met = rl.update_minibatch(model, batch, cfg, on_policy=True)
     assert packed_forward.supports(model) and met["kl/ref"] == 0.0

@@ -13,7 +13,7 @@ import rlvr.trainers.rl as rl
 from rlvr.accel.packed_attention import causal_attention, packed_causal_attention, scatter_to_view
 from rlvr.accel.packed_fused import norm_linear, rms, swiglu_linear
 from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
-from rlvr.data.collate import TrainBatch
+from rlvr.data.collate import TokenBatch
 from rlvr.models.tiny import build_tiny
 
 
@@ -193,9 +193,10 @@ def grpo_update_grads(monkeypatch, bf16: bool):
     for fused in (True, False):
         monkeypatch.setattr(pf, "FUSED", fused)
         model = build_tiny(size="test", seed=0)[0]
-        batch = TrainBatch(seqs, masks, [[0.0] * len(s) for s in seqs], None, [1.0, -0.5, 0.3, -1.2, 0.8, 0.1, -0.4, 0.2])
-        batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 0.9, 8, bf16)
-        nbytes, _ = saved_bytes(lambda: rl.update_minibatch(model, batch, cfg, 0, on_policy=True, bf16=bf16))
+        batch = TokenBatch.from_rows(seqs, masks, old_logprobs=[[0.0] * len(s) for s in seqs],
+                                     advantages=[1.0, -0.5, 0.3, -1.2, 0.8, 0.1, -0.4, 0.2])
+        batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0.9, 8, bf16)
+        nbytes, _ = saved_bytes(lambda: rl.update_minibatch(model, batch, cfg, on_policy=True, bf16=bf16))
         out[fused] = ([p.grad.clone() for p in model.parameters()], nbytes)
     return {k: v[0] for k, v in out.items()}, {k: v[1] for k, v in out.items()}
 

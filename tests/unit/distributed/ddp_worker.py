@@ -13,13 +13,14 @@ from rlvr.config.rl import GRPOLoss, MismatchCorrection, RLStage, SamplingConfig
 from rlvr.distributed.torch_dist import TorchDist
 from rlvr.models.load import load_pretrained
 from rlvr.trainers.common import build_optimizer
-from rlvr.trainers.rl import TrainBatch, policy_update
+from rlvr.data.collate import TokenBatch
+from rlvr.trainers.rl import policy_update
 
 LENGTHS = [2, 9, 3, 12, 5, 1, 7]          # completion lengths: very uneven token counts per rank
 ADVANTAGES = [1.0, -0.5, 0.3, -1.2, 0.8, 0.0, 0.6]
 
 
-def batch(rows: int) -> TrainBatch:
+def batch(rows: int) -> TokenBatch:
     prompt = [4, 20, 21]
     ids, lm, old = [], [], []
     for i, n in enumerate(LENGTHS[:rows]):
@@ -27,7 +28,7 @@ def batch(rows: int) -> TrainBatch:
         ids.append(prompt + comp)
         lm.append([0] * len(prompt) + [1] * n)
         old.append([0.0] * (len(prompt) + n))
-    return TrainBatch(ids, lm, old, None, ADVANTAGES[:rows])
+    return TokenBatch.from_rows(ids, lm, old_logprobs=old, advantages=ADVANTAGES[:rows])
 
 
 def cases():
@@ -50,9 +51,9 @@ def train(model_dir: str, st: RLStage, rows: int, dist) -> dict:
     opt, sched = build_optimizer(model, st.optim, 10)
     if dist is not None:
         dist.publish(model, 0)
-        met = policy_update(model, opt, sched, st, batch(rows), tok.pad_token_id, False, dist=dist)
+        met = policy_update(model, opt, sched, st, batch(rows), False, dist=dist)
     else:
-        met = policy_update(model, opt, sched, st, batch(rows), tok.pad_token_id, False)
+        met = policy_update(model, opt, sched, st, batch(rows), False)
     return {"params": {k: v.detach().clone() for k, v in model.named_parameters()}, "loss": met.get("train/loss")}
 
 

@@ -79,7 +79,7 @@ def test_recomputed_logprobs_equal_the_samplers_on_several_turn_trajectories(tin
 
 
 def _loss_and_logit_grads(model, tok, seqs, masks, advs, old):
-    from rlvr.data.collate import TrainBatch
+    from rlvr.data.collate import TokenBatch
 
     grads = {}
 
@@ -90,8 +90,8 @@ def _loss_and_logit_grads(model, tok, seqs, masks, advs, old):
     handle = model.lm_head.register_forward_hook(keep)
     try:
         stage = RLStage(loss=GRPOLoss(aggregation="seq-mean-token-mean"))
-        loss, _ = micro_loss(model, TrainBatch(seqs, masks, old, None, advs), stage, {}, tok.pad_token_id,
-                             on_policy=True)
+        batch = TokenBatch.from_rows(seqs, masks, tok.pad_token_id, old_logprobs=old, advantages=advs)
+        loss, _ = micro_loss(model, batch, stage, {}, on_policy=True)
         model.zero_grad()
         loss.backward()
     finally:

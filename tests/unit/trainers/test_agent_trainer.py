@@ -50,19 +50,23 @@ def test_one_multi_turn_step_per_credit_estimator_trains_only_policy_tokens(cred
     batch, rec = agent.step(stream, seed=0, step=0, needs_all=False)
     assert rec["agent/turns_mean"] == 3.0 and rec["verifier/infra"] == 0 and "horizon" in rec["notes"]
     assert 0 < rec["rollout/pass_rate"] < 1 and len(batch) > 0  # echo's goal (even length) splits groups
-    for seq, mask, adv in zip(batch.input_ids, batch.loss_mask, batch.advantages):
+    rows = [(batch.input_ids[i, :n].tolist(), batch.loss_mask[i, :n].tolist(), batch.advantages[i, :n].tolist())
+            for i, n in enumerate(batch.lengths())]
+    assert all(not any(a) for a in batch.advantages[:, max(batch.lengths()):].tolist())  # padding: nothing
+    assert batch.group_ids.tolist() == sorted(batch.group_ids.tolist()) and set(batch.group_ids.tolist()) <= {0, 1, 2}
+    for seq, mask, adv in rows:
         assert len(adv) == len(seq) == len(mask) and any(adv)
         assert all(a == 0.0 for a, m in zip(adv, mask) if not m)  # observation and prompt tokens: nothing
     if credit.type == "trajectory":  # every policy token of a row carries the same advantage
-        assert all(len({a for a, m in zip(adv, mask) if m}) == 1 for adv, mask in zip(batch.advantages, batch.loss_mask))
+        assert all(len({a for a, m in zip(adv, mask) if m}) == 1 for _, mask, adv in rows)
     # token-in/token-out through the real update: with the sampler's old_logprobs (not the detached
     # current ones) the importance ratio of every policy token is 1 before the first optimizer step
-    met = update_minibatch(model, batch, st, tok.pad_token_id, on_policy=False)
+    met = update_minibatch(model, batch, st, on_policy=False)
     assert abs(met["ratio/max"] - 1.0) < 1e-5 and abs(met["ratio/min"] - 1.0) < 1e-5
     model.zero_grad()
     before = [p.detach().clone() for p in model.parameters()]
     opt, sched = build_optimizer(model, st.optim, 4)
-    assert policy_update(model, opt, sched, st, batch, tok.pad_token_id, False)["train/sequences"] == len(batch)
+    assert policy_update(model, opt, sched, st, batch, False)["train/sequences"] == len(batch)
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 
@@ -186,4 +190,4 @@ def test_mask_truncated_drops_truncated_trajectories_from_the_loss():
     adv = [[1.0], [-1.0], [0.5]]
     assert len(build_agent_batch(trajs, adv, needs_all=False)) == 3
     kept = build_agent_batch(trajs, adv, needs_all=False, mask_truncated=True)
-    assert len(kept) == 1 and kept.advantages[0][1] == 1.0 and kept.skipped_masks == []
+    assert len(kept) == 1 and kept.advantages[0][1] == 1.0 and kept.num_rows == 1

@@ -9,7 +9,8 @@ from rlvr.config.rl import GRPOLoss, RLStage, SamplingConfig
 from rlvr.data import collate
 from rlvr.data.collate import plan_micro_batches
 from rlvr.models.load import load_pretrained
-from rlvr.trainers.rl import TrainBatch, update_minibatch
+from rlvr.data.collate import TokenBatch
+from rlvr.trainers.rl import update_minibatch
 
 
 def cost(micros, lengths, overhead):
@@ -54,13 +55,14 @@ def test_gradient_is_the_same_whatever_the_cutting(tiny_dir, monkeypatch):
     lens = [3, 9, 4, 12, 5, 7]
     seqs = [[4] + [20 + (i + j) % 30 for j in range(n)] for i, n in enumerate(lens)]
     masks = [[0] + [1] * n for n in lens]
-    batch = TrainBatch(seqs, masks, [[0.0] + [-1.0] * n for n in lens], None, [1.0, -0.5, 0.3, -1.2, 0.8, 0.1])
+    batch = TokenBatch.from_rows(seqs, masks, old_logprobs=[[0.0] + [-1.0] * n for n in lens],
+                                 advantages=[1.0, -0.5, 0.3, -1.2, 0.8, 0.1])
     cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=12), micro_batch_size=6)
     grads = []
     for overhead in (0, 10**9):  # one micro-batch per length vs the single padded batch
         monkeypatch.setitem(collate.SPLIT_OVERHEAD_TOKENS, "cpu", overhead)
         model.zero_grad(set_to_none=True)
-        update_minibatch(model, batch, cfg, 0, on_policy=False)
+        update_minibatch(model, batch, cfg, on_policy=False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
@@ -105,7 +107,8 @@ def test_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
     lens = [3, 9, 4, 12, 5, 7]
     seqs = [[4] + [20 + (i + j) % 30 for j in range(n)] for i, n in enumerate(lens)]
     masks = [[0] + [1] * n for n in lens]
-    batch = TrainBatch(seqs, masks, [[0.0] + [-1.0] * n for n in lens], None, [1.0, -0.5, 0.3, -1.2, 0.8, 0.1])
+    batch = TokenBatch.from_rows(seqs, masks, old_logprobs=[[0.0] + [-1.0] * n for n in lens],
+                                 advantages=[1.0, -0.5, 0.3, -1.2, 0.8, 0.1])
     cfg = RLStage(loss=GRPOLoss(), sampling=SamplingConfig(max_new_tokens=12), micro_batch_size=6)
     monkeypatch.setitem(collate.SPLIT_OVERHEAD_TOKENS, "cpu", 10**9)
     grads = []
@@ -118,7 +121,7 @@ def test_gradient_is_the_same_under_a_token_budget(tiny_dir, monkeypatch):
         assert collate.micro_token_budget(model) == budget
         assert len(collate.plan_micro_batches([len(s) for s in seqs], 6, 10**9, budget)) == (1 if budget is None else 4)
         model.zero_grad(set_to_none=True)
-        update_minibatch(model, batch, cfg, 0, on_policy=False)
+        update_minibatch(model, batch, cfg, on_policy=False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
@@ -173,7 +176,8 @@ def test_model_micro_tokens_sets_the_budget(setting, expected):
         assert n == 4  # two 40-token rows a micro-batch
     # the RL update's planner takes the same argument (distinct rows: no shared prompt to count once)
     seqs = [[20 + (i * 7 + j) % 40 for j in range(40)] for i in range(8)]
-    batch = TrainBatch(seqs, [[0] + [1] * 39 for _ in seqs], [[0.0] * 40 for _ in seqs], None, [1.0] * 8)
+    batch = TokenBatch.from_rows(seqs, [[0] + [1] * 39 for _ in seqs], old_logprobs=[[0.0] * 40 for _ in seqs],
+                                 advantages=[1.0] * 8)
     planned = update_micro_batches(model, batch, list(range(8)), 8, setting)
     assert sorted(i for m in planned for i in m) == list(range(8))
     if expected == 96:
@@ -221,7 +225,7 @@ def test_rl_update_budget_counts_the_packed_forwards_tokens(tiny_dir, monkeypatc
     monkeypatch.setitem(collate.SPLIT_OVERHEAD_TOKENS, "cpu", 10**6)
     seqs = [[4 + g] * 10 + [20 + g * 4 + k] * 5 for g in range(2) for k in range(4)]
     masks = [[0] * 10 + [1] * 5 for _ in seqs]
-    batch = TrainBatch(seqs, masks, [[0.0] * 15 for _ in seqs], None, [1.0] * 8)
+    batch = TokenBatch.from_rows(seqs, masks, old_logprobs=[[0.0] * 15 for _ in seqs], advantages=[1.0] * 8)
     assert packed_forward.supports(model)
     assert len(update_micro_batches(model, batch, list(range(8)), 8)) == 1
     monkeypatch.setattr(packed_forward, "supports", lambda m: False)

@@ -143,3 +143,37 @@ def test_ppo_logs_the_sampler_trainer_logprob_mismatch(tiny_dir, tmp_path):
     res = train_ppo(stage(max_steps=1), ModelConfig(path=tiny_dir), tmp_path, judge=even_judge)
     last = records(res)[-1]
     assert 0 <= last["rollout/logprob_mismatch_mean"] <= last["rollout/logprob_mismatch_max"] < 1e-4
+    for k in ("time/rollout", "time/generate", "time/verify", "time/ref", "time/advantages", "time/train"):
+        assert last[k] >= 0, k  # the step's phases, named and timed as in the RL stage
+
+
+def test_ppo_old_logprobs_and_values_come_from_the_first_updates_micro_batches(tiny_dir, tmp_path, monkeypatch):
+    """GPU kernels may round differently for different batch shapes. Emulate that with an offset that depends on
+    the micro-batch's shape (policy logprobs and critic values): at lr 0 every ratio is exactly 1 and no value
+    is clipped on every first-epoch update only if π_old and V_old were computed on the very micro-batches the
+    updates use (the RL stage's plan, ``trainers/update.py``)."""
+    from rlvr.config.optim import OptimConfig
+    from rlvr.trainers import micro_loss as micro_loss_module
+    from rlvr.trainers import ppo as ppo_module
+    from rlvr.trainers import update as update_module
+
+    orig_lp, orig_v = update_module.token_logprobs, ppo_module.token_values
+    offset = lambda ids: 1e-3 * ((3 * ids.shape[0] + ids.shape[1]) % 7)  # noqa: E731
+
+    def shape_dependent_lp(model, ids, att, *a, **k):
+        lp, ent = orig_lp(model, ids, att, *a, **k)
+        return lp + offset(ids), ent
+
+    def shape_dependent_v(critic, ids, att, *a, **k):
+        return orig_v(critic, ids, att, *a, **k) + offset(ids)
+
+    for module in (update_module, micro_loss_module):
+        monkeypatch.setattr(module, "token_logprobs", shape_dependent_lp)
+    for module in (ppo_module, micro_loss_module):
+        monkeypatch.setattr(module, "token_values", shape_dependent_v)
+    st = stage(tasks_per_step=8, max_steps=1, mini_batches=2, ppo_epochs=1, micro_batch_size=3, value_clip=1e-6,
+               optim=OptimConfig(lr=0.0, warmup_steps=0), sampling={"group_size": 1, "max_new_tokens": 8})
+    last = records(train_ppo(st, ModelConfig(path=tiny_dir), tmp_path, judge=even_judge))[-1]
+    assert last["train/updates"] == 2
+    assert (last["ratio/min"], last["ratio/max"]) == (pytest.approx(1.0, abs=1e-6), pytest.approx(1.0, abs=1e-6))
+    assert last["clip/low_frac"] == last["clip/high_frac"] == last["value/clip_frac"] == 0.0

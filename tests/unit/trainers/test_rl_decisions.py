@@ -21,7 +21,7 @@ from rlvr.models.logprobs import token_logprobs
 from rlvr.rollout.engine import Generation
 from rlvr.trainers import rl
 from rlvr.trainers.rl import TaskStream, policy_update, rollout_step
-from rlvr.trainers.rl import TrainBatch
+from rlvr.data.collate import TokenBatch
 from rlvr.verifiers.base import Verdict
 
 
@@ -46,17 +46,18 @@ def mini_batch_orders(monkeypatch, seed: int, step: int, n: int = 8) -> list[lis
     seen = []
 
     def spy(model, mb, *a, **k):
-        seen.append(list(mb.advantages))
+        seen.append(mb.advantages[:, 0].tolist())  # each row's advantage (spread over its tokens)
         return {"train/loss": 0.0}
 
     monkeypatch.setattr(rl, "update_minibatch", spy)
     monkeypatch.setattr(rl, "optimizer_step", lambda *a, **k: 0.0)
     monkeypatch.setattr(rl, "recompute_old_logprobs", lambda *a, **k: {})
     monkeypatch.setattr(rl, "first_update_micros", lambda *a, **k: [])
-    batch = TrainBatch([[1, 2]] * n, [[0, 1]] * n, [[0.0, -1.0]] * n, None, [float(i + 1) for i in range(n)])
+    batch = TokenBatch.from_rows([[1, 2]] * n, [[0, 1]] * n, old_logprobs=[[0.0, -1.0]] * n,
+                                 advantages=[float(i + 1) for i in range(n)])
     st = RLStage(ppo_epochs=2, mini_batches=2)
     sched = type("S", (), {"step": lambda self: None})()
-    policy_update(None, None, sched, st, batch, 0, False, seed=seed, step=step)
+    policy_update(None, None, sched, st, batch, False, seed=seed, step=step)
     return seen
 
 

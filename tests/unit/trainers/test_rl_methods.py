@@ -58,11 +58,11 @@ def test_new_losses_accumulate_exactly(tiny_dir, loss):
     ro = fake_rollouts([[1, 0, 0, 1], [0, 1, 1, 1]])
     adv = rl_variant(loss).advantages(loss, ro.rewards, ro.valid)
     batch = build_train_batch(ro, adv, needs_all=rl_variant(loss).trains_zero_advantage, mask_truncated=False)
-    batch.ref_logprobs = [[x - 0.1 for x in row] for row in batch.old_logprobs]
+    batch.ref_logprobs = batch.old_logprobs - 0.1
     grads = []
     for micro in (2, 8):
         model, _ = load_pretrained(tiny_dir)
-        update_minibatch(model, batch, stage(loss=loss, micro_batch_size=micro), 0, on_policy=False)
+        update_minibatch(model, batch, stage(loss=loss, micro_batch_size=micro), on_policy=False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
     assert float(grads[0].abs().sum()) > 0
@@ -192,6 +192,6 @@ def test_per_token_advantages_reach_the_batch():
     # row 0: per-token [.5, 1, -1] over its 3 completion tokens; row 1: all zero -> skipped but counted
     batch = build_train_batch(ro, [[0.5, 1.0, -1.0], [0.0, 0.0, 0.0]], needs_all=False, mask_truncated=False)
     assert len(batch) == 1 and batch.num_rows == 2
-    assert batch.advantages[0] == [0.0, 0.0, 0.0, 0.5, 1.0, -1.0]  # 3 prompt positions, then the completion
-    tb = batch.tokens(0)
-    assert torch.equal(tb.advantages * tb.loss_mask, torch.tensor([[0.0, 0, 0, 0.5, 1.0, -1.0]]))
+    assert batch.advantages[0].tolist() == [0.0, 0.0, 0.0, 0.5, 1.0, -1.0]  # 3 prompt positions, then the completion
+    assert torch.equal(batch.advantages * batch.loss_mask, torch.tensor([[0.0, 0, 0, 0.5, 1.0, -1.0]]))
+    assert batch.rewards.tolist() == [1.0] and batch.group_ids.tolist() == [0]  # per row: its reward and group

@@ -1,6 +1,7 @@
 """GRPO-family trainer: zero-variance groups cost nothing, accumulation is exact, resume is exact."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -51,7 +52,7 @@ def test_all_equal_groups_train_nothing_and_move_no_weight(tiny_dir):
     from rlvr.trainers.common import build_optimizer
 
     opt, sched = build_optimizer(model, st.optim, 10)
-    met = policy_update(model, opt, sched, st, batch, 0, False)
+    met = policy_update(model, opt, sched, st, batch, False)
     assert met["train/sequences"] == 0
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
@@ -62,7 +63,7 @@ def test_zero_advantage_rows_give_exactly_zero_gradient_when_kept(tiny_dir):
     adv = rl_variant(GRPOLoss()).advantages(GRPOLoss(), ro.rewards, ro.valid)
     batch = build_train_batch(ro, adv, needs_all=True, mask_truncated=False)  # kept, as KL would need them
     assert len(batch) == 4
-    update_minibatch(model, batch, stage(), 0, on_policy=True)
+    update_minibatch(model, batch, stage(), on_policy=True)
     assert all(p.grad is None or torch.count_nonzero(p.grad) == 0 for p in model.parameters())
 
 
@@ -74,7 +75,7 @@ def test_accumulation_4x2_equals_2x4(tiny_dir, loss):
     grads = []
     for micro in (2, 4, 8):
         model, _ = load_pretrained(tiny_dir)
-        update_minibatch(model, batch, stage(loss=loss, micro_batch_size=micro), 0, on_policy=False)
+        update_minibatch(model, batch, stage(loss=loss, micro_batch_size=micro), on_policy=False)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-6) and torch.allclose(grads[1], grads[2], atol=1e-6)
 
@@ -99,6 +100,9 @@ def test_kl_with_reference_runs_and_is_logged(tiny_dir, tmp_path):
                    judge=parity_judge)
     recs = [json.loads(x) for x in open(res.metrics_path)]
     assert any("kl/ref" in r for r in recs)
+    steps = [r for r in recs if r.get("step", 0) > 0 and "train/loss" in r]
+    for k in ("time/rollout", "time/generate", "time/verify", "time/advantages", "time/ref", "time/train"):
+        assert all(r[k] >= 0 for r in steps), k  # every phase of the step named and timed
 
 
 def test_dynamic_sampling_reports_data_too_easy(tiny_dir, tmp_path):
@@ -145,3 +149,51 @@ def test_prompts_that_do_not_fit_the_model_are_refused_before_any_rollout(tmp_pa
     with pytest.raises(DataError, match=r"1 of 2 prompts.*40 positions.*task 'long'.*max_new_tokens"):
         train_rl(st, ModelConfig(path=str(model_dir)), tmp_path / "run", judge=parity_judge)
     assert not (tmp_path / "run" / st.name / "checkpoints").exists()
+
+
+def test_asynchronous_rollouts_train_on_prefetched_batches(tiny_dir, tmp_path):
+    """``max_staleness`` 1 picks the asynchronous source: each next batch is sampled on a background thread by an
+    engine holding its own copy of the weights (as Ray workers or vLLM do), tagged with their version, while the
+    current one trains. The copy takes version v only once batch v was drawn (so every batch after the first is
+    one step stale, whatever the threads' timing)."""
+    import copy
+    import threading
+
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.trainers.parallel import DistContext
+
+    class CopyEngine:
+        def __init__(self, model, tok):
+            self.inner, self.version, self.calls = HFEngine(copy.deepcopy(model), tok), 0, 0
+            self.cond = threading.Condition()
+
+        def generate(self, prompts, params):
+            with self.cond:  # no weight update while sampling
+                self.calls += 1
+                self.cond.notify_all()
+                gen = self.inner.generate(prompts, params)
+                gen.policy_version = [self.version] * len(gen.completion_ids)
+                return gen
+
+        def sync_weights(self, model):
+            pass
+
+    class Prefetching(DistContext):
+        max_staleness = 1
+
+        def engine(self, model, tok, bf16=False):
+            self.copy = CopyEngine(model, tok)
+            return self.copy
+
+        def publish(self, model, version):
+            with self.copy.cond:
+                assert self.copy.cond.wait_for(lambda: version == 0 or self.copy.calls > version, timeout=120)
+                self.copy.inner.model.load_state_dict(model.state_dict())
+                self.copy.version = version
+
+    res = train_rl(stage(max_steps=3, mini_batches=2), ModelConfig(path=tiny_dir), tmp_path, judge=parity_judge,
+                   dist=Prefetching())
+    steps = [r for r in map(json.loads, open(res.metrics_path)) if "rollout/staleness" in r]
+    assert [(r["step"], r["rollout/staleness"], r["rollout/stale_dropped"]) for r in steps] == \
+        [(1, 0, 0), (2, 1, 0), (3, 1, 0)]
+    assert all(r["train/sequences"] > 0 and math.isfinite(r["train/loss"]) for r in steps if r.get("train/updates"))

@@ -48,8 +48,8 @@ def grad_of(tiny_dir, ro, st, needs_all: bool):
     batch = build_train_batch(ro, adv, needs_all=needs_all, mask_truncated=False)
     if st.kl.beta > 0:
         ref, _ = load_pretrained(tiny_dir)
-        batch.ref_logprobs = reference_logprobs(ref, model, batch, 0, st.sampling.temperature, st.micro_batch_size)
-    update_minibatch(model, batch, st, 0, on_policy=False)
+        batch.ref_logprobs = reference_logprobs(ref, model, batch, st.sampling.temperature, st.micro_batch_size)
+    update_minibatch(model, batch, st, on_policy=False)
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]), len(batch)
 
 
@@ -88,8 +88,8 @@ def kl_grad_of(tiny_dir, ro, st):
             p.add_(0.05 * torch.randn(p.shape, generator=gen))
     adv = rl_variant(st.loss).advantages(st.loss, ro.rewards, ro.valid)
     batch = build_train_batch(ro, adv, needs_all=needs_every_row(st, rl_variant(st.loss)), mask_truncated=False)
-    batch.ref_logprobs = reference_logprobs(ref, model, batch, 0, st.sampling.temperature, st.micro_batch_size)
-    update_minibatch(model, batch, st, 0, on_policy=False)
+    batch.ref_logprobs = reference_logprobs(ref, model, batch, st.sampling.temperature, st.micro_batch_size)
+    update_minibatch(model, batch, st, on_policy=False)
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]), len(batch)
 
 
@@ -168,7 +168,7 @@ def test_off_policy_updates_start_from_ratio_one_under_bf16(tiny_dir, loss):
     st = stage(loss=loss, ppo_epochs=2, mini_batches=2, optim=OptimConfig(lr=0.0, warmup_steps=0))
     batch = sampled_batch(model, tok, st, bf16=True)
     opt, sched = build_optimizer(model, st.optim, 10)
-    met = policy_update(model, opt, sched, st, batch, tok.pad_token_id, True)
+    met = policy_update(model, opt, sched, st, batch, True)
     assert met["train/updates"] == 4
     ratios = (met["ratio/min"], met["ratio/max"], met["clip/low_frac"], met["clip/high_frac"])
     assert ratios == (pytest.approx(1.0, abs=1e-6), pytest.approx(1.0, abs=1e-6), 0.0, 0.0), ratios
@@ -182,12 +182,12 @@ def test_mismatch_metric_is_the_mean_and_max_gap_between_sampler_and_trainer(tin
     ro = rollouts(MIXED)
     st = stage()
     batch = build_train_batch(ro, rl_variant(st.loss).advantages(st.loss, ro.rewards, ro.valid), True, False)
-    ids, att, lm = pad_batch(batch.input_ids, 0, batch.loss_mask, left=False)
+    ids, att, lm = batch.input_ids, batch.attention_mask, batch.loss_mask
     with torch.no_grad():
         lp, _ = token_logprobs(model, ids, att, st.sampling.temperature)
     gap = (lp + 1).abs()[lm.bool()]
     opt, sched = build_optimizer(model, st.optim, 10)
-    met = policy_update(model, opt, sched, st, batch, 0, False)
+    met = policy_update(model, opt, sched, st, batch, False)
     assert met["rollout/logprob_mismatch_mean"] == pytest.approx(float(gap.mean()), rel=1e-5)
     assert met["rollout/logprob_mismatch_max"] == pytest.approx(float(gap.max()), rel=1e-5)
 
@@ -214,21 +214,21 @@ def test_old_logprobs_are_recomputed_in_the_micro_batches_of_the_first_updates(t
     depends on the micro-batch's shape: the ratio is still exactly 1 on every first-epoch update only if
     the old logprobs were computed on the very micro-batches the updates use."""
     from rlvr.trainers import micro_loss as micro_loss_module
-    from rlvr.trainers import rl as rl_module
+    from rlvr.trainers import update as update_module
 
-    orig = rl_module.token_logprobs
+    orig = update_module.token_logprobs
 
     def shape_dependent(model, ids, att, *a, **k):
         lp, ent = orig(model, ids, att, *a, **k)
         return lp + 1e-3 * ((3 * ids.shape[0] + ids.shape[1]) % 7), ent
 
-    monkeypatch.setattr(rl_module, "token_logprobs", shape_dependent)         # the old logprobs' forward
+    monkeypatch.setattr(update_module, "token_logprobs", shape_dependent)     # the old logprobs' forward
     monkeypatch.setattr(micro_loss_module, "token_logprobs", shape_dependent)  # the update's forward
     model, _ = load_pretrained(tiny_dir)
     ro = rollouts(MIXED, lengths=[2 + (5 * i) % 7 for i in range(16)])
     st = stage(loss=GSPOLoss(), mini_batches=2, micro_batch_size=3, optim=OptimConfig(lr=0.0, warmup_steps=0))
     batch = build_train_batch(ro, rl_variant(st.loss).advantages(st.loss, ro.rewards, ro.valid), False, False)
     opt, sched = build_optimizer(model, st.optim, 10)
-    met = policy_update(model, opt, sched, st, batch, 0, False, seed=0, step=0)
+    met = policy_update(model, opt, sched, st, batch, False, seed=0, step=0)
     assert (met["ratio/min"], met["ratio/max"]) == (pytest.approx(1.0, abs=1e-6), pytest.approx(1.0, abs=1e-6))
     assert met["clip/low_frac"] == met["clip/high_frac"] == 0.0

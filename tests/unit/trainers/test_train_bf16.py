@@ -16,9 +16,9 @@ from rlvr.config.data import BuiltinArithmetic
 from rlvr.config.model import ModelConfig
 from rlvr.config.preference import DPOLoss, PreferenceStage
 from rlvr.config.rl import KLConfig, RLStage, SamplingConfig
-from rlvr.data.collate import TrainBatch
+from rlvr.data.collate import TokenBatch
 from rlvr.models.load import load_pretrained
-from rlvr.trainers import micro_loss, rl
+from rlvr.trainers import micro_loss, rl, update
 from rlvr.verifiers.base import Verdict
 
 
@@ -39,7 +39,7 @@ def parity_judge(tasks, completions):
 def spy_precision(monkeypatch) -> dict:
     """Record the ``bf16`` flag the RL trainer builds its engine with and passes to every training forward."""
     seen = {"engine": [], "forward": []}
-    inner_engine, inner_lp = rl.LOCAL.engine, rl.token_logprobs
+    inner_engine, inner_lp = rl.LOCAL.engine, update.token_logprobs
 
     def engine(model, tok, bf16=False):
         seen["engine"].append(bf16)
@@ -49,7 +49,7 @@ def spy_precision(monkeypatch) -> dict:
         seen["forward"].append(kw.get("bf16"))
         return inner_lp(*args, **kw)
     monkeypatch.setattr(rl.LOCAL, "engine", engine)
-    monkeypatch.setattr(rl, "token_logprobs", token_logprobs)          # reference and old-logprob passes
+    monkeypatch.setattr(update, "token_logprobs", token_logprobs)      # reference and old-logprob passes
     monkeypatch.setattr(micro_loss, "token_logprobs", token_logprobs)  # the update's forward
     return seen
 
@@ -93,10 +93,10 @@ def grpo_loss(tiny_dir, bf16: bool, ref_noise: float = 0.0) -> tuple[float, floa
             seqs.append(p + torch.randint(30, 60, (n,), generator=g).tolist())
             masks.append([0] * len(p) + [1] * n)
             adv.append(float(torch.randn(1, generator=g)))
-    batch = TrainBatch(seqs, masks, [[0.0] * len(s) for s in seqs], None, adv)
+    batch = TokenBatch.from_rows(seqs, masks, old_logprobs=[[0.0] * len(s) for s in seqs], advantages=adv)
     st = RLStage(sampling=SamplingConfig(group_size=4, max_new_tokens=8), micro_batch_size=8, kl=KLConfig(beta=0.1))
-    batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 0, 1.0, 8, bf16)
-    met = rl.update_minibatch(model, batch, st, 0, on_policy=True, bf16=bf16)
+    batch.ref_logprobs = rl.reference_logprobs(ref, model, batch, 1.0, 8, bf16)
+    met = rl.update_minibatch(model, batch, st, on_policy=True, bf16=bf16)
     return met["train/loss"], met["kl/ref"]
 
 
@@ -188,8 +188,8 @@ def test_the_bf16_reference_stores_its_projections_in_bf16_and_gives_the_same_lo
     nbytes = lambda m: sum(p.numel() * p.element_size() for p in m.parameters())
     assert nbytes(half) < 0.7 * nbytes(full)
     seqs = [[4, 20, 21, 22, 30, 31], [4, 23, 24, 40], [4, 20, 21, 22, 33]]
-    batch = TrainBatch(seqs, [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0, 1]], [[0.0] * len(s) for s in seqs], None,
-                       [1.0, -1.0, 0.5])
-    a = rl.reference_logprobs(full, model, batch, 0, 0.9, 8, True)
-    b = rl.reference_logprobs(half, model, batch, 0, 0.9, 8, True)
-    assert a == b and any(x != 0 for row in a for x in row)
+    batch = TokenBatch.from_rows(seqs, [[0, 0, 0, 0, 1, 1], [0, 0, 0, 1], [0, 0, 0, 0, 1]],
+                                 old_logprobs=[[0.0] * len(s) for s in seqs], advantages=[1.0, -1.0, 0.5])
+    a = rl.reference_logprobs(full, model, batch, 0.9, 8, True)
+    b = rl.reference_logprobs(half, model, batch, 0.9, 8, True)
+    assert torch.equal(a, b) and bool(a.any())
