@@ -15,7 +15,8 @@ matmul once more in the backward.
 :func:`split_head` says where a model's body ends: a transformers causal LM (or a peft model over one)
 whose logits are exactly ``lm_head(decoder(...).last_hidden_state)``. Models with a logit scale or soft
 cap after the head (Gemma-2's ``final_logit_softcapping``, Cohere's ``logit_scale``, Granite's
-``logits_scaling``) and modules that are not transformers' are forwarded whole (full logits, still chunked
+``logits_scaling``), models with forward hooks on the causal LM module itself (they expect its call) and
+modules that are not transformers' are forwarded whole (full logits, still chunked
 after the head).
 """
 
@@ -63,6 +64,8 @@ def split_head(model):
     if get_dec is None or get_head is None or getattr(lm, "is_rlvr_native", False) or cfg is None:
         return None
     if any(getattr(cfg, f, None) not in (None, 1, 1.0) for f in POST_HEAD_FIELDS):
+        return None
+    if any(m._forward_hooks or m._forward_pre_hooks for m in {model, lm}):  # they expect the whole forward
         return None
     try:
         dec, head = get_dec(), get_head()
