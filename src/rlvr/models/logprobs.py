@@ -4,6 +4,13 @@ Convention (glossary): for ``input_ids [B, T]`` the returned ``logprobs [B, T]``
 ``log π(ids[t] | ids[<t])`` at position ``t`` and 0 at ``t = 0``; ``loss_mask`` selects the
 completion tokens. Logits are upcast to float32, then divided by the sampling temperature, so that
 training-time logprobs match the sampling policy's (the engine samples from ``log_softmax(float(z) / T)``).
+
+The model's body runs once (the HF decoder, or the ``forward`` hook's packed forward); the output projection
+runs with the log-softmax, the entropy and the argmax in chunks of tokens (``rlvr.models.lm_head``), so the
+``[tokens, V]`` logits of a micro-batch never exist at once, forward or backward. Every consumer goes
+through here: the RL and PPO updates and their old / reference passes (:func:`token_logprobs`), the
+preference step and its reference cache (:func:`sequence_logprobs`), SFT and its held-out loss
+(:func:`token_nll`).
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ import torch
 
 from rlvr import hooks
 from rlvr.models.lm_head import HeadOut, head_logprobs, split_head
-from rlvr.models.truncation import NONE, Truncation, truncated_logprobs
+from rlvr.models.truncation import NONE, Truncation
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -26,18 +33,6 @@ def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``logits / T`` computed in float32: upcast first (bf16 logits divided in bf16 lose ~3 digits)."""
     lg = logits.float()
     return lg if temperature == 1.0 else lg / temperature
-
-
-def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk: int = 4096,
-                    temperature: float = 1.0, truncation: Truncation = NONE) -> torch.Tensor:
-    """log softmax(logits / T)[target] in float32 (``truncation``: of the top-k / top-p distribution the sampler
-    drew from, ``rlvr.models.truncation``), without materialising the full [N, V] log-softmax."""
-    flat = logits.reshape(-1, logits.shape[-1])
-    tgt = targets.reshape(-1)
-    out = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
-    for s in range(0, flat.shape[0], chunk):
-        out[s:s + chunk] = truncated_logprobs(_scaled(flat[s:s + chunk], temperature), tgt[s:s + chunk], truncation)
-    return out.view(targets.shape)
 
 
 def entropy_from_logits(logits: torch.Tensor, chunk: int = 4096, temperature: float = 1.0) -> torch.Tensor:
@@ -136,7 +131,7 @@ def _body_states(model, input_ids, attention_mask, wanted, position_ids):
     src = (ok.nonzero() * torch.tensor([T, 1], device=ok.device)).sum(-1)  # flat index of each predecessor
     where = src + 1
     split = split_head(model)
-    kw = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    kw = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
     if split is not None:
         dec, head = split
         hs = dec(**kw).last_hidden_state

@@ -124,10 +124,10 @@ def test_sft_nll_equals_sft_loss_on_full_logits(big_vocab):
 
 
 def test_lora_model_splits_at_its_base_decoder(big_vocab):
+    import copy
+
     from rlvr.config.model import LoraConfig
     from rlvr.models.load import add_lora
-
-    import copy
 
     model = add_lora(copy.deepcopy(big_vocab), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     assert split_head(model) is not None
