@@ -10,7 +10,8 @@ sampling truncated it), the entropy and whether the target is the argmax. With a
 under activation checkpointing: its logits are freed after the forward and recomputed in the backward, so
 the memory of the step grows with the chunk (``logit_chunk x V``), never with ``tokens x V``; the values
 and gradients are the unchunked computation's (``tests/unit/models/test_lm_head.py``). The cost is the head's
-matmul once more in the backward.
+matmul once more in the backward, paid only when there is more than one chunk (a micro-batch that fits in one
+chunk, as any of the tiny models' does, keeps its logits for the backward as an unchunked forward would).
 
 :func:`split_head` says where a model's body ends: a transformers causal LM (or a peft model over one)
 whose logits are exactly ``lm_head(decoder(...).last_hidden_state)``. Models with a logit scale or soft
@@ -116,7 +117,8 @@ def head_logprobs(head, h: Tensor, targets: Tensor, temperature: float = 1.0, tr
         vocab = head.weight.shape[0] if hasattr(head, "weight") else h.shape[-1]
     step = chunk_rows(vocab, chunk)
     M = h.shape[0]
-    grad = torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in _params(head)))
+    # one chunk (the tiny models' vocabularies): nothing to free between chunks, so no recomputation either
+    grad = M > step and torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in _params(head)))
     parts = []
     for s in range(0, max(M, 1), step):  # M = 0: one empty chunk, still attached to the graph
         args = (head, h[s:s + step], targets[s:s + step], temperature, truncation, entropy, hits)
