@@ -112,9 +112,11 @@ def head_logprobs(head, h: Tensor, targets: Tensor, temperature: float = 1.0, tr
     rows at a time (module docstring). ``entropy``: None, ``"detached"`` or ``"grad"`` (the entropy of the
     full tempered distribution, differentiable: an entropy bonus); ``hits``: whether each target is the
     argmax. ``head`` is any module or function ``[n, hidden] -> [n, V]`` (``vocab``: V, for the automatic
-    chunk; read from ``head.weight`` when omitted)."""
+    chunk; read from ``head.out_features`` or ``head.weight`` when omitted, else ``h``'s last size: an identity
+    head over logits)."""
     if vocab is None:
-        vocab = head.weight.shape[0] if hasattr(head, "weight") else h.shape[-1]
+        w = getattr(head, "weight", None)
+        vocab = getattr(head, "out_features", None) or (w.shape[0] if isinstance(w, Tensor) else h.shape[-1])
     step = chunk_rows(vocab, chunk)
     M = h.shape[0]
     # one chunk (the tiny models' vocabularies): nothing to free between chunks, so no recomputation either
