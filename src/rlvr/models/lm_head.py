@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
@@ -87,22 +88,87 @@ class HeadOut:
     hits: Tensor | None = None
 
 
-def _rows(head, h: Tensor, targets: Tensor, temperature: float, truncation: Truncation, entropy: str | None,
-          hits: bool):
-    """The vocabulary functions of one chunk (see :func:`head_logprobs`); returns a tuple of tensors."""
-    z = head(h).float()
+def _vocab(z: Tensor, targets: Tensor, temperature: float, truncation: Truncation, entropy: str | None,
+           hits: bool) -> tuple:
+    """The vocabulary functions of one chunk's logits ``z [n, V]`` (any float dtype): ``(logprobs, entropy or
+    None, hits or None)`` of the tempered float32 logits."""
+    z = z.float()
     if temperature != 1.0:
         z = z / temperature
-    out = [truncated_logprobs(z, targets, truncation)]
+    lp = truncated_logprobs(z, targets, truncation)
+    ent = top = None
     if entropy == "grad":
-        out.append(entropy_rows(z))
+        ent = entropy_rows(z)
     elif entropy is not None:
         with torch.no_grad():
-            out.append(entropy_rows(z))
+            ent = entropy_rows(z)
     if hits:
         with torch.no_grad():
-            out.append(z.gather(-1, targets[:, None]).squeeze(-1) >= z.max(-1).values)
-    return tuple(out)
+            top = z.gather(-1, targets[:, None]).squeeze(-1) >= z.max(-1).values
+    return lp, ent, top
+
+
+def _rows(head, h: Tensor, targets: Tensor, *spec):
+    """:func:`_vocab` of ``head(h)`` (one chunk of the checkpointed path), the Nones left out."""
+    return tuple(t for t in _vocab(head(h), targets, *spec) if t is not None)
+
+
+class _LinearHead(torch.autograd.Function):
+    """:func:`_vocab` of ``linear(h, weight, bias)`` chunk by chunk (``spec[0]`` rows), for a plain Linear head.
+
+    Forward: each chunk's logits under no grad, freed at once. Backward: each chunk's logits recomputed, the
+    gradient of the vocabulary functions w.r.t. them by autograd (``gz [n, V]``), then ``grad_h[chunk] = gz W``
+    and ``grad_W += gz^T h[chunk]`` accumulated in place in one buffer (the checkpointed path keeps one more
+    ``[V, hidden]`` temporary per chunk before the engine adds it). The backward recomputes the logits under the
+    forward's autocast state."""
+
+    @staticmethod
+    def forward(ctx, h, weight, bias, targets, spec):
+        step, vocab_spec = spec[0], spec[1:]
+        parts = [_vocab(F.linear(h[s:s + step], weight, bias), targets[s:s + step], *vocab_spec)
+                 for s in range(0, h.shape[0], step)]
+        lp, ent, top = (torch.cat(c) if c[0] is not None else None for c in zip(*parts))
+        ctx.save_for_backward(h, weight, bias, targets)
+        ctx.spec = spec
+        dev = h.device.type
+        ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
+        ent_out = ent if ent is not None else lp.new_zeros(0)
+        top_out = top if top is not None else torch.zeros(0, dtype=torch.bool, device=h.device)
+        ctx.mark_non_differentiable(top_out)
+        if vocab_spec[2] != "grad":
+            ctx.mark_non_differentiable(ent_out)
+        return lp, ent_out, top_out
+
+    @staticmethod
+    def backward(ctx, g_lp, g_ent, _g_top):
+        h, weight, bias, targets = ctx.saved_tensors
+        step, vocab_spec = ctx.spec[0], ctx.spec[1:]
+        want_h, want_w, want_b = ctx.needs_input_grad[:3]
+        grad_h = torch.zeros_like(h) if want_h else None
+        grad_w = torch.zeros_like(weight) if want_w else None
+        grad_b = torch.zeros_like(bias) if want_b else None
+        with_ent = vocab_spec[2] == "grad" and g_ent is not None and g_ent.numel() > 0
+        dev, on, cast = ctx.autocast
+        for s in range(0, h.shape[0], step):
+            hc = h[s:s + step]
+            with torch.no_grad(), torch.autocast(dev, dtype=cast, enabled=on):  # the forward's precision
+                z = F.linear(hc, weight, bias)
+            z.requires_grad_(True)
+            with torch.enable_grad():
+                lp, ent, _ = _vocab(z, targets[s:s + step], *vocab_spec)
+                outs, grads = [lp], [g_lp[s:s + step]]
+                if with_ent:
+                    outs.append(ent)
+                    grads.append(g_ent[s:s + step])
+                (gz,) = torch.autograd.grad(outs, [z], grads)
+            if want_h:
+                grad_h[s:s + step] = (gz @ weight.to(gz.dtype)).to(h.dtype)
+            if want_w:
+                grad_w.addmm_(gz.t().to(weight.dtype), hc.to(weight.dtype))
+            if want_b:
+                grad_b += gz.sum(0).to(bias.dtype)
+            del z, gz
+        return grad_h, grad_w, grad_b, None, None
 
 
 def head_logprobs(head, h: Tensor, targets: Tensor, temperature: float = 1.0, truncation: Truncation = NONE,
@@ -113,21 +179,27 @@ def head_logprobs(head, h: Tensor, targets: Tensor, temperature: float = 1.0, tr
     full tempered distribution, differentiable: an entropy bonus); ``hits``: whether each target is the
     argmax. ``head`` is any module or function ``[n, hidden] -> [n, V]`` (``vocab``: V, for the automatic
     chunk; read from ``head.out_features`` or ``head.weight`` when omitted, else ``h``'s last size: an identity
-    head over logits)."""
+    head over logits). A plain ``nn.Linear`` head takes :class:`_LinearHead`; any other module is
+    checkpointed chunk by chunk (``torch.utils.checkpoint``)."""
     if vocab is None:
         w = getattr(head, "weight", None)
         vocab = getattr(head, "out_features", None) or (w.shape[0] if isinstance(w, Tensor) else h.shape[-1])
     step = chunk_rows(vocab, chunk)
     M = h.shape[0]
+    spec = (temperature, truncation, entropy, hits)
     # one chunk (the tiny models' vocabularies): nothing to free between chunks, so no recomputation either
     grad = M > step and torch.is_grad_enabled() and (h.requires_grad or any(p.requires_grad for p in _params(head)))
-    parts = []
-    for s in range(0, max(M, 1), step):  # M = 0: one empty chunk, still attached to the graph
-        args = (head, h[s:s + step], targets[s:s + step], temperature, truncation, entropy, hits)
-        parts.append(checkpoint(_rows, *args, use_reentrant=False) if grad else _rows(*args))
-    cols = [torch.cat(c) if len(c) > 1 else c[0] for c in zip(*parts)]
-    ent = cols[1] if entropy is not None else None
-    return HeadOut(cols[0], ent, cols[-1] if hits else None)
+    if not grad:
+        parts = [_vocab(head(h[s:s + step]), targets[s:s + step], *spec) for s in range(0, max(M, 1), step)]
+        lp, ent, top = (torch.cat(c) if len(c) > 1 and c[0] is not None else c[0] for c in zip(*parts))
+        return HeadOut(lp, ent, top)
+    if type(head) is torch.nn.Linear:
+        lp, ent, top = _LinearHead.apply(h, head.weight, head.bias, targets, (step, *spec))
+        return HeadOut(lp, ent if entropy is not None else None, top if hits else None)
+    parts = [checkpoint(_rows, head, h[s:s + step], targets[s:s + step], *spec, use_reentrant=False)
+             for s in range(0, M, step)]
+    cols = [torch.cat(c) for c in zip(*parts)]
+    return HeadOut(cols[0], cols[1] if entropy is not None else None, cols[-1] if hits else None)
 
 
 def _params(head):

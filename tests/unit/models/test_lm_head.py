@@ -179,3 +179,32 @@ def test_largest_tensor_grows_with_the_chunk_not_with_tokens_times_vocab(big_voc
     # the largest tensors are one chunk's [rows, V] logits (and the [V, H] weight gradient, 32 x V)
     assert small == 40 * V and large == 80 * V, (small, large)
     assert large < n * V / 1.9
+
+
+@pytest.mark.parametrize("wrap", [False, True])  # a plain Linear (its own backward) / any module (checkpointed)
+@pytest.mark.parametrize("bf16", [False, True])
+def test_head_paths_equal_the_full_logits(wrap, bf16):
+    from rlvr.models.lm_head import head_logprobs
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(16, 3000, bias=True)
+    head = torch.nn.Sequential(lin) if wrap else lin
+    h = torch.randn(23, 16, requires_grad=True)
+    tgt = torch.randint(0, 3000, (23,))
+    w = torch.linspace(-1, 1, 23)
+
+    def run(chunk):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = head_logprobs(head, h, tgt, 0.8, entropy="grad", hits=True, chunk=chunk)
+        loss = (out.logprobs * w).sum() + 0.5 * out.entropy.sum()
+        g = torch.autograd.grad(loss, [h, lin.weight, lin.bias])
+        return out, g
+
+    full, g_full = run(10_000)
+    part, g_part = run(4)
+    rel = 1e-2 if bf16 else 1e-5
+    assert_close(part.logprobs.detach(), full.logprobs.detach(), rel)
+    assert_close(part.entropy.detach(), full.entropy.detach(), rel)
+    assert torch.equal(part.hits, full.hits)
+    for a, b in zip(g_part, g_full):
+        assert_close(a, b, rel)
