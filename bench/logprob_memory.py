@@ -5,8 +5,9 @@ full ``[tokens, V]`` logits.
 
 Each variant runs in its own fresh process (``VmHWM`` reset after the model is built: ``/proc/self/clear_refs``),
 on the same random-init model (``rlvr.models.shapes``): ``chunked`` is ``token_logprobs`` with the automatic chunk
-(or ``--chunk``), ``full`` the plain computation (the model's logits, log-softmax, gather). Prints one JSON line
-per variant: the step's peak RSS above the built model (MiB) and its time. Not part of the test suite.
+(or ``--chunk``), ``full`` the plain computation (the model's logits, log-softmax, gather); ``--frozen-head``: the
+tied embedding takes no gradient (as under LoRA), so only activations and logits count. Prints one JSON line per
+variant: the step's peak RSS above the built model (MiB) and its time. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def worker(a) -> dict:
     from rlvr.models.shapes import build_shape, parse_overrides
 
     model, _ = build_shape(None, a.shape, seed=0, overrides=parse_overrides(a.set))
+    if a.frozen_head:  # as under LoRA: the (tied) embedding / head takes no gradient
+        model.get_output_embeddings().weight.requires_grad_(False)
     V = model.config.vocab_size
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, V, (a.rows, a.tokens), generator=g)
@@ -53,7 +56,7 @@ def worker(a) -> dict:
         lp, _ = token_logprobs(model, ids, att, wanted=lm)
         loss = (lp * lm).sum()
     loss.backward()
-    return {"variant": a.variant, "chunk": a.chunk, "rows": a.rows, "tokens": a.tokens, "vocab": V,
+    return {"variant": a.variant, "chunk": a.chunk, "frozen_head": a.frozen_head, "rows": a.rows, "tokens": a.tokens, "vocab": V,
             "logits_mb_full": round(a.rows * a.tokens * V * 4 / 2**20, 1),
             "step_peak_mb": round(vmhwm_mb() - base, 1), "seconds": round(time.perf_counter() - t0, 2)}
 
@@ -65,6 +68,7 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--tokens", type=int, default=256)
     ap.add_argument("--chunk", type=int, default=None, help="model.logit_chunk (default: automatic)")
+    ap.add_argument("--frozen-head", action="store_true", help="the tied embedding / head frozen (as under LoRA)")
     ap.add_argument("--variant", choices=("chunked", "full"), default=None, help="(internal: one worker)")
     a = ap.parse_args()
     if a.variant:
