@@ -208,3 +208,19 @@ def test_head_paths_equal_the_full_logits(wrap, bf16):
     assert torch.equal(part.hits, full.hits)
     for a, b in zip(g_part, g_full):
         assert_close(a, b, rel)
+
+
+def test_recipe_logit_chunk_is_set_when_the_model_loads(monkeypatch):
+    from pydantic import ValidationError
+
+    from rlvr.config.model import ModelConfig, TinyModel
+    from rlvr.models import lm_head
+    from rlvr.models.load import load_model_and_tokenizer
+
+    monkeypatch.setattr(lm_head, "_CHUNK", [None])
+    load_model_and_tokenizer(ModelConfig(tiny=TinyModel(size="test"), logit_chunk=7))
+    assert chunk_rows(V) == 7
+    load_model_and_tokenizer(ModelConfig(tiny=TinyModel(size="test")))
+    assert chunk_rows(V) == (1 << 25) // V
+    with pytest.raises(ValidationError, match="logit_chunk"):
+        ModelConfig(tiny=TinyModel(size="test"), logit_chunk=0)
