@@ -273,12 +273,15 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 
 
 def add_model_args(ap) -> None:
-    """``--model-dir`` (an HF folder instead of the tiny model of ``--size``) and ``--lora`` (rank; 0: full)."""
+    """``--model-dir`` (an HF folder instead of the tiny model of ``--size``), ``--lora`` (rank; 0: full) and
+    ``--timeout`` (of :func:`interleave`)."""
     ap.add_argument("--model-dir", default=None,
                     help="an HF folder both sides load (e.g. `rlvr build-model --shape qwen2.5-0.5b`) instead of the "
                          "tiny model of --size")
     ap.add_argument("--lora", type=int, default=0,
                     help="LoRA rank on both sides (alpha 2r, the attention and MLP projections); 0: full fine-tuning")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds the interleaved sides may take together (a real shape needs hours)")
 
 
 def bench_model(a, work: Path) -> tuple[str, int]:

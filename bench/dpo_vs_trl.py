@@ -310,7 +310,8 @@ def bench(a, progress=None) -> dict:
         say(f"DPO {a.size}: token ids checked equal" + (f", loss check on {a.check} fixed pairs" if a.check else ""))
         parity = loss_parity(a, model_dir, pairs, pairs_path, str(work / "parity"))
         say(f"DPO {a.size}: {a.steps + 1} steps per side, interleaved")
-        res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args)
+        res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args,
+                         timeout=a.timeout)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = {s: {k: summarize(res[s][k][a.skip:]) for k in ("step", "own_step")} for s in res}

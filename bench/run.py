@@ -70,6 +70,8 @@ import _common  # noqa: F401
 SECTIONS = ("grpo", "dpo", "sft", "verifier", "quickstart")
 SHAPE_MODES = {"grpo_lora": ("grpo", 16), "grpo_full": ("grpo", 0), "dpo_lora": ("dpo", 16), "sft_lora": ("sft", 16)}
 """``--shape`` modes: (trainer, LoRA rank; 0: full fine-tuning, every parameter with float32 AdamW state)."""
+SHAPE_TIMEOUT_S = 4 * 3600
+"""How long the two sides of one ``--shape`` mode may take together."""
 SHAPE_TARGETS = {"grpo": 0.7, "dpo": 0.7, "sft": 0.7, "grpo_rss": 0.6, "rss": 0.7}
 TARGETS = {"grpo": 0.4, "dpo": 0.5, "rss": 0.7, "sft_fraction": 0.30, "verifier_speed": 1.0}
 FLAT = ("rlvr_step_s", "trl_step_s", "ratio", "paired_ratio", "rlvr_rss_mb", "trl_rss_mb", "rss_ratio")
@@ -114,6 +116,14 @@ def parse_args(argv: list[str] | None = None):
     a = ap.parse_args(argv)
     only = [s for s in a.only.split(",") if s]
     skip = [s for s in a.skip.split(",") if s]
+    if a.shape:  # a bad shape name or config.json: one line, before anything runs
+        from rlvr.errors import ConfigError
+        from rlvr.models.shapes import parse_overrides, shape_config
+
+        try:
+            shape_config(a.shape), parse_overrides(a.shape_set)
+        except ConfigError as e:
+            ap.error(str(e))
     known = tuple(SHAPE_MODES) if a.shape else SECTIONS
     bad = [s for s in only + skip if s not in known]
     if bad:
@@ -275,7 +285,7 @@ def run_shape_mode(a, mode: str, model_dir: str, say) -> dict:
     """One ``--shape`` mode (:data:`SHAPE_MODES`) on the shared folder: a size record against TRL."""
     kind, rank = SHAPE_MODES[mode]
     common = ["--model-dir", model_dir, "--lora", str(rank), "--steps", str(a.steps), "--skip", str(a.warmup),
-              *micro_args(a)]
+              "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a)]
     if kind == "grpo":
         import grpo_vs_trl
 
