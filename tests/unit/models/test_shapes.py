@@ -41,14 +41,29 @@ def check_folder(out, vocab):
     return model
 
 
-def test_build_model_from_a_config_file_with_a_real_vocabulary(tmp_path, rlvr_cli):
-    out = tmp_path / "m"
-    code, stdout, err = rlvr_cli("build-model", out, "--shape", shrunk_qwen(tmp_path), "--seed", "3")
-    assert code == 0, err
-    assert "vocabulary 151,936" in stdout
-    model = check_folder(out, 151_936)
+@pytest.fixture(scope="module")
+def real_vocab(tmp_path_factory):
+    """A folder built from a config.json of Qwen2.5-0.5B's vocabulary (151,936) with a 2-layer, 32-wide body."""
+    from rlvr.models.shapes import build_shape
+
+    tmp = tmp_path_factory.mktemp("shape")
+    build_shape(tmp / "m", str(shrunk_qwen(tmp)), seed=3)
+    return tmp / "m"
+
+
+def test_a_real_vocabulary_folder_loads_generates_and_gives_logprobs(real_vocab):
+    model = check_folder(real_vocab, 151_936)
     assert model.config.num_key_value_heads == 2 and model.config.tie_word_embeddings
     assert model.get_output_embeddings().weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+
+
+def test_build_model_command_from_a_config_file(tmp_path, rlvr_cli):
+    out = tmp_path / "m"
+    code, stdout, err = rlvr_cli("build-model", out, "--shape", shrunk_qwen(tmp_path, vocab_size=2000))
+    assert code == 0, err
+    assert "vocabulary 2,000" in stdout
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == 2000
+    check_folder(out, 2000)
 
 
 def test_set_overrides_fields_of_a_named_shape(tmp_path, rlvr_cli):
@@ -92,3 +107,23 @@ def test_real_qwen_shape_builds_loads_and_generates(tmp_path, rlvr_cli):
     assert code == 0, err
     assert "494,032,768 parameters" in stdout  # Qwen2.5-0.5B's count (tied embeddings)
     check_folder(tmp_path / "q", 151_936)
+
+
+def test_sft_with_lora_trains_and_checkpoints_at_a_real_vocabulary(real_vocab, tmp_path, monkeypatch):
+    """The ordinary trainer on a built folder: LoRA, the chunked head (16 tokens a chunk), the saved checkpoint."""
+    from rlvr.config.data import BuiltinArithmetic
+    from rlvr.config.model import LoraConfig, ModelConfig
+    from rlvr.config.optim import OptimConfig
+    from rlvr.config.sft import SFTStage
+    from rlvr.models import lm_head
+    from rlvr.trainers.sft import train_sft
+
+    monkeypatch.setattr(lm_head, "_CHUNK", [None])
+    out = real_vocab
+    stage = SFTStage(data=BuiltinArithmetic(families=["add2"], n=16), optim=OptimConfig(lr=1e-2, warmup_steps=0),
+                     max_steps=2, batch_size=4, micro_batch_size=4, save_every=0, log_every=1)
+    cfg = ModelConfig(path=str(out), lora=LoraConfig(r=4, alpha=8), logit_chunk=16)
+    res = train_sft(stage, cfg, tmp_path / "run", seed=0)
+    rows = [json.loads(x) for x in open(res.metrics_path) if "train/loss" in x]
+    assert len(rows) == 2 and all(r["train/loss"] > 5 for r in rows)  # ~log(151,936) = 11.9 at random init
+    check_folder(res.checkpoint, 151_936)
