@@ -5,6 +5,7 @@ bad shapes are one-line errors naming them. The real 0.5B build is `slow`."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -124,6 +125,6 @@ def test_sft_with_lora_trains_and_checkpoints_at_a_real_vocabulary(real_vocab, t
                      max_steps=2, batch_size=4, micro_batch_size=4, save_every=0, log_every=1)
     cfg = ModelConfig(path=str(out), lora=LoraConfig(r=4, alpha=8), logit_chunk=16)
     res = train_sft(stage, cfg, tmp_path / "run", seed=0)
-    rows = [json.loads(x) for x in open(res.metrics_path) if "train/loss" in x]
+    rows = [json.loads(x) for x in Path(res.metrics_path).read_text().splitlines() if "train/loss" in x]
     assert len(rows) == 2 and all(r["train/loss"] > 5 for r in rows)  # ~log(151,936) = 11.9 at random init
     check_folder(res.checkpoint, 151_936)
