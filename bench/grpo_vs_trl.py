@@ -143,24 +143,35 @@ def parse_args(argv: list[str] | None = None):
 def rlvr_stage(a, n_tasks: int):
     """The RLStage both the timed run and the loss check use."""
     from rlvr.config.data import BuiltinArithmetic
-    from rlvr.config.optim import OptimConfig
-    from rlvr.config.rl import GRPOLoss, KLConfig, RewardTerm, RLStage, SamplingConfig
+    from rlvr.config.rl import RewardTerm
 
     rewards = [RewardTerm(name="correct")]
     if "length" in a.reward:
         rewards.append(RewardTerm(name="length"))
     if "spread" in a.reward:
         rewards.append(RewardTerm(name="python", function="_rewards:spread"))
+    return matched_rl_stage(a, BuiltinArithmetic(families=["mul21"], n=n_tasks, split="train", seed=0), rewards,
+                            lr=LR, max_steps=a.steps + 1, micro_batch_size=a.rlvr_micro or a.prompts * a.group,
+                            decode_threads=getattr(a, "rlvr_decode_threads", None) or "auto")
+
+
+def matched_rl_stage(a, data, rewards, lr: float, max_steps: int, micro_batch_size: int,
+                     decode_threads="auto", **fields):
+    """rlvr's RLStage with the settings TRL's side matches (:func:`matched_grpo_config`): ``a.prompts`` groups of
+    ``a.group`` samples a step at ``a.temperature`` (top_p 1, top_k off), ``a.max_new`` new tokens, GRPO loss
+    (clip 0.2, per-group std, seq-mean-token-mean), k3 KL at ``a.beta``, AdamW ``lr`` betas (0.9, 0.95) at a
+    constant rate, no warmup, grad-clip 1.0, μ = 1; ``fields`` sets the rest of the stage (name, saving, ...)."""
+    from rlvr.config.optim import OptimConfig
+    from rlvr.config.rl import GRPOLoss, KLConfig, RLStage, SamplingConfig
+
+    base = {"name": "rlvr", "save_every": 0, "eval_every": 0, "verifier_workers": 0}
     return RLStage(
-        name="rlvr", data=BuiltinArithmetic(families=["mul21"], n=n_tasks, split="train", seed=0),
-        loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"),
+        data=data, loss=GRPOLoss(eps=0.2, scale="group", aggregation="seq-mean-token-mean"),
         kl=KLConfig(beta=a.beta, estimator="k3"),
         sampling=SamplingConfig(group_size=a.group, temperature=a.temperature, top_p=1.0, max_new_tokens=a.max_new,
-                                decode_threads=getattr(a, "rlvr_decode_threads", None) or "auto"),
-        rewards=rewards, optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
-        max_steps=a.steps + 1, tasks_per_step=a.prompts, micro_batch_size=a.rlvr_micro or a.prompts * a.group,
-        save_every=0,
-        eval_every=0, verifier_workers=0)
+                                decode_threads=decode_threads),
+        rewards=rewards, optim=OptimConfig(lr=lr, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
+        max_steps=max_steps, tasks_per_step=a.prompts, micro_batch_size=micro_batch_size, **{**base, **fields})
 
 
 def rlvr_precision(a):
@@ -233,23 +244,39 @@ def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=(), b
     """GRPOTrainer with the settings of the module docstring (fastest for this work on CPU)."""
     from datasets import Dataset
     from transformers import AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "answer": t["answer"]}
                             for t in tasks])
     tok = AutoTokenizer.from_pretrained(model_dir)
-    cfg = GRPOConfig(
-        output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=bf16, fp16=False, report_to="none",
-        save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
-        per_device_train_batch_size=a.prompts * a.group, gradient_accumulation_steps=1,
+    cfg = matched_grpo_config(a, str(Path(work) / "trl"), lr=LR, max_steps=a.steps + 1, bf16=bf16)
+    return GRPOTrainer(model=model_dir, reward_funcs=trl_reward_funcs(a), args=cfg, train_dataset=ds,
+                       processing_class=tok, callbacks=list(callbacks), peft_config=trl_peft(a))
+
+
+def matched_grpo_config(a, output_dir: str, lr: float, max_steps: int, bf16: bool = False, micro: int | None = None,
+                        seed: int = 0):
+    """TRL's GRPOConfig with :func:`matched_rl_stage`'s settings: ``a.prompts`` x ``a.group`` rows an optimizer
+    step cut in micro-batches of ``micro`` rows (default the whole batch; one generation per step either way,
+    so no old-logprob pass), loss_type ``grpo`` with per-group scaling, k3 KL without TRL's bias correction,
+    constant lr, AdamW betas (0.9, 0.95), grad-clip 1.0; precision ``bf16`` (accelerate's autocast) or float32;
+    saving, logging and completion logging off."""
+    from trl import GRPOConfig
+
+    rows = a.prompts * a.group
+    micro = micro or rows
+    if rows % micro:
+        raise ValueError(f"micro-batch {micro} does not divide the {rows} rows of a step")
+    return GRPOConfig(
+        output_dir=output_dir, use_cpu=True, bf16=bf16, fp16=False, report_to="none",
+        save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=seed, max_steps=max_steps,
+        per_device_train_batch_size=micro, gradient_accumulation_steps=rows // micro,
         num_generations=a.group, max_completion_length=a.max_new, temperature=a.temperature, top_p=1.0,
         beta=a.beta, use_bias_correction_kl=False, num_iterations=1, epsilon=0.2, loss_type="grpo",
         scale_rewards="group",
-        learning_rate=LR, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
+        learning_rate=lr, lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0,
         optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95, weight_decay=0.0,
-        dataloader_num_workers=0, log_completions=False, cache_implementation=a.trl_cache)
-    return GRPOTrainer(model=model_dir, reward_funcs=trl_reward_funcs(a), args=cfg, train_dataset=ds,
-                       processing_class=tok, callbacks=list(callbacks), peft_config=trl_peft(a))
+        dataloader_num_workers=0, log_completions=False, cache_implementation=getattr(a, "trl_cache", None))
 
 
 def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str, bf16: bool = False) -> dict:
@@ -263,7 +290,6 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str, bf16: boo
     trainer = trl_trainer(a, model_dir, tasks, work, [step_end_callback(baton)], bf16)
     hold_baton_from_batch_fetch(trainer, baton)
     inner = trainer._generate_single_turn
-    inner_loss = trainer._compute_loss
 
     def timed_generate(*args, **kw):
         t0 = time.perf_counter()
@@ -272,14 +298,8 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str, bf16: boo
         lens.append(sum(len(c) for c in res[0]) / max(1, len(res[0])))
         return res
 
-    def counted_loss(model, inputs):
-        """The rows TRL forwards and backwards this step, and those whose advantage is not 0."""
-        rows.append(int((inputs["completion_mask"].sum(-1) > 0).sum()))
-        rows_var.append(int((inputs["advantages"] != 0).sum()))
-        loss = inner_loss(model, inputs)
-        losses.append(float(loss.detach()))
-        return loss
-    trainer._generate_single_turn, trainer._compute_loss = timed_generate, counted_loss
+    trainer._generate_single_turn = timed_generate
+    count_trl_rows(trainer, rows, rows_var, losses)
     pin_threads()
     trainer.train()
     step = baton.steps()[:-1]  # the last step overlaps the others' teardown
@@ -287,6 +307,20 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str, bf16: boo
             "train": [s_ - g for s_, g in zip(step, gen_times)], "completion_len": lens[:-1],
             "rows_trained": rows[:-1], "rows_with_variance": rows_var[:-1], "loss": losses[:-1],
             "interleaved": baton.interleaved, "rss": peak_rss_mb(), "modules": heavy_modules()}
+
+
+def count_trl_rows(trainer, rows: list, rows_var: list, losses: list) -> None:
+    """Wrap TRL's ``_compute_loss``: each call (one micro-batch) appends the rows it forwards and backwards,
+    those whose advantage is not 0, and its loss."""
+    inner_loss = trainer._compute_loss
+
+    def counted_loss(model, inputs):
+        rows.append(int((inputs["completion_mask"].sum(-1) > 0).sum()))
+        rows_var.append(int((inputs["advantages"] != 0).sum()))
+        loss = inner_loss(model, inputs)
+        losses.append(float(loss.detach()))
+        return loss
+    trainer._compute_loss = counted_loss
 
 
 def trl_bf16_worker(baton, a, model_dir: str, tasks: list[dict], work: str) -> dict:
@@ -371,7 +405,8 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
 # ---------------------------------------------------------------- driver
 
 def check_same_prompts(model_dir: str, tasks) -> None:
-    """rlvr's encode_prompt and TRL's chat-template tokenisation must give the same prompt ids."""
+    """rlvr's encode_prompt and TRL's chat-template tokenisation of the task's messages (a system message
+    included) must give the same prompt ids."""
     from transformers import AutoTokenizer
 
     from rlvr.data.chat import encode_prompt
@@ -379,7 +414,7 @@ def check_same_prompts(model_dir: str, tasks) -> None:
     tok = AutoTokenizer.from_pretrained(model_dir)
     for t in tasks[:8]:
         ours = encode_prompt(tok, t)
-        theirs = tok.apply_chat_template([{"role": "user", "content": t.prompt}], add_generation_prompt=True,
+        theirs = tok.apply_chat_template(t.policy_messages(), add_generation_prompt=True,
                                          tokenize=True, return_dict=True)["input_ids"]
         assert list(ours) == list(theirs), (t.prompt, ours, theirs)
 

@@ -398,8 +398,11 @@ class RLStage(Section):
     """Sequences per forward/backward (gradient accumulation inside a mini-batch)."""
     save_every: int = Field(50, ge=0)
     """Write a checkpoint every N steps (0: only at the end)."""
+    save_every_s: float = Field(0.0, ge=0)
+    """Also write a checkpoint at the first step end after each multiple of this many seconds of the process's
+    wall-clock age (imports and loading count; 0: off); each is logged as a ``timed_checkpoint`` event."""
     keep_last: int = Field(2, ge=0)
-    """Keep this many step checkpoints."""
+    """Keep this many step checkpoints (0: all)."""
     eval_every: int = Field(0, ge=0)
     """Held-out eval every N steps for the learning curve (0: only at the end)."""
     verifier_workers: int = Field(0, ge=0)

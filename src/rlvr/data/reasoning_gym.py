@@ -61,6 +61,8 @@ def distinct_entries(name: str, config: dict[str, Any], seed: int, n: int,
                      exclude: set[str] = frozenset()) -> list[dict[str, Any]]:
     """Up to ``n`` entries with distinct questions not in ``exclude``, looking at ``DRAW_FACTOR * n + 64``
     items from ``seed``; DataError naming the dataset, config and how many distinct items it found."""
+    if n <= 0:
+        return []
     budget = DRAW_FACTOR * n + 64
     ds = make_dataset(name, config, seed, budget)
     seen, out = set(exclude), []

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-TaskKind = Literal["math", "code", "sql", "env"]
+TaskKind = Literal["math", "code", "sql", "env", "reasoning_gym"]
 Split = Literal["train", "heldout"]
 AnswerFormat = Literal["boxed", "hash", "code_fence", "last_number", "raw"]
 
-TASK_KINDS: tuple[str, ...] = ("math", "code", "sql", "env")
+TASK_KINDS: tuple[str, ...] = ("math", "code", "sql", "env", "reasoning_gym")
 
 
 @dataclass
@@ -63,6 +63,15 @@ class Task:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def to_line(self) -> dict[str, Any]:
+        """The task as a task-file line (``rlvr.data.jsonl.load_tasks`` reads it back equal): every set field
+        but ``source`` (the reader sets it to the line's ``file:line``); the chat alone where there is one
+        (its last turn is the prompt)."""
+        out = {k: v for k, v in self.to_dict().items() if v is not None and k != "source"}
+        if "messages" in out:
+            out.pop("prompt")
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Task":

@@ -61,6 +61,7 @@ from rlvr.trainers.guards import (
     record_reward_errors,
 )
 from rlvr.trainers.optimizer import build_optimizer, clip_grads, lr_lambda, optimizer_step  # noqa: F401 (re-exported)
+from rlvr.trainers.wall_clock import WallClockMarks
 
 
 def setup_threads(threads: int | None) -> None:
@@ -285,6 +286,7 @@ class StageRun:
     latch: Any = None                             # SIGINT/SIGTERM -> checkpoint at the next step boundary
     shown: dict = field(default_factory=dict)     # health rule -> last step its alert was printed
     name: str = ""                                # the stage's label on the console ("grpo:grpo")
+    marks: WallClockMarks | None = None           # save_every_s: the next wall-clock checkpoint
     _t0: float = 0.0
 
     def done(self) -> bool:
@@ -340,6 +342,8 @@ def open_stage(cfg, out: Path, model, tok, opt, sched, n_steps: int, *, checkpoi
                 run.health.observe_heldout(0, rec.get("eval/pass_at_1"), rec.get("eval/tasks"))
             say(eval_line(run, rec), run.progress.console)
     run.latch = SignalLatch().install()
+    if getattr(cfg, "save_every_s", 0) and main:
+        run.marks = WallClockMarks(cfg.save_every_s)
     run._t0 = time.perf_counter()
     return run
 
@@ -389,6 +393,9 @@ def log_step(run: StageRun, rec: dict, state: dict | None = None, info: str = ""
     saved = None
     if save_every and run.step % save_every == 0 and run.step < run.n_steps and _is_main(run):
         saved = _save(run, full)
+    if run.marks is not None and run.step < run.n_steps and (age := run.marks.due()) is not None:
+        saved = saved or _save(run, full)
+        run.writer.log(run.step, {"event": "timed_checkpoint", "process_s": round(age, 3), "checkpoint": str(saved)})
     limit = getattr(getattr(run.cfg, "optim", None), "max_nonfinite_steps", 0)
     if limit and len(run.nonfinite) >= limit:
         kept = saved or (_save(run, full) if _is_main(run) else None)  # the weights of the last finite update

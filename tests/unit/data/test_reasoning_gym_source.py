@@ -44,6 +44,13 @@ def test_a_configuration_too_small_for_the_split_is_refused_with_its_count():
     assert len(load_task_source(ReasoningGymTasks(name="gcd", config=small, n=10))) == 10
 
 
+def test_an_empty_side_is_empty_not_refused():
+    from rlvr.data.reasoning_gym import split_entries
+
+    assert split_entries("chain_sum", {}, 0, 3, "heldout", train_n=50) == []
+    assert split_entries("chain_sum", {}, 0, 3, "train") == []
+
+
 def test_the_generator_config_is_passed_through_and_bad_ones_are_named():
     tasks = load_task_source(_src(config={"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}, n=20))
     assert all(t.prompt.count("+") + t.prompt.count("-") == 1 for t in tasks)
@@ -82,3 +89,24 @@ def test_tasks_spec_passes_a_generator_config_as_pairs():
                      ("reasoning_gym:chain_sum:5:min_terms=[1", "min_terms")):
         with pytest.raises(DataError, match=why):
             parse_tasks_arg(bad)
+
+
+def test_tasks_written_to_a_task_file_load_back_and_score_the_same(tmp_path):
+    import json
+    from dataclasses import replace
+
+    from rlvr.data.jsonl import load_tasks, write_jsonl_atomic
+    from rlvr.data.sources import with_system
+    from rlvr.verifiers.reasoning_gym import ReasoningGymVerifier
+
+    plain = load_task_source(_src(n=3, split="heldout"))
+    chats = [replace(t, id=t.id + "-chat") for t in with_system(plain, "Answer with the number.")]
+    tasks = plain + chats  # a prompt, and a chat (system + user)
+    write_jsonl_atomic(tmp_path / "t.jsonl", [t.to_line() for t in tasks])
+    back = load_tasks(tmp_path / "t.jsonl")  # `rlvr eval --tasks FILE` reads these lines
+    as_json = lambda ts: json.loads(json.dumps([t.to_line() for t in ts]))  # the entries' tuples are lists in a file
+    assert as_json(back) == as_json(tasks)
+    v = ReasoningGymVerifier()
+    for t, b in zip(tasks, back):
+        for answer in (t.gold["answer"], str(int(t.gold["answer"]) + 1)):
+            assert v.verify(b, answer).reward == v.verify(t, answer).reward
