@@ -78,6 +78,15 @@ def split_head(model):
     return dec, head
 
 
+def final_hidden_states(model, **inputs) -> Tensor:
+    """The last layer's (final-norm) hidden states ``[B, T, hidden]`` of ``model(**inputs)``: the decoder alone where
+    :func:`split_head` splits the model (no logits computed), else the whole forward's ``hidden_states[-1]``."""
+    split = split_head(model)
+    if split is not None:
+        return split[0](**inputs, use_cache=False).last_hidden_state
+    return model(**inputs, output_hidden_states=True, use_cache=False).hidden_states[-1]
+
+
 @dataclass
 class HeadOut:
     """Per selected row: ``logprobs [M]`` (float32, differentiable), ``entropy [M]`` (None unless asked; with

@@ -224,3 +224,18 @@ def test_recipe_logit_chunk_is_set_when_the_model_loads(monkeypatch):
     assert chunk_rows(V) == (1 << 25) // V
     with pytest.raises(ValidationError, match="logit_chunk"):
         ModelConfig(tiny=TinyModel(size="test"), logit_chunk=0)
+
+
+def test_final_hidden_states_skip_the_logits_and_equal_the_whole_forwards(big_vocab):
+    from rlvr.models.lm_head import final_hidden_states
+
+    ids, att, _ = batch(seed=6)
+    with torch.no_grad():
+        whole = big_vocab(input_ids=ids, attention_mask=att, output_hidden_states=True).hidden_states[-1]
+        calls = []
+        hook = big_vocab.lm_head.register_forward_hook(lambda m, i, o: calls.append(1))
+        try:
+            split = final_hidden_states(big_vocab, input_ids=ids, attention_mask=att)
+        finally:
+            hook.remove()
+    assert torch.equal(split, whole) and not calls  # the head never ran
