@@ -6,8 +6,10 @@ final hidden states ``[M, hidden]``, at the M positions whose next token is aske
 :func:`head_logprobs`: chunk by chunk of ``logit_chunk`` rows, ``logits = head(h[chunk])`` (the model's own
 ``lm_head`` module: tied embeddings, a bias or a LoRA-wrapped head included), upcast to float32, divided by
 the temperature, then the log-softmax gathered at the target (of the top-k / top-p distribution when the
-sampling truncated it), the entropy and whether the target is the argmax. With a gradient each chunk runs
-under activation checkpointing: its logits are freed after the forward and recomputed in the backward, so
+sampling truncated it), the entropy and whether the target is the argmax. With a gradient each chunk's
+logits are freed after the forward and recomputed in the backward (a plain ``nn.Linear`` head by
+:class:`_LinearHead`, which accumulates the weight's gradient in one buffer; any other head under
+``torch.utils.checkpoint``), so
 the memory of the step grows with the chunk (``logit_chunk x V``), never with ``tokens x V``; the values
 and gradients are the unchunked computation's (``tests/unit/models/test_lm_head.py``). The cost is the head's
 matmul once more in the backward, paid only when there is more than one chunk (a micro-batch that fits in one
