@@ -264,3 +264,62 @@ def precision_name(setting, train_bf16: bool, decode_bf16: bool = False) -> str:
     if setting == "auto":
         return f"auto: {name[True if decode_bf16 else 'train' if train_bf16 else False]}"
     return name[setting]
+
+
+# ---------------------------------------------------------------- the model both sides load
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+"""LoRA's modules on both sides (rlvr's default ``model.lora.target_modules``)."""
+
+
+def add_model_args(ap) -> None:
+    """``--model-dir`` (an HF folder instead of the tiny model of ``--size``), ``--lora`` (rank; 0: full) and
+    ``--timeout`` (of :func:`interleave`)."""
+    ap.add_argument("--model-dir", default=None,
+                    help="an HF folder both sides load (e.g. `rlvr build-model --shape qwen2.5-0.5b`) instead of the "
+                         "tiny model of --size")
+    ap.add_argument("--lora", type=int, default=0,
+                    help="LoRA rank on both sides (alpha 2r, the attention and MLP projections); 0: full fine-tuning")
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds the interleaved sides may take together (a real shape needs hours)")
+
+
+def bench_model(a, work: Path) -> tuple[str, int]:
+    """``(model_dir, parameters)``: ``a.model_dir`` as it is, else the tiny model of ``a.size`` written into ``work``."""
+    if getattr(a, "model_dir", None):
+        from safetensors import safe_open
+
+        n = 0
+        for f in Path(a.model_dir).glob("*.safetensors"):
+            with safe_open(str(f), "pt") as st:
+                n += sum(_numel(st.get_slice(k).get_shape()) for k in st.keys())  # noqa: SIM118 (safe_open has no __iter__)
+        return a.model_dir, n
+    from rlvr.models.tiny import build_tiny, num_params
+
+    model_dir = str(work / "model")
+    model, _ = build_tiny(model_dir, size=a.size, seed=0)
+    return model_dir, num_params(model)
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def rlvr_lora(a):
+    """rlvr's ``model.lora`` for ``--lora`` (None: full fine-tuning)."""
+    from rlvr.config.model import LoraConfig
+
+    return LoraConfig(r=a.lora, alpha=2 * a.lora, target_modules=LORA_TARGETS) if getattr(a, "lora", 0) else None
+
+
+def trl_peft(a):
+    """TRL's ``peft_config`` for ``--lora`` (the same adapters as :func:`rlvr_lora`; None: full fine-tuning)."""
+    if not getattr(a, "lora", 0):
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                      task_type="CAUSAL_LM")

@@ -54,6 +54,8 @@ from pathlib import Path
 
 import _common
 from _common import (
+    add_model_args,
+    bench_model,
     driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
     fmt_row,
@@ -66,8 +68,10 @@ from _common import (
     peak_rss_mb,
     pin_threads,
     precision_name,
+    rlvr_lora,
     step_end_callback,
     summarize,
+    trl_peft,
 )
 
 RESULTS = Path(__file__).parent / "results"
@@ -97,6 +101,7 @@ def parse_args(argv: list[str] | None = None):
                          "rlvr's activation memory, the gradient is the same")
     ap.add_argument("--check", type=int, default=8, help="pairs in the fixed-batch loss check (0: none)")
     ap.add_argument("--out", default=str(RESULTS / "dpo_vs_trl.json"))
+    add_model_args(ap)
     a = ap.parse_args(argv)
     if a.skip >= a.steps:
         ap.error(f"--skip {a.skip} must be smaller than --steps {a.steps}")
@@ -148,7 +153,7 @@ def rlvr_worker(baton, a, model_dir: str, pairs_path: str, work: str) -> dict:
     stage = rlvr_stage(a, pairs_path)
     pin_threads()
     model_cfg = ModelConfig(path=model_dir, autocast_bf16=a.rlvr_bf16 or False,
-                            micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")))
+                            micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")), lora=rlvr_lora(a))
     pref.train_preference(stage, model_cfg, Path(work), seed=0)
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "time/step" in r]
@@ -177,7 +182,8 @@ def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: boo
         max_length=MAX_LENGTH, precompute_ref_log_probs=precompute, learning_rate=LR, lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95,
         weight_decay=0.0, dataloader_num_workers=0)
-    return DPOTrainer(model=model_dir, args=cfg, train_dataset=ds, processing_class=tok, callbacks=list(callbacks))
+    return DPOTrainer(model=model_dir, args=cfg, train_dataset=ds, processing_class=tok, callbacks=list(callbacks),
+                      peft_config=trl_peft(a))
 
 
 def trl_worker(baton, a, model_dir: str, pairs: list[dict], work: str, precompute: bool,
@@ -285,12 +291,10 @@ def bench(a, progress=None) -> dict:
     """One comparison (the module docstring); returns the JSON record. ``progress(msg)`` reports phases."""
     driver_imports_transformers()  # before build_tiny: the loss check builds a TRL trainer here
     from rlvr.data.jsonl import write_jsonl_atomic
-    from rlvr.models.tiny import build_tiny, num_params
 
     say = progress or (lambda msg: print(msg, flush=True))
     work = Path(tempfile.mkdtemp(prefix="bench_dpo_"))
-    model_dir = str(work / "model")
-    model, _ = build_tiny(model_dir, size=a.size, seed=0)
+    model_dir, n_params = bench_model(a, work)
     pairs = make_pairs(a.batch * (a.steps + 1))
     pairs_path = str(work / "pairs.jsonl")
     write_jsonl_atomic(pairs_path, pairs)
@@ -306,7 +310,8 @@ def bench(a, progress=None) -> dict:
         say(f"DPO {a.size}: token ids checked equal" + (f", loss check on {a.check} fixed pairs" if a.check else ""))
         parity = loss_parity(a, model_dir, pairs, pairs_path, str(work / "parity"))
         say(f"DPO {a.size}: {a.steps + 1} steps per side, interleaved")
-        res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args)
+        res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args,
+                         timeout=a.timeout)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     summary = {s: {k: summarize(res[s][k][a.skip:]) for k in ("step", "own_step")} for s in res}
@@ -319,7 +324,7 @@ def bench(a, progress=None) -> dict:
     fastest = [s for s in trl_sides if s in FASTEST] or trl_sides[:1]  # the target: against TRL's fastest setting
     head = min(fastest, key=lambda s: summary[s]["step"]["median"])
     return {"benchmark": "dpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
-            "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
+            "model_params": n_params, "machine": info, "load_avg_end": os.getloadavg(),
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
             "headline": head, "rows": {s: {"trained": sum(res[s]["rows_trained"][a.skip:]),
                                            "of": a.batch * len(res[s]["rows_trained"][a.skip:])} for s in res},

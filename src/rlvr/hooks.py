@@ -4,9 +4,10 @@ Empty, every slot is the plain PyTorch / transformers path (the reference: what 
 acceleration package fills them at start-up (``rlvr.accel.enable``, called by the pipeline and the CLI; the
 core never imports it, ``tests/unit/architecture/test_layers.py`` enforces it):
 
-* ``forward`` — the training-time forward: ``supports(model) -> bool`` and ``packed_logits(model, input_ids,
-  attention_mask, wanted) -> (logits [M, V], targets [M], where [M])`` (``rlvr.models.logprobs`` takes it where
-  ``supports``; else the HF forward);
+* ``forward`` — the training-time forward's body: ``supports(model) -> bool`` and ``packed_states(model,
+  input_ids, attention_mask, wanted) -> (hidden [M', hidden], targets [M'], where [M])`` (the final hidden
+  states before ``lm_head``, ``M' >= M`` rows of which the first M are read; ``rlvr.models.logprobs`` takes it
+  where ``supports`` and applies the head chunked, ``rlvr.models.lm_head``; else the HF decoder);
 * ``decode_step`` — FastDecoder's per-token step: ``reason(decoder) -> str | None`` (None: it applies) and
   ``bind(decoder)`` -> an object whose ``step(decoder, ids, pos)`` returns the logits (else the PyTorch step);
 * ``memory`` — ``model_loaded(device_type)``, ``stage_started(device_type)``, ``between_micro_batches(

@@ -41,10 +41,10 @@ class PackedForward:
 
         return packed_forward.supports(model)
 
-    def packed_logits(self, model, input_ids, attention_mask, wanted=None):
+    def packed_states(self, model, input_ids, attention_mask, wanted=None):
         from rlvr.accel import packed_forward
 
-        return packed_forward.packed_logits(model, input_ids, attention_mask, wanted)
+        return packed_forward.packed_states(model, input_ids, attention_mask, wanted)
 
 
 class KernelDecodeStep:

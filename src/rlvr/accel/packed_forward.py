@@ -7,7 +7,8 @@ HF's forward runs them on the padded ``[B, T]`` grid; here they run on the packe
     for each layer:  x = RMSNorm(h);  q, k, v = RoPE(W_q x), RoPE(W_k x), W_v x      (on [N, ·])
                      o = causal attention of each row on its own tokens   (a padded view, see below)
                      h = h + W_o o;  x = RMSNorm(h);  h = h + W_down (SiLU(W_gate x) ⊙ W_up x)
-    logits = W_lm RMSNorm(h[wanted])                            # only where a logprob is asked for
+    states = RMSNorm(h[wanted])                                 # only where a logprob is asked for
+    (the core applies W_lm to them chunk by chunk with the log-softmax: rlvr.models.lm_head)
 
 Attention runs on a view where each row's real tokens sit at ``0 .. len-1`` (right-aligned padding after
 them), so ``scaled_dot_product_attention(is_causal=True)`` is exact for every real query: its padding keys
@@ -290,11 +291,13 @@ def _to_view(t: torch.Tensor, pk: Packing) -> torch.Tensor:
     return scatter_to_view(src, pk.slot_view, pk.B * pk.L)
 
 
-def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+def packed_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   wanted: torch.Tensor | None = None, share_prefix: bool = True):
-    """``(logits [M, V], targets [M], where [M])``: the next-token logits of the real tokens that have a
-    successor in their row (and, given ``wanted [B, T]``, only where that successor is wanted);
-    ``targets`` the successor token, ``where`` its flat index in ``[B*T]`` (where its logprob belongs).
+    """``(hidden [M', hidden], targets [M'], where [M])``: the final hidden states of the real tokens that have a
+    successor in their row (and, given ``wanted [B, T]``, only where that successor is wanted), the successor
+    token, and its flat index in ``[B*T]`` (where its logprob belongs). The lm_head is not applied: the core
+    runs it chunked with the log-softmax (``rlvr.models.lm_head``). ``M' >= M``: under CPU bf16 autocast the
+    rows are rounded up (:data:`AUTOCAST_ROWS`) with dummy rows (target 0) whose outputs nothing reads.
 
     ``share_prefix``: prefixes common to several rows are computed once (see :class:`Packing`)."""
     dev = input_ids.device.type
@@ -305,11 +308,21 @@ def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     if wanted is not None:
         succ = succ[wanted.reshape(-1)[pk.slot_flat[succ]].bool()]
     src = succ - 1 if pk.slot_tok is None else pk.slot_tok[succ - 1]
+    targets = pk.slot_ids[succ]
     M = src.numel()
-    if rounded_rows(M, rows) > M:  # the logit rows rounded up as the packed tokens (the extra rows sliced off)
+    if rounded_rows(M, rows) > M:  # the logit rows rounded up as the packed tokens
         src = torch.cat([src, src.new_zeros(rounded_rows(M, rows) - M)])
-    logits = F.linear(h.index_select(0, src), model.lm_head.weight)[:M]
-    return logits, pk.slot_ids[succ], pk.slot_flat[succ]
+        targets = torch.cat([targets, targets.new_zeros(src.numel() - M)])
+    return h.index_select(0, src), targets, pk.slot_flat[succ]
+
+
+def packed_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  wanted: torch.Tensor | None = None, share_prefix: bool = True):
+    """``(logits [M, V], targets [M], where [M])``: :func:`packed_states` with the lm_head applied to all M rows at
+    once (the full logits; tests and tools compare them with HF's)."""
+    h, targets, where = packed_states(model, input_ids, attention_mask, wanted, share_prefix)
+    M = where.numel()
+    return F.linear(h, model.lm_head.weight)[:M], targets[:M], where
 
 
 AUTOCAST_ROWS = 4

@@ -96,6 +96,12 @@ class ModelConfig(Section):
     none on other devices; an integer: that many tokens; ``null``: none (the fastest; the activations grow with
     the micro-batch). The gradient does not depend on the cutting. The trainers pass it to the micro-batch
     planner (``rlvr.data.collate.micro_token_budget``) as an argument."""
+    logit_chunk: int | None = Field(None, ge=1)
+    """Tokens whose logits exist at once in a training forward: the output projection runs with the log-softmax
+    (logprobs, entropy, SFT's NLL) this many tokens at a time, forward and backward, so memory grows with it,
+    not with the micro-batch's tokens x vocabulary (``rlvr.models.lm_head``). ``null``: as many as make 2^25
+    logits (220 tokens at a 152k vocabulary; the whole micro-batch at the tiny models'). Set when the stage's
+    model loads."""
     device: str = "auto"
     """Where the model runs: auto (cuda when available), cpu, cuda, cuda:N."""
     chat_template: Literal["required", "plain"] = "required"

@@ -9,7 +9,7 @@ from rlvr.losses.aggregate import masked_mean
 from rlvr.losses.chunked import map_row_chunks, upcast
 
 
-def _entropy_rows(logits: Tensor) -> Tensor:
+def entropy_rows(logits: Tensor) -> Tensor:
     """``H = logsumexp(z) - sum_v softmax(z)_v z_v`` per row of ``[n, V]`` (at least float32) -> ``[n]``."""
     z = upcast(logits)
     lse = torch.logsumexp(z, dim=-1)
@@ -34,14 +34,14 @@ def entropy_from_logits(logits: Tensor, loss_mask: Tensor | None = None, chunk_s
     lead = logits.shape[:-1]
     rows = logits.reshape(-1, logits.shape[-1])
     if loss_mask is None:
-        return map_row_chunks(_entropy_rows, rows, chunk_size=chunk_size).reshape(lead)
+        return map_row_chunks(entropy_rows, rows, chunk_size=chunk_size).reshape(lead)
     if loss_mask.shape != lead:
         raise ValueError(
             f"entropy_from_logits: loss_mask shape {tuple(loss_mask.shape)} != logits lead {tuple(lead)}"
         )
     flat_mask = loss_mask.reshape(-1).to(device=logits.device, dtype=torch.bool)
     idx = flat_mask.nonzero(as_tuple=True)[0]
-    values = map_row_chunks(_entropy_rows, rows.index_select(0, idx), chunk_size=chunk_size)
+    values = map_row_chunks(entropy_rows, rows.index_select(0, idx), chunk_size=chunk_size)
     out = torch.zeros(rows.shape[0], dtype=values.dtype, device=logits.device)
     out = out.index_put((idx,), values)
     return out.reshape(lead)

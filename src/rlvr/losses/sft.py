@@ -58,7 +58,17 @@ def sft_loss(
     if targets.numel() and bool(((targets < 0) | (targets >= logits.shape[-1])).any()):
         raise ValueError(f"sft_loss: a label at a masked-in position is outside [0, {logits.shape[-1]})")
     nll = map_row_chunks(_nll_rows, rows, targets, chunk_size=chunk_size)
-    num_tokens = int(idx.numel())
+    with torch.no_grad():
+        hits = rows.argmax(dim=-1) == targets
+    return sft_loss_from_nll(nll, hits, trim_confidence)
+
+
+def sft_loss_from_nll(nll: Tensor, hits: Tensor, trim_confidence: float | None = None
+                      ) -> tuple[Tensor, int, dict[str, float]]:
+    """:func:`sft_loss` from the per-token NLL ``[N]`` of the masked-in tokens (differentiable) and whether each
+    label is the argmax ``hits [N]`` (computed where the logits are, e.g. chunked with the output projection:
+    ``rlvr.models.lm_head``) -> ``(loss_sum, num_tokens, metrics)``, the same formula and metrics."""
+    num_tokens = int(nll.numel())
     trimmed = None
     if trim_confidence is not None:
         trimmed = nll.detach() <= -math.log(trim_confidence)  # p_t >= τ
@@ -66,7 +76,7 @@ def sft_loss(
     else:
         loss_sum = nll.sum()
     with torch.no_grad():
-        correct = (rows.argmax(dim=-1) == targets).sum() if num_tokens else torch.zeros(())
+        correct = hits.sum() if num_tokens else torch.zeros(())
         mean_nll = float(nll.detach().sum()) / max(num_tokens, 1)
         metrics = {
             "sft/nll": mean_nll,

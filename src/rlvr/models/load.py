@@ -10,6 +10,7 @@ import torch
 from rlvr.config.model import ModelConfig
 from rlvr.errors import ModelLoadError
 from rlvr.models.hf import import_transformers
+from rlvr.models.lm_head import set_logit_chunk
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -17,6 +18,7 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 def load_model_and_tokenizer(cfg: ModelConfig, path: str | None = None):
     """Return ``(model, tokenizer)`` for a stage. ``path`` (a previous stage's output) wins over cfg."""
     path = path or cfg.path
+    set_logit_chunk(cfg.logit_chunk)
     if path is None:
         if cfg.tiny is None:
             raise ModelLoadError("model: set either model.path (a local HF checkpoint) or model.tiny")

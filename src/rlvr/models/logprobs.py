@@ -4,6 +4,13 @@ Convention (glossary): for ``input_ids [B, T]`` the returned ``logprobs [B, T]``
 ``log π(ids[t] | ids[<t])`` at position ``t`` and 0 at ``t = 0``; ``loss_mask`` selects the
 completion tokens. Logits are upcast to float32, then divided by the sampling temperature, so that
 training-time logprobs match the sampling policy's (the engine samples from ``log_softmax(float(z) / T)``).
+
+The model's body runs once (the HF decoder, or the ``forward`` hook's packed forward); the output projection
+runs with the log-softmax, the entropy and the argmax in chunks of tokens (``rlvr.models.lm_head``), so the
+``[tokens, V]`` logits of a micro-batch never exist at once, forward or backward. Every consumer goes
+through here: the RL and PPO updates and their old / reference passes (:func:`token_logprobs`), the
+preference step and its reference cache (:func:`sequence_logprobs`), SFT and its held-out loss
+(:func:`token_nll`).
 """
 
 from __future__ import annotations
@@ -13,8 +20,8 @@ import contextlib
 import torch
 
 from rlvr import hooks
-from rlvr.losses.entropy import entropy_from_logits as differentiable_entropy
-from rlvr.models.truncation import NONE, Truncation, truncated_logprobs
+from rlvr.models.lm_head import HeadOut, head_logprobs, split_head
+from rlvr.models.truncation import NONE, Truncation
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -26,18 +33,6 @@ def _scaled(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """``logits / T`` computed in float32: upcast first (bf16 logits divided in bf16 lose ~3 digits)."""
     lg = logits.float()
     return lg if temperature == 1.0 else lg / temperature
-
-
-def gather_logprobs(logits: torch.Tensor, targets: torch.Tensor, chunk: int = 4096,
-                    temperature: float = 1.0, truncation: Truncation = NONE) -> torch.Tensor:
-    """log softmax(logits / T)[target] in float32 (``truncation``: of the top-k / top-p distribution the sampler
-    drew from, ``rlvr.models.truncation``), without materialising the full [N, V] log-softmax."""
-    flat = logits.reshape(-1, logits.shape[-1])
-    tgt = targets.reshape(-1)
-    out = torch.empty(flat.shape[0], dtype=torch.float32, device=flat.device)
-    for s in range(0, flat.shape[0], chunk):
-        out[s:s + chunk] = truncated_logprobs(_scaled(flat[s:s + chunk], temperature), tgt[s:s + chunk], truncation)
-    return out.view(targets.shape)
 
 
 def entropy_from_logits(logits: torch.Tensor, chunk: int = 4096, temperature: float = 1.0) -> torch.Tensor:
@@ -66,58 +61,88 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     distribution's.
 
     ``entropy[:, t]`` is the entropy of the distribution token ``t`` was drawn from (0 at ``t = 0``). It is
-    detached unless ``entropy_grad`` (an entropy bonus in the loss): then it is computed in checkpointed
-    float32 row chunks (``rlvr.losses.entropy``) and carries the gradient.
+    detached unless ``entropy_grad`` (an entropy bonus in the loss): then it carries the gradient.
 
+    The values at a real token with a real predecessor are the HF forward's, and 0 elsewhere (padding, each
+    row's first token, and, given ``wanted [B, T]``, every position outside it: the logits there are not
+    computed). The logits are never materialised for the whole batch: the model's body gives the hidden
+    states, and the output projection runs with the log-softmax in chunks of tokens (``rlvr.models.lm_head``).
     Models the ``forward`` hook supports (``rlvr.hooks``; the accelerations' padding-free packed forward) take
-    it (``packed``: None = when supported); the values at a real token with a real predecessor are the HF
-    forward's, and 0 elsewhere (padding, each row's first token, and, given ``wanted [B, T]``, every
-    position outside it: the logits there are not computed).
+    it for the body (``packed``: None = when supported).
     """
+    out, where = selected_logprobs(model, input_ids, attention_mask, temperature,
+                                   "grad" if entropy_grad else "detached" if with_entropy else None,
+                                   bf16=bf16, wanted=wanted, packed=packed, truncation=truncation)
+    n, shape = input_ids.numel(), input_ids.shape
+    logprobs = torch.zeros(n, dtype=torch.float32, device=input_ids.device).index_put((where,), out.logprobs)
+    entropy = None
+    if with_entropy:
+        entropy = torch.zeros(n, dtype=out.entropy.dtype, device=input_ids.device).index_put((where,), out.entropy)
+        entropy = entropy.view(shape)
+    return logprobs.view(shape), entropy
+
+
+def selected_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                      temperature: float = 1.0, entropy: str | None = None, hits: bool = False, bf16: bool = False,
+                      wanted: torch.Tensor | None = None, packed: bool | None = None, truncation: Truncation = NONE,
+                      position_ids: torch.Tensor | None = None) -> tuple[HeadOut, torch.Tensor]:
+    """``(HeadOut, where [M])``: :func:`rlvr.models.lm_head.head_logprobs` of the M tokens that have a real
+    predecessor (and are ``wanted``), ``where`` their flat index in ``[B*T]``. ``attention_mask`` None: every
+    token is real, ``position_ids`` as given (SFT's packed rows; the HF forward then)."""
     if temperature <= 0:
         raise ValueError(f"token_logprobs: temperature must be > 0, got {temperature}")
     if packed is None:
-        packed = hooks.packed_forward(model)
-    if packed:
-        return _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16,
-                                      entropy_grad, wanted, truncation)
+        packed = attention_mask is not None and hooks.packed_forward(model)
     with autocast_ctx(bf16, input_ids.device.type):
-        out = model(input_ids=input_ids, attention_mask=attention_mask,
-                    position_ids=position_ids_from_mask(attention_mask), use_cache=False)
-    logits = out.logits[:, :-1]
-    lp = gather_logprobs(logits, input_ids[:, 1:], temperature=temperature, truncation=truncation)
-    zeros = torch.zeros_like(lp[:, :1])
-    logprobs = torch.cat([zeros, lp], dim=1)
-    entropy = None
-    if with_entropy and entropy_grad:
-        entropy = torch.cat([zeros, differentiable_entropy(_scaled(logits, temperature))], dim=1)
-    elif with_entropy:
-        with torch.no_grad():
-            ent = entropy_from_logits(logits.detach(), temperature=temperature)
-        entropy = torch.cat([zeros, ent], dim=1)
-    return logprobs, entropy
-
-
-def _packed_token_logprobs(model, input_ids, attention_mask, temperature, with_entropy, bf16, entropy_grad,
-                           wanted, truncation: Truncation = NONE):
-    """:func:`token_logprobs` on the ``forward`` hook's packed forward: logits only for the positions asked for, the
-    log-softmax-gather and entropy on those ``[M, V]`` rows, scattered into ``[B, T]``."""
-    with autocast_ctx(bf16, input_ids.device.type):
-        logits, targets, where = hooks.HOOKS.forward.packed_logits(model, input_ids, attention_mask, wanted)
-    z = _scaled(logits, temperature)
-    lp = truncated_logprobs(z, targets, truncation)
-    shape, n = input_ids.shape, input_ids.numel()
-    logprobs = torch.zeros(n, dtype=torch.float32, device=lp.device).index_put((where,), lp).view(shape)
-    entropy = None
-    if with_entropy:
-        if entropy_grad:
-            ent = differentiable_entropy(z)
+        if packed:
+            h, targets, where = hooks.HOOKS.forward.packed_states(model, input_ids, attention_mask, wanted)
+            head = model.lm_head
         else:
-            with torch.no_grad():
-                zd = z.detach()
-                ent = torch.logsumexp(zd, -1) - (torch.softmax(zd, -1) * zd).sum(-1)
-        entropy = torch.zeros(n, dtype=ent.dtype, device=lp.device).index_put((where,), ent).view(shape)
-    return logprobs, entropy
+            h, targets, where, head = _body_states(model, input_ids, attention_mask, wanted, position_ids)
+        out = head_logprobs(head, h, targets, temperature, truncation, entropy, hits)
+    M = where.numel()
+    if out.logprobs.shape[0] != M:  # rows the packed forward rounded up (their outputs are not read)
+        out = HeadOut(out.logprobs[:M], None if out.entropy is None else out.entropy[:M],
+                      None if out.hits is None else out.hits[:M])
+    return out, where
+
+
+def token_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, loss_mask: torch.Tensor,
+              bf16: bool = False, position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(nll [N], hits [N])`` of the N tokens where ``loss_mask`` is 1 (and the predecessor real): ``-log π(token
+    | prefix)`` at temperature 1 (differentiable) and whether the token is the argmax (the SFT loss's inputs,
+    ``rlvr.losses.sft.sft_loss_from_nll``), the output projection chunked with the log-softmax."""
+    out, _ = selected_logprobs(model, input_ids, attention_mask, hits=True, bf16=bf16, wanted=loss_mask,
+                               position_ids=position_ids)
+    return -out.logprobs, out.hits
+
+
+def _body_states(model, input_ids, attention_mask, wanted, position_ids):
+    """The HF path of :func:`selected_logprobs`: ``(h [M, hidden], targets [M], where [M], head)`` from the
+    decoder's last hidden states (:func:`rlvr.models.lm_head.split_head`), or, for a model that cannot be
+    split, its full logits' rows with an identity head."""
+    att = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
+    if position_ids is None:
+        position_ids = position_ids_from_mask(att)
+    ok = att[:, 1:].bool() & att[:, :-1].bool()
+    if wanted is not None:
+        ok &= wanted[:, 1:].bool()
+    B, T = input_ids.shape
+    src = (ok.nonzero() * torch.tensor([T, 1], device=ok.device)).sum(-1)  # flat index of each predecessor
+    where = src + 1
+    split = split_head(model)
+    kw = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
+    if split is not None:
+        dec, head = split
+        hs = dec(**kw).last_hidden_state
+    else:
+        hs, head = model(**kw).logits, _identity
+    rows = hs.reshape(B * T, hs.shape[-1]).index_select(0, src)
+    return rows, input_ids.reshape(-1).index_select(0, where), where, head
+
+
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
 
 
 def sequence_logprobs(model, rows: list[tuple[list[int], list[int]]], pad_id: int, bf16: bool = False):

@@ -13,6 +13,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from rlvr.models.lm_head import final_hidden_states
+
 CRITIC_FILE = "turn_critic.pt"
 
 
@@ -63,9 +65,7 @@ def boundary_features(model, seqs: list[list[int]], positions: list[list[int]], 
                 ids[i, :len(c)] = torch.tensor(c)
                 att[i, :len(c)] = 1
             dev = model.device
-            res = model(input_ids=ids.to(dev), attention_mask=att.to(dev), output_hidden_states=True,
-                        use_cache=False)
-            hid = res.hidden_states[-1].float().cpu()
+            hid = final_hidden_states(model, input_ids=ids.to(dev), attention_mask=att.to(dev)).float().cpu()
             for i, pos in enumerate(positions[s:s + micro]):
                 out.append(hid[i, torch.tensor(pos, dtype=torch.long)])
     finally:

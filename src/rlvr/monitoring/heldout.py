@@ -17,9 +17,8 @@ from torch.nn.utils.rnn import pad_sequence
 
 from rlvr.data.chat import encode_demos
 from rlvr.data.sources import load_task_source
-from rlvr.losses.sft import sft_loss
 from rlvr.models.checkpoint import copy_checkpoint_atomic, save_pretrained_atomic
-from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+from rlvr.models.logprobs import token_nll
 
 
 def tokenize_heldout(tasks, tokenizer, max_length: int) -> list[tuple[list[int], list[int]]]:
@@ -40,15 +39,8 @@ def heldout_loss(model, examples, pad_id: int, micro: int = 32, bf16: bool = Fal
             lm = pad_sequence([torch.tensor(e[1], dtype=torch.float32) for e in chunk], batch_first=True)
             att = pad_sequence([torch.ones(len(e[0]), dtype=torch.long) for e in chunk], batch_first=True)
             ids, lm, att = ids.to(model.device), lm.to(model.device), att.to(model.device)
-            with autocast_ctx(bf16, ids.device.type):
-                logits = model(
-                    input_ids=ids,
-                    attention_mask=att,
-                    position_ids=position_ids_from_mask(att),
-                    use_cache=False,
-                ).logits
-            nll, n, _ = sft_loss(logits, ids, lm, shift=True)
-            total, tokens = total + float(nll), tokens + n
+            nll, _ = token_nll(model, ids, att, lm, bf16)
+            total, tokens = total + float(nll.sum()), tokens + nll.numel()
     finally:
         model.train(was)
     return total / max(tokens, 1)

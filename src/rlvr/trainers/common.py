@@ -35,7 +35,7 @@ from rlvr.console import detail, phase, say
 from rlvr.data.collate import pad_batch
 from rlvr.data.packing import pack_rows, packed_batch
 from rlvr.errors import Interrupted
-from rlvr.losses.sft import sft_loss
+from rlvr.losses.sft import sft_loss_from_nll
 from rlvr.models.checkpoint import (
     copy_checkpoint_atomic,
     load_training_state,
@@ -44,7 +44,7 @@ from rlvr.models.checkpoint import (
     seed_everything,
 )
 from rlvr.models.load import disable_dropout, is_peft, load_model_and_tokenizer
-from rlvr.models.logprobs import autocast_ctx, position_ids_from_mask
+from rlvr.models.logprobs import position_ids_from_mask, token_nll
 from rlvr.monitoring.evaluate import EvalHook
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.health_actions import knob_metrics, take_actions
@@ -172,9 +172,7 @@ def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_i
             ids, att, lm = pad_batch([examples[i][0] for i in mb], pad_id, [examples[i][1] for i in mb], left=False,
                                      device=model.device)
             pos = position_ids_from_mask(att)
-        with autocast_ctx(bf16, ids.device.type):
-            logits = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
-        nll_sum, _, met = sft_loss(logits, ids, lm, shift=True, **(loss_kwargs or {}))
+        nll_sum, _, met = sft_loss_from_nll(*token_nll(model, ids, att, lm, bf16, pos), **(loss_kwargs or {}))
         return nll_sum / max(1, total_tokens), {k: v for k, v in met.items() if k == "sft/trimmed_frac"}
     met = accumulate(micro_batches(examples, idx, micro_batch_size, bucketing, packing), forward, len(idx))
     return {**met, "train/tokens": total_tokens}

@@ -51,8 +51,8 @@ def test_logprobs_and_entropy_equal_the_hf_forward(make, left, share, monkeypatc
     model = make()
     ids, att = ragged(left)
     lp_hf, ent_hf = token_logprobs(model, ids, att, 0.7, with_entropy=True, packed=False)
-    pl = packed_forward.packed_logits
-    monkeypatch.setattr(packed_forward, "packed_logits", lambda *a, **k: pl(*a, share_prefix=share, **k))
+    ps = packed_forward.packed_states
+    monkeypatch.setattr(packed_forward, "packed_states", lambda *a, **k: ps(*a, share_prefix=share, **k))
     lp, ent = token_logprobs(model, ids, att, 0.7, with_entropy=True, packed=True)
     ok = has_prev(att)
     assert torch.allclose(lp[ok], lp_hf[ok], atol=1e-5) and torch.allclose(ent[ok], ent_hf[ok], atol=1e-5)

@@ -77,7 +77,7 @@ def test_chosen_and_rejected_share_one_forward(tiny_dir, pair_files):
     model, tok = build_tiny(size="test", seed=0)
     data = encode_pairs(tok, make_pairs(4), 64)
     calls = []
-    model.register_forward_hook(lambda m, i, o: calls.append(1))
+    model.model.register_forward_hook(lambda m, i, o: calls.append(1))  # the body (the head runs chunked after it)
     pc, pr, _, _ = pair_logprobs(model, data.chosen, data.rejected, tok.pad_token_id)
     assert len(calls) == 1 and pc.shape == pr.shape == (4,)
     alone, _, _, _ = pair_logprobs(model, data.chosen[:1], data.rejected[:1], tok.pad_token_id)
