@@ -210,6 +210,7 @@ def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout
     ``alt_args`` {side: args} replaces ``args`` for that side.
     """
     import multiprocessing as mp
+    from queue import Empty
 
     ctx = mp.get_context("spawn")
     sides = list(workers)
@@ -225,7 +226,17 @@ def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout
     out = {}
     deadline = time.time() + timeout
     while len(out) < len(sides):
-        side, ok, res = queue.get(timeout=max(1.0, deadline - time.time()))
+        try:
+            side, ok, res = queue.get(timeout=min(5.0, max(1.0, deadline - time.time())))
+        except Empty:
+            dead = [(s, p.exitcode) for s, p in zip(sides, procs) if s not in out and p.exitcode not in (None, 0)]
+            if dead or time.time() > deadline:  # killed (out of memory: the kernel's SIGKILL) or out of time
+                for p in procs:
+                    p.kill()
+                why = (f"{dead[0][0]} worker died, exit code {dead[0][1]}" + (" (killed: out of memory?)"
+                       if dead[0][1] == -9 else "")) if dead else f"timed out after {timeout:.0f} s"
+                raise RuntimeError(why) from None
+            continue
         if not ok:
             for p in procs:
                 p.kill()
@@ -323,3 +334,31 @@ def trl_peft(a):
 
     return LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0, target_modules=LORA_TARGETS,
                       task_type="CAUSAL_LM")
+
+
+# ---------------------------------------------------------------- TRL's setting (the search's probe)
+
+def add_trl_setting_args(ap, precision: bool = True) -> None:
+    """``--trl-micro`` (TRL's rows a forward, gradient accumulation to the step), ``--trl-precision`` (unless the
+    script has its own) and ``--trl-probe`` (TRL alone, the steps given: one probe of ``_trl_search.search``)."""
+    ap.add_argument("--trl-micro", type=int, default=None,
+                    help="TRL per_device_train_batch_size (gradient accumulation makes up the step; default: the "
+                         "whole step in one forward)")
+    if precision:
+        ap.add_argument("--trl-precision", choices=("fp32", "bf16"), default="fp32",
+                        help="TRL's precision (bf16: accelerate's bf16 autocast)")
+    ap.add_argument("--trl-probe", action="store_true",
+                    help="run TRL alone (no rlvr side, no loss check): one probe of the setting search")
+
+
+def probe_record(side: dict, skip: int) -> dict:
+    """A probe's result: its median step (the first ``skip`` dropped) and its peak RSS."""
+    from _trl_search import step_median
+
+    return {"median_step_s": round(step_median(side["step"], skip), 4),
+            "steps_s": [round(x, 4) for x in side["step"]], "peak_mb": side["rss"]["peak_mb"]}
+
+
+def per_step(values: list, calls_per_step: int) -> list:
+    """Per-micro-batch counts summed per optimizer step (TRL calls its loss once a micro-batch)."""
+    return [sum(values[i:i + calls_per_step]) for i in range(0, len(values), calls_per_step)]

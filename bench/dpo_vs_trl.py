@@ -55,6 +55,7 @@ from pathlib import Path
 import _common
 from _common import (
     add_model_args,
+    add_trl_setting_args,
     bench_model,
     driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
@@ -66,7 +67,9 @@ from _common import (
     micro_tokens_arg,
     paired_ratios,
     peak_rss_mb,
+    per_step,
     pin_threads,
+    probe_record,
     precision_name,
     rlvr_lora,
     step_end_callback,
@@ -102,9 +105,12 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--check", type=int, default=8, help="pairs in the fixed-batch loss check (0: none)")
     ap.add_argument("--out", default=str(RESULTS / "dpo_vs_trl.json"))
     add_model_args(ap)
+    add_trl_setting_args(ap, precision=False)  # the precision is the --trl side (trl_pre or trl_pre_bf16)
     a = ap.parse_args(argv)
     if a.skip >= a.steps:
         ap.error(f"--skip {a.skip} must be smaller than --steps {a.steps}")
+    if a.batch % (a.trl_micro or a.batch):
+        ap.error(f"--trl-micro {a.trl_micro} must divide --batch {a.batch}")
     return a
 
 
@@ -178,12 +184,18 @@ def trl_trainer(a, model_dir: str, pairs: list[dict], work: str, precompute: boo
     cfg = DPOConfig(
         output_dir=str(Path(work) / "trl"), use_cpu=True, bf16=bf16, fp16=False, report_to="none",
         save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, max_steps=a.steps + 1,
-        per_device_train_batch_size=a.batch, gradient_accumulation_steps=1, beta=0.1, loss_type=["sigmoid"],
+        per_device_train_batch_size=trl_micro(a), gradient_accumulation_steps=a.batch // trl_micro(a), beta=0.1,
+        loss_type=["sigmoid"],
         max_length=MAX_LENGTH, precompute_ref_log_probs=precompute, learning_rate=LR, lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=1.0, optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.95,
         weight_decay=0.0, dataloader_num_workers=0)
     return DPOTrainer(model=model_dir, args=cfg, train_dataset=ds, processing_class=tok, callbacks=list(callbacks),
                       peft_config=trl_peft(a))
+
+
+def trl_micro(a) -> int:
+    """TRL's pairs a forward (``--trl-micro``; default the whole step)."""
+    return getattr(a, "trl_micro", None) or a.batch
 
 
 def trl_worker(baton, a, model_dir: str, pairs: list[dict], work: str, precompute: bool,
@@ -204,7 +216,9 @@ def trl_worker(baton, a, model_dir: str, pairs: list[dict], work: str, precomput
     pin_threads()
     trainer.train()
     step = baton.steps()[:-1]
-    return {"step": step, "own_step": step, "rows_trained": rows[:-1], "loss": losses[:-1],
+    calls = a.batch // trl_micro(a)  # compute_loss calls an optimizer step
+    return {"step": step, "own_step": step, "rows_trained": per_step(rows, calls)[:-1],
+            "loss": [x / calls for x in per_step(losses, calls)][:-1],  # each micro-batch's loss is its mean
             "interleaved": baton.interleaved, "rss": peak_rss_mb(), "modules": heavy_modules()}
 
 
@@ -307,6 +321,9 @@ def bench(a, progress=None) -> dict:
     info = machine()
     t_start = time.time()
     try:
+        if a.trl_probe:  # one setting of the search: TRL alone (the first --trl side)
+            res = interleave({trl_sides[0]: workers[trl_sides[0]]}, side_args[trl_sides[0]], timeout=a.timeout)
+            return probe_record(res[trl_sides[0]], a.skip)
         say(f"DPO {a.size}: token ids checked equal" + (f", loss check on {a.check} fixed pairs" if a.check else ""))
         parity = loss_parity(a, model_dir, pairs, pairs_path, str(work / "parity"))
         say(f"DPO {a.size}: {a.steps + 1} steps per side, interleaved")
@@ -331,7 +348,8 @@ def bench(a, progress=None) -> dict:
             "step0_loss": {s: (res[s]["loss"] or [None])[0] for s in res},
             "rss_mb": {s: res[s]["rss"] for s in res}, "rss_ratio": rss_ratio,
             "modules": {s: res[s]["modules"] for s in res}, "loss_check": parity,
-            "precision": {"rlvr": precision_name(a.rlvr_bf16 or False, res["rlvr"]["train_bf16"])},
+            "precision": {"rlvr": precision_name(a.rlvr_bf16 or False, res["rlvr"]["train_bf16"]),
+                          "trl_micro": trl_micro(a)},
             "target": 0.5, "met": ratio[head]["step"] <= 0.5, "per_step": res}
 
 

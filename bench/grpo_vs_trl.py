@@ -70,6 +70,7 @@ from pathlib import Path
 import _common
 from _common import (
     add_model_args,
+    add_trl_setting_args,
     bench_model,
     driver_imports_transformers,
     end_rlvr_steps_at_metrics_line,
@@ -81,7 +82,9 @@ from _common import (
     micro_tokens_arg,
     paired_ratios,
     peak_rss_mb,
+    per_step,
     pin_threads,
+    probe_record,
     precision_name,
     rlvr_lora,
     step_end_callback,
@@ -130,9 +133,14 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--no-loss-check", action="store_true", help="skip the fixed-batch loss comparison")
     ap.add_argument("--out", default=str(RESULTS / "grpo_vs_trl.json"))
     add_model_args(ap)
+    add_trl_setting_args(ap, precision=False)
     a = ap.parse_args(argv)
     if a.skip >= a.steps:
         ap.error(f"--skip {a.skip} must be smaller than --steps {a.steps}")
+    if (a.prompts * a.group) % (a.trl_micro or 1):
+        ap.error(f"--trl-micro {a.trl_micro} must divide the {a.prompts * a.group} rows of a step")
+    if a.trl_probe and a.trl_precision == "fastest":
+        ap.error("--trl-probe runs one TRL setting: --trl-precision fp32 or bf16")
     if a.trl_precision is None:
         a.trl_precision = "fastest" if a.rlvr_bf16 else "fp32"
     return a
@@ -249,7 +257,8 @@ def trl_trainer(a, model_dir: str, tasks: list[dict], work: str, callbacks=(), b
     ds = Dataset.from_list([{"prompt": [{"role": "user", "content": t["prompt"]}], "answer": t["answer"]}
                             for t in tasks])
     tok = AutoTokenizer.from_pretrained(model_dir)
-    cfg = matched_grpo_config(a, str(Path(work) / "trl"), lr=LR, max_steps=a.steps + 1, bf16=bf16)
+    cfg = matched_grpo_config(a, str(Path(work) / "trl"), lr=LR, max_steps=a.steps + 1, bf16=bf16,
+                              micro=getattr(a, "trl_micro", None))
     return GRPOTrainer(model=model_dir, reward_funcs=trl_reward_funcs(a), args=cfg, train_dataset=ds,
                        processing_class=tok, callbacks=list(callbacks), peft_config=trl_peft(a))
 
@@ -303,9 +312,11 @@ def trl_worker(baton, a, model_dir: str, tasks: list[dict], work: str, bf16: boo
     pin_threads()
     trainer.train()
     step = baton.steps()[:-1]  # the last step overlaps the others' teardown
+    calls = a.prompts * a.group // (getattr(a, "trl_micro", None) or a.prompts * a.group)  # loss calls a step
     return {"step": step, "own_step": step, "generate": gen_times[:-1],
             "train": [s_ - g for s_, g in zip(step, gen_times)], "completion_len": lens[:-1],
-            "rows_trained": rows[:-1], "rows_with_variance": rows_var[:-1], "loss": losses[:-1],
+            "rows_trained": per_step(rows, calls)[:-1], "rows_with_variance": per_step(rows_var, calls)[:-1],
+            "loss": per_step(losses, calls)[:-1],
             "interleaved": baton.interleaved, "rss": peak_rss_mb(), "modules": heavy_modules()}
 
 
@@ -436,6 +447,10 @@ def bench(a, progress=None) -> dict:
     info = machine()
     t_start = time.time()
     try:
+        if a.trl_probe:  # one setting of the search: TRL alone
+            side, worker = next(iter(trl_sides(a.trl_precision).items()))
+            res = interleave({side: worker}, (a, model_dir, plain, str(work / side)), timeout=a.timeout)
+            return probe_record(res[side], a.skip)
         parity = None
         if not a.no_loss_check:
             say(f"GRPO {a.size}: loss check on a fixed batch")
@@ -464,6 +479,7 @@ def bench(a, progress=None) -> dict:
             "precision": {"rlvr": precision_name(rlvr_precision(a), res["rlvr"]["train_bf16"],
                                                          res["rlvr"]["decode_bf16"]),
                           "trl": "bf16" if fastest == "trl_bf16" else "fp32",
+                          "trl_micro": a.trl_micro or a.prompts * a.group,
                           "trl_median_step_s": {("bf16" if s == "trl_bf16" else "fp32"): v
                                                 for s, v in trl_medians.items()}},
             "target": 0.4, "met": ratio["step"] <= 0.4, "per_step": res}

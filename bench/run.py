@@ -93,6 +93,12 @@ def parse_args(argv: list[str] | None = None):
                     "(qwen2.5-0.5b, llama-3.2-1b or a config.json path) instead of the sections")
     ap.add_argument("--shape-set", action="append", default=[], help="KEY=VALUE: a field of --shape's config "
                     "replaced (repeatable; a shrunk smoke run)")
+    ap.add_argument("--trl-setting", default=None, help="with --shape: PRECISION:MICRO (e.g. bf16:16), TRL's "
+                    "setting as given instead of the search")
+    ap.add_argument("--probe-steps", type=int, default=2, help="with --shape: steps of each TRL probe of the "
+                    "setting search (the first dropped)")
+    ap.add_argument("--trl-ram-cap-mb", type=float, default=24 * 1024, help="with --shape: a TRL probe whose peak "
+                    "RSS is above this (MiB) does not fit (default 24 GiB)")
     ap.add_argument("--max-new", type=int, default=None, help="grpo: new tokens (default 32, with --shape 128)")
     ap.add_argument("--rlvr-micro", type=int, default=None,
                     help="rlvr's micro_batch_size in grpo and dpo (default: TRL's per-device batch, the whole step's "
@@ -124,6 +130,12 @@ def parse_args(argv: list[str] | None = None):
             shape_config(a.shape), parse_overrides(a.shape_set)
         except ConfigError as e:
             ap.error(str(e))
+    if a.trl_setting:
+        prec, _, micro = a.trl_setting.partition(":")
+        if prec not in ("fp32", "bf16") or not micro.isdigit() or int(micro) < 1:
+            ap.error(f"--trl-setting {a.trl_setting!r}: expected fp32|bf16:MICRO (rows a TRL forward)")
+    if a.probe_steps < 2:
+        ap.error(f"--probe-steps {a.probe_steps}: at least 2 (the first is dropped)")
     known = tuple(SHAPE_MODES) if a.shape else SECTIONS
     bad = [s for s in only + skip if s not in known]
     if bad:
@@ -281,22 +293,58 @@ def guarded(fn) -> dict:
         return {"error": f"{type(e).__name__}: {e}"[:4000], "traceback": traceback.format_exc()[-4000:]}
 
 
+SHAPE_ROWS = {"grpo": 64, "dpo": 32, "sft": 32}
+"""Rows (sequences; DPO: pairs) of one optimizer step in each ``--shape`` mode (the benches' defaults:
+GRPO 8 prompts x G 8)."""
+
+
+def shape_bench(kind: str):
+    """The side-by-side module of a ``--shape`` mode's trainer and how its TRL setting is spelled."""
+    import dpo_vs_trl
+    import grpo_vs_trl
+    import sft_vs_trl
+
+    def dpo_setting(s):
+        return ["--trl", "trl_pre_bf16" if s["precision"] == "bf16" else "trl_pre", "--trl-micro", str(s["micro"])]
+
+    def setting(s):
+        return ["--trl-precision", s["precision"], "--trl-micro", str(s["micro"])]
+    return {"grpo": (grpo_vs_trl, setting), "dpo": (dpo_vs_trl, dpo_setting), "sft": (sft_vs_trl, setting)}[kind]
+
+
+def shape_trl_setting(a, kind: str, common: list[str], say) -> tuple[dict | None, list[dict]]:
+    """TRL's fastest setting that fits for one mode (``_trl_search``): ``--trl-setting`` as given, else one probe
+    of ``--probe-steps`` steps per precision x micro-batch (whole step, 1/2, 1/4), each its own process, an
+    out-of-memory or a peak RSS over ``--trl-ram-cap-mb`` reported and never chosen."""
+    from _trl_search import search, settings_grid
+
+    if a.trl_setting:
+        prec, _, micro = a.trl_setting.partition(":")
+        return {"precision": prec, "micro": int(micro)}, [{"precision": prec, "micro": int(micro), "given": True}]
+    mod, spell = shape_bench(kind)
+
+    def probe(s: dict) -> dict:
+        args = mod.parse_args([*common, *spell(s), "--trl-probe", "--steps", str(a.probe_steps), "--skip", "1"])
+        return mod.bench(args, say)
+    return search(settings_grid(SHAPE_ROWS[kind]), probe, ram_cap_mb=a.trl_ram_cap_mb, say=say)
+
+
 def run_shape_mode(a, mode: str, model_dir: str, say) -> dict:
-    """One ``--shape`` mode (:data:`SHAPE_MODES`) on the shared folder: a size record against TRL."""
+    """One ``--shape`` mode (:data:`SHAPE_MODES`) on the shared folder: TRL's setting searched, then a size record
+    against TRL in that setting, with ``trl_setting`` and ``trl_search`` (every setting probed)."""
     kind, rank = SHAPE_MODES[mode]
-    common = ["--model-dir", model_dir, "--lora", str(rank), "--steps", str(a.steps), "--skip", str(a.warmup),
-              "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a)]
+    common = ["--model-dir", model_dir, "--lora", str(rank), "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a)]
     if kind == "grpo":
-        import grpo_vs_trl
-
-        args = grpo_vs_trl.parse_args([*common, "--max-new", str(a.max_new)])
-        return size_record(grpo_vs_trl.bench(args, say), "trl")
-    if kind == "dpo":
-        import dpo_vs_trl
-
-        args = dpo_vs_trl.parse_args([*common, "--trl", "trl_pre,trl_pre_bf16" if a.rlvr_bf16 else "trl_pre"])
-        return dpo_record(dpo_vs_trl.bench(args, say))
-    return {"missing": "no SFT side-by-side against TRL's SFTTrainer yet (bench/sft_throughput.py times rlvr alone)"}
+        common += ["--max-new", str(a.max_new)]
+    best, tried = shape_trl_setting(a, kind, common, say)
+    if best is None:
+        return {"error": "TRL: no setting ran within the RAM cap (" + ", ".join(
+            f"{t['precision']}/{t['micro']} {t['status']}" for t in tried) + ")", "trl_search": tried}
+    mod, spell = shape_bench(kind)
+    args = mod.parse_args([*common, *spell(best), "--steps", str(a.steps), "--skip", str(a.warmup)])
+    out = mod.bench(args, say)
+    rec = dpo_record(out) if kind == "dpo" else size_record(out, "trl")
+    return {**rec, "trl_setting": best, "trl_search": tried}
 
 
 def build_shape_folder(a, work: Path) -> tuple[str, dict]:

@@ -69,6 +69,7 @@ import _common  # threads, OpenMP wait policy, rlvr's accelerations (before torc
 from _accuracy_curves import assemble, in_window
 from _common import fmt_row, heavy_modules, machine, peak_rss_mb, pin_threads
 from _rewards import make_trl_reward
+from _trl_search import search, settings_grid, step_median
 from grpo_vs_trl import check_same_prompts, count_trl_rows, matched_grpo_config, matched_rl_stage
 
 LOAD_SAMPLE_S = 5.0
@@ -335,22 +336,24 @@ def run_side(side: str, spec: dict, work: Path, limit_s: float) -> dict:
 
 
 def search_trl(a, base: dict, work: Path) -> tuple[dict, list[dict]]:
-    """Every (precision, micro-batch) tried for ``search_steps`` steps; the fastest median step (first dropped)."""
+    """Every (precision, micro-batch) tried for ``search_steps`` steps (``_trl_search.search``: an out-of-memory
+    is reported, never chosen); the fastest median step (first dropped)."""
     if a.trl_setting:
         prec, _, micro = a.trl_setting.partition(":")
         return {"precision": prec, "micro": int(micro)}, [{"precision": prec, "micro": int(micro),
                                                             "median_step_s": None, "given": True}]
-    tried = []
-    for prec in a.trl_precisions:
-        for micro in a.trl_micro:
-            say(f"TRL search: {prec}, micro-batch {micro}, {a.search_steps} steps")
-            res = run_side("trl", {**base, "tag": f"search_{prec}_{micro}", "precision": prec, "micro": micro,
-                                   "seed": 0, "search": True}, work, limit_s=600 + 120 * a.search_steps)
-            times = res["step_s"][1:] or res["step_s"]
-            tried.append({"precision": prec, "micro": micro, "median_step_s": round(statistics.median(times), 3),
-                          "steps_s": [round(x, 3) for x in res["step_s"]], "peak_mb": res["rss"]["peak_mb"]})
-    best = min(tried, key=lambda r: r["median_step_s"])
-    return {"precision": best["precision"], "micro": best["micro"]}, tried
+
+    def probe(s: dict) -> dict:
+        res = run_side("trl", {**base, "tag": f"search_{s['precision']}_{s['micro']}", "precision": s["precision"],
+                               "micro": s["micro"], "seed": 0, "search": True}, work,
+                       limit_s=600 + 120 * a.search_steps)
+        return {"median_step_s": round(step_median(res["step_s"]), 3),
+                "steps_s": [round(x, 3) for x in res["step_s"]], "peak_mb": res["rss"]["peak_mb"]}
+    best, tried = search(settings_grid(a.prompts * a.group, a.trl_precisions, a.trl_micro), probe, say=say)
+    if best is None:
+        raise SystemExit("no TRL setting ran: " + "; ".join(f"{t['precision']}/{t['micro']} {t['status']}"
+                                                           for t in tried))
+    return best, tried
 
 
 def evaluate_checkpoint(path: str, heldout_file: str, a, fmt_file: Path | None, system_prompt) -> float:
@@ -429,7 +432,8 @@ def report(out: dict) -> None:
     print(f"shared: {json.dumps(s['shared'])}")
     print(f"rlvr: {json.dumps(s['rlvr'])}")
     print(f"TRL:  {json.dumps(s['trl'])}; tried: " + ", ".join(
-        f"{t['precision']}/{t['micro']} {t['median_step_s']} s" for t in out["trl_search"]))
+        f"{t['precision']}/{t['micro']} " + (f"{t['median_step_s']} s" if t.get("status", "ok") == "ok" else t["status"])
+        for t in out["trl_search"]))
     print("steps, rows trained and rows sampled up to the window's last checkpoint (at 'until' s); peak RSS and "
           "load average (1 min; start / max) of the whole run")
     w = [8, 8, 7, 8, 9, 8, 12, 7, 36]
