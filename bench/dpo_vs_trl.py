@@ -52,7 +52,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common
+import _common  # noqa: F401 - threads and the OpenMP wait policy before torch
 from _common import (
     add_model_args,
     add_trl_setting_args,
@@ -69,8 +69,8 @@ from _common import (
     peak_rss_mb,
     per_step,
     pin_threads,
-    probe_record,
     precision_name,
+    probe_record,
     rlvr_lora,
     step_end_callback,
     summarize,

@@ -67,7 +67,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import _common
+import _common  # noqa: F401 - threads and the OpenMP wait policy before torch
 from _common import (
     add_model_args,
     add_trl_setting_args,
@@ -84,8 +84,8 @@ from _common import (
     peak_rss_mb,
     per_step,
     pin_threads,
-    probe_record,
     precision_name,
+    probe_record,
     rlvr_lora,
     step_end_callback,
     summarize,
@@ -192,8 +192,8 @@ def rlvr_precision(a):
 def rlvr_worker(baton, a, model_dir: str, n_tasks: int, work: str) -> dict:
     """train_rl with a hook at each step's start (rollout_step) and end (the metrics line)."""
     import rlvr.trainers.rl as rl_mod
-    import rlvr.trainers.sources as sources
     from rlvr.config.model import ModelConfig
+    from rlvr.trainers import sources
 
     inner_rollout = sources.rollout_step
 

@@ -111,8 +111,8 @@ def rlvr_stage(a, n_rows: int):
 
 def rlvr_worker(baton, a, model_dir: str, n_rows: int, work: str) -> dict:
     """train_sft with the baton taken when the step function starts and passed on at its metrics line."""
-    import rlvr.trainers.sft as sft
     from rlvr.config.model import ModelConfig
+    from rlvr.trainers import sft
 
     inner_step = sft.sft_step
     rows: list[int] = []
