@@ -22,10 +22,13 @@ Sections (``--only a,b`` runs just those, ``--skip a,b`` leaves those out):
 ``--shape NAME`` (``qwen2.5-0.5b``, ``llama-3.2-1b`` or a ``config.json``; ``--shape-set KEY=VALUE`` shrinks it
 for a smoke run) runs the modes of a real shape instead of the sections (``--only`` / ``--skip`` pick modes):
 one random-init HF folder (``rlvr build-model``) both sides load, then per mode (:data:`SHAPE_MODES`:
-``grpo_lora``, ``grpo_full``, ``dpo_lora``, ``sft_lora``) one record of the size-record shape below at the
-top level (``ratio``, ``rlvr_rss_mb``, ``trl_rss_mb``, ``rows``, ``loss_check``, ...). GRPO: 8 prompts x G 8,
-128 new tokens, beta 0.04; LoRA r 16 (alpha 32) on the attention and MLP projections on both sides; 3 measured
-steps after 1 warm-up unless ``--steps`` / ``--warmup`` say otherwise.
+``grpo_lora``, ``grpo_full``, ``dpo_lora``, ``sft_lora``; ``grpo_vs_trl``, ``dpo_vs_trl``, ``sft_vs_trl``) TRL's
+fastest setting that fits searched (``_trl_search``: precision x micro-batch, one short probe each; out of
+memory or over ``--trl-ram-cap-mb`` never chosen; ``--trl-setting`` skips it), then one record of the
+size-record shape below at the top level (``ratio``, ``rlvr_rss_mb``, ``trl_rss_mb``, ``rows``, ``loss_check``,
+..., plus ``trl_setting`` and ``trl_search``). GRPO: 8 prompts x G 8, 128 new tokens, beta 0.04; DPO 32 pairs,
+SFT 32 rows a step; LoRA r 16 (alpha 32) on the attention and MLP projections on both sides; 4 measured steps
+after 1 warm-up unless ``--steps`` / ``--warmup`` say otherwise.
 
 JSON shape (``--json``)::
 
