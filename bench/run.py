@@ -507,6 +507,41 @@ def precision_line(res: dict) -> str:
             "rlvr's, and compared at its faster median step: " + "; ".join(parts) + ".")
 
 
+def shape_lines(res: dict) -> list[str]:
+    """The ``--shape`` modes' table: each against TRL in its chosen setting, and every setting probed."""
+    rows, searched = [], []
+    for mode, (kind, _) in SHAPE_MODES.items():
+        rec = res.get(mode)
+        if not isinstance(rec, dict):
+            continue
+        tried = ", ".join(f"{t['precision']}/{t['micro']} " + (f"{t['median_step_s']:.3f} s" if t.get("status") == "ok"
+                                                                else t.get("status", "given"))
+                          for t in rec.get("trl_search") or [])
+        if tried:
+            searched.append(f"{mode}: {tried}")
+        if "ratio" not in rec:
+            rows.append(f"| {mode} | failed: {str(rec.get('error') or rec.get('missing'))[:100]} |" + " |" * 7)
+            continue
+        st = rec.get("trl_setting") or {}
+        lc = rec.get("loss_check") or {}
+        rw = rec.get("rows", {})
+        trained = " / ".join(f"{v['trained']}/{v['of']}" for v in rw.values())
+        rss = SHAPE_TARGETS["grpo_rss" if kind == "grpo" else "rss"]
+        rows.append(f"| {mode} | {st.get('precision', '-')}, {st.get('micro', '-')} rows | {_f(rec['rlvr_step_s'])} | "
+                    f"{_f(rec['trl_step_s'])} | **{_f(rec['ratio'], '.2f')}** (≤ {SHAPE_TARGETS[kind]}) | "
+                    f"{_f(rec['rlvr_rss_mb'], '.0f')} / {_f(rec['trl_rss_mb'], '.0f')} | "
+                    f"**{_f(rec['rss_ratio'], '.2f')}** (≤ {rss}) | {trained} | "
+                    f"{_f(lc.get('rlvr_loss'), '.7g')} / {_f(lc.get('trl_loss'), '.7g')} |")
+    if not rows:
+        return []
+    shape = res.get("shape") or {}
+    return [f"Shape {(res.get('config') or {}).get('shape')}: {shape.get('params')} parameters, vocabulary "
+            f"{shape.get('vocab_size')}, {shape.get('num_hidden_layers')} layers.", "",
+            "| mode | TRL setting | rlvr step (s) | TRL step (s) | ratio | peak MB rlvr / TRL | RSS ratio | rows trained "
+            "rlvr / TRL | fixed-batch loss rlvr / TRL |", "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows, "",
+            *(["TRL settings probed: " + "; ".join(searched) + ".", ""] if searched else [])]
+
+
 def markdown(res: dict) -> str:
     m, v = res.get("machine", {}), res.get("versions", {})
     lines = [f"Run {res.get('date')}: `{res.get('command')}`", "",
@@ -518,8 +553,8 @@ def markdown(res: dict) -> str:
     micro = (res.get("config") or {}).get("rlvr_micro_batch")
     if micro:
         lines += [f"rlvr micro-batch: {micro} rows (TRL: the whole step's rows in one batch).", ""]
-    if (res.get("config") or {}).get("rlvr_bf16"):
-        lines += [precision_line(res), ""]
+    if (res.get("config") or {}).get("rlvr_bf16") and not (res.get("config") or {}).get("shape"):
+        lines += [precision_line(res), ""]  # the shape modes name TRL's chosen setting in their table
     rows = []
     for sec, target in (("grpo", TARGETS["grpo"]), ("dpo", TARGETS["dpo"])):
         for size, rec in res.get(sec, {}).items():
@@ -542,6 +577,7 @@ def markdown(res: dict) -> str:
         lines += [("| | model | rlvr step (s) | TRL step (s) | ratio | paired | rlvr peak MB | TRL peak MB | "
                   "RSS ratio | rows trained rlvr / TRL | fixed-batch loss rlvr / TRL (gradients) |"),
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, ""]
+    lines += shape_lines(res)
     sft = res.get("sft")
     if isinstance(sft, dict):
         per_size = [(k, v) for k, v in sft.items() if isinstance(v, dict) and "fraction_of_peak" in v] or [("", sft)]
