@@ -535,10 +535,11 @@ def shape_lines(res: dict) -> list[str]:
     if not rows:
         return []
     shape = res.get("shape") or {}
-    return [f"Shape {(res.get('config') or {}).get('shape')}: {shape.get('params')} parameters, vocabulary "
-            f"{shape.get('vocab_size')}, {shape.get('num_hidden_layers')} layers.", "",
-            "| mode | TRL setting | rlvr step (s) | TRL step (s) | ratio | peak MB rlvr / TRL | RSS ratio | rows trained "
-            "rlvr / TRL | fixed-batch loss rlvr / TRL |", "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows, "",
+    head = (f"Shape {(res.get('config') or {}).get('shape')}: {shape.get('params')} parameters, vocabulary "
+            f"{shape.get('vocab_size')}, {shape.get('num_hidden_layers')} layers.")
+    cols = ("| mode | TRL setting | rlvr step (s) | TRL step (s) | ratio | peak MB rlvr / TRL | RSS ratio | rows trained "
+            "rlvr / TRL | fixed-batch loss rlvr / TRL |")
+    return [head, "", cols, "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows, "",
             *(["TRL settings probed: " + "; ".join(searched) + ".", ""] if searched else [])]
 
 
