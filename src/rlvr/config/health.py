@@ -120,8 +120,17 @@ class HealthConfig(Section):
     kl_accel_ratio: float = 1.5
     """kl_drift: see ``kl_accel_min`` (the seed table's healthy rise 0.11 -> 0.19 -> 0.28 is 1.1×)."""
     track_kl: bool | None = None
-    """Measure KL to the reference (``kl/ref``) even at β = 0 (a reference forward per step, no gradient).
-    None: only when an ``adaptive_beta`` action is configured (it needs the KL and the reference)."""
+    """KL to the reference (``kl/ref``) at β = 0. True: on every row every step (a reference forward per step,
+    no gradient). None (default): on ``kl_rows`` rows every ``kl_every`` steps (a bounded cost), or on every
+    row every step when an ``adaptive_beta`` action is configured (it needs the KL and the reference).
+    False: not measured (no reference model is loaded). At β > 0 the loss measures it on every row anyway."""
+    kl_every: int = Field(4, ge=1)
+    """Sampled KL (β = 0, ``track_kl`` unset): measure ``kl/ref`` every this many steps (the first step
+    included); the KL rule smooths over the measured steps. 4: a drift the rule flags in a few dozen steps
+    at about 2% of a tiny GRPO step's time (docs/health.md)."""
+    kl_rows: int = Field(16, ge=1)
+    """Sampled KL: how many of the step's forwarded rows (drawn by seed and step) the policy and the reference
+    forward, without gradient, to measure it. 16: two groups of 8; the token mean over ~16 completions."""
     dead_frac: float = 0.5
     """dead_groups: smoothed zero-variance group fraction at or above this while the run is not improving
     (held-out pass@1 not above its step-0 figure beyond the noise of two evaluations; without two evaluations,
