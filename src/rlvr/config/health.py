@@ -45,6 +45,8 @@ class HealthActions(Section):
     """Zero-variance groups above ``dead_frac`` (try ``[dynamic_sampling]`` or ``[grow_group]``)."""
     verifier_overfit: list[Action] = ["alert"]
     """Train pass rate rising while held-out falls (try ``[stop]``)."""
+    preference_drop: list[Action] = ["alert"]
+    """(preference stages) Training loss falling while held-out preference accuracy falls (try ``[stop]``)."""
     length_blowup: list[Action] = ["alert"]
     """Truncation rate or mean length rising."""
     reward_length_corr: list[Action] = ["alert"]
@@ -141,6 +143,11 @@ class HealthConfig(Section):
     and the latest held-out evals; or (code tasks with ``code_tests``) the smoothed share of samples that
     pass the training tests but fail the held-out ones up by this from its start (10 points: several
     standard errors of a 100-task held-out set)."""
+    pref_accuracy_drop: float = Field(0.1, gt=0, le=1)
+    """preference_drop: a held-out preference accuracy (implicit-reward, or the policy's own logp chosen >
+    rejected) this far below its best earlier evaluation while the smoothed training loss is lower than it was
+    then (10 points, as ``overfit_gap``: several standard errors of the difference on a 100-pair held-out set,
+    paired on the same pairs)."""
     code_tests: CodeTestSplit = CodeTestSplit()
     """Held-out tests and verifier rotation for code tasks (RL stages)."""
     trunc_max: float = 0.2

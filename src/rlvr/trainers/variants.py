@@ -333,6 +333,8 @@ PREFERENCE_VARIANTS: dict[str, PreferenceVariant] = {
         lambda c, pc, pr, rc, rr, lc, lr, sm: pl.cpo(pc, pr, -_per_token(pc, lc), c.beta, c.nll_weight,
                                                      label_smoothing=sm),
         needs_reference=False),
+    "constrained_po": PreferenceVariant(
+        lambda c, pc, pr, rc, rr, lc, lr, sm: pl.constrained_po(pc, pr, rc, rr, c.beta, c.weight, c.margin, sm)),
 }
 
 
