@@ -97,6 +97,9 @@ def test_at_beta_zero_kl_is_measured_by_default_on_a_subsample_and_a_drifting_ru
     assert all(r["kl/ref_rows"] == min(st.health.kl_rows, r["train/sequences"]) for r in rs if "kl/ref" in r)
     assert rs[0]["kl/ref"] < 1e-5                                    # step 1: the policy is still the reference
     assert rs[drift - 1]["health/code"] >= 1 and "kl_drift" in rs[drift - 1]["health/alerts"]
+    # the math twins (the same problems with other numbers) are sampled by default every twin_every steps
+    twins = [r["step"] for r in rs if "verifier/twin_gap" in r]
+    assert twins == [s for s in range(1, 14) if (s - 1) % st.health.code_tests.twin_every == 0], twins
 
 
 def test_a_gentle_run_raises_no_alarm(tiny_dir, tmp_path):

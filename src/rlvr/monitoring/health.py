@@ -25,9 +25,11 @@ Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`)
                          held-out pass@1 not above its first evaluation (or, before a second evaluation, the
                          smoothed pass rate not risen by ``stall_delta`` over ``stall_steps``). A run whose
                          remaining informative groups still improve it wastes rollouts but is learning.
-  verifier_overfit       train pass rate up while held-out pass@1 down, by ``overfit_gap``; or (code tasks
-                         with held-out tests) the share of samples passing the training tests and failing
-                         the held-out ones up by ``overfit_gap`` (critical)
+  verifier_overfit       train pass rate up while held-out pass@1 down, by ``overfit_gap``; or (code and SQL
+                         tasks with held-out checks) the share of samples passing the training checks and
+                         failing the held-out ones up by ``overfit_gap``; or (math tasks from a generator) the
+                         gap between the training problems' pass rate and their regenerated twins' up by
+                         ``overfit_gap`` (critical)
   preference_drop        (preference stages) the smoothed training loss fell while a held-out preference accuracy
                          fell by ``pref_accuracy_drop`` from its best earlier evaluation: the implicit-reward
                          accuracy, or the policy's own preference (logp chosen > logp rejected) — DPO's
@@ -105,7 +107,7 @@ class HealthMonitor:
     KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref", "kl/ref_per_token",
             "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean",
             "rollout/length_mean", "rollout/truncation_rate", "rollout/reward_length_corr",
-            "verifier/overfit_frac", "rollout/entropy", "heldout/accuracy", "heldout/logp_accuracy")
+            "verifier/overfit_frac", "rollout/entropy", "verifier/twin_gap", "heldout/accuracy", "heldout/logp_accuracy")
 
     def observe(self, rec: dict) -> tuple[dict, list[Alert]]:
         """Add one step's metrics; return the ``health/*`` metrics and the alerts raised at this step."""
@@ -325,6 +327,13 @@ class HealthMonitor:
             if now - start >= self.cfg.overfit_gap:
                 return Alert("verifier_overfit", "critical", f"{now:.0%} of samples pass the training tests and fail "
                              f"the held-out ones (from {start:.0%}): the policy is fitting the tests it is shown")
+        vals = self._values("verifier/twin_gap")
+        if len(vals) > self.cfg.window:
+            start, now = self._start(vals), ema_series(vals, self.cfg.window)[-1]
+            if now - start >= self.cfg.overfit_gap:
+                return Alert("verifier_overfit", "critical", f"the training problems pass {now:+.0%} more often than "
+                             f"the same problems with other numbers (from {start:+.0%}): the policy is memorising "
+                             "its training problems")
         if len(self.evals) < 3:
             return None
         (tr0, ho0), (tr1, ho1) = self.evals[0], self.evals[-1]
