@@ -96,7 +96,15 @@ def _loss_and_logit_grads(model, tok, seqs, masks, advs, old):
         loss.backward()
     finally:
         handle.remove()
-    return grads["logits"].grad
+    # the head runs only at the positions whose next token is trained on (rlvr.models.lm_head): its rows, in
+    # order, are those positions; every other position's logits are never computed, so their gradient is 0
+    (seq,), (mask,) = seqs, masks
+    rows = [t for t in range(len(seq) - 1) if mask[t + 1] == 1]
+    g = grads["logits"].grad
+    assert g.shape[0] == len(rows)
+    full = torch.zeros(1, len(seq), g.shape[-1])
+    full[0, rows] = g
+    return full
 
 
 def test_gradient_is_zero_on_observation_tokens_and_unchanged_on_earlier_turns(tiny):
