@@ -33,6 +33,7 @@ from rlvr.losses.pair_weights import (
 
 __all__ = [
     "RgpoWeights",
+    "constrained_po",
     "cpo",
     "dpo",
     "ipo",
@@ -41,8 +42,8 @@ __all__ = [
     "log1mexp",
     "orpo",
     "preference_metrics",
-    "rgpo_weights",
     "reduce_logprobs",
+    "rgpo_weights",
     "simpo",
     "uni_dpo_calibrated_nll",
     "uni_dpo_performance_weight",

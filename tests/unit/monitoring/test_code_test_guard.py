@@ -12,8 +12,8 @@ from rlvr.config.health import CodeTestSplit, HealthConfig
 from rlvr.data.types import Task
 from rlvr.monitoring.health import HealthMonitor
 from rlvr.monitoring.heldout_guard import TestGuard, heldout_guard
-from rlvr.verifiers.judge import default_judge
 from rlvr.verifiers.heldout_split import heldout_task, split_tests, training_task
+from rlvr.verifiers.judge import default_judge
 
 FUNCS = {"double": "x * 2", "square": "x * x", "inc": "x + 1"}
 
