@@ -107,7 +107,8 @@ class HealthMonitor:
     KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref", "kl/ref_per_token",
             "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean",
             "rollout/length_mean", "rollout/truncation_rate", "rollout/reward_length_corr",
-            "verifier/overfit_frac", "rollout/entropy", "verifier/twin_gap", "heldout/accuracy", "heldout/logp_accuracy")
+            "verifier/overfit_frac", "rollout/entropy", "verifier/twin_gap", "verifier/twin_pass",
+            "verifier/twin_tasks", "heldout/accuracy", "heldout/logp_accuracy")
 
     def observe(self, rec: dict) -> tuple[dict, list[Alert]]:
         """Add one step's metrics; return the ``health/*`` metrics and the alerts raised at this step."""
@@ -327,13 +328,9 @@ class HealthMonitor:
             if now - start >= self.cfg.overfit_gap:
                 return Alert("verifier_overfit", "critical", f"{now:.0%} of samples pass the training tests and fail "
                              f"the held-out ones (from {start:.0%}): the policy is fitting the tests it is shown")
-        vals = self._values("verifier/twin_gap")
-        if len(vals) > self.cfg.window:
-            start, now = self._start(vals), ema_series(vals, self.cfg.window)[-1]
-            if now - start >= self.cfg.overfit_gap:
-                return Alert("verifier_overfit", "critical", f"the training problems pass {now:+.0%} more often than "
-                             f"the same problems with other numbers (from {start:+.0%}): the policy is memorising "
-                             "its training problems")
+        twin = self._twin_gap()
+        if twin is not None:
+            return twin
         if len(self.evals) < 3:
             return None
         (tr0, ho0), (tr1, ho1) = self.evals[0], self.evals[-1]
@@ -366,6 +363,28 @@ class HealthMonitor:
                 return Alert("preference_drop", "critical", f"training loss {loss0:.3f} -> {loss1:.3f} while held-out "
                              f"{what} fell {best:.0%} -> {last[key]:.0%}: the loss is no longer measuring preference "
                              "(try the constrained_po loss, a larger beta, or stop at the best held-out step)")
+        return None
+
+    def _twin_gap(self) -> Alert | None:
+        """The math twins' gap (training problems' pass rate minus their regenerated twins') over the last
+        ``window`` measurements against the first ``window``: up by ``overfit_gap`` and by two standard errors
+        of the twins' pass rates (binomial over the twins sampled in each window: one sample of each of 16
+        tasks a measurement leaves a single measurement's gap too noisy to read alone)."""
+        rows = [r for r in self.history if isinstance(r.get("verifier/twin_gap"), (int, float))]
+        w = self.cfg.window
+        if len(rows) <= w:
+            return None
+
+        def pooled(rs: list[dict]) -> tuple[float, float]:
+            n = sum(r.get("verifier/twin_tasks", 1) for r in rs)
+            p = sum(r.get("verifier/twin_pass", 0.0) * r.get("verifier/twin_tasks", 1) for r in rs) / max(n, 1)
+            return sum(r["verifier/twin_gap"] for r in rs) / len(rs), p * (1 - p) / max(n, 1)
+
+        (g0, v0), (g1, v1) = pooled(rows[:w]), pooled(rows[-w:])
+        if g1 - g0 >= max(self.cfg.overfit_gap, 2 * math.sqrt(v0 + v1)):
+            return Alert("verifier_overfit", "critical", f"the training problems pass {g1:+.0%} more often than the "
+                         f"same problems with other numbers (from {g0:+.0%}): the policy is memorising its "
+                         "training problems")
         return None
 
     def _length(self) -> Alert | None:

@@ -69,12 +69,14 @@ class TestGuard:
     @staticmethod
     def twin_metrics(ro, idx: list[int], twin_passed: list[bool]) -> dict:
         """``verifier/twin_train_pass`` (the step's pass rate on the regenerated tasks' own samples),
-        ``verifier/twin_pass`` (their twins') and ``verifier/twin_gap`` (the first minus the second)."""
+        ``verifier/twin_pass`` (their twins'), ``verifier/twin_gap`` (the first minus the second) and
+        ``verifier/twin_tasks`` (how many twins)."""
         if not idx or not twin_passed:
             return {}
         train = float(ro.passed[idx].float().mean())
         twin = sum(map(bool, twin_passed)) / len(twin_passed)
-        return {"verifier/twin_train_pass": train, "verifier/twin_pass": twin, "verifier/twin_gap": train - twin}
+        return {"verifier/twin_train_pass": train, "verifier/twin_pass": twin, "verifier/twin_gap": train - twin,
+                "verifier/twin_tasks": len(twin_passed)}
 
 
 def heldout_guard(cfg, seed: int) -> TestGuard | None:
