@@ -353,8 +353,8 @@ class HealthMonitor:
         if len(evals) < 2:
             return None
         loss1, last = evals[-1]
-        for key, what in (("heldout/logp_accuracy", "the policy's own preference for the chosen answer "
-                           "(logp chosen > logp rejected)"), ("heldout/accuracy", "implicit-reward accuracy")):
+        own = "the policy's own preference for the chosen answer (logp chosen > logp rejected)"
+        for key, what in (("heldout/logp_accuracy", own), ("heldout/accuracy", "implicit-reward accuracy")):
             earlier = [(r[key], lo) for lo, r in evals[:-1] if isinstance(r.get(key), (int, float))]
             if not earlier or not isinstance(last.get(key), (int, float)):
                 continue
