@@ -136,7 +136,7 @@ class HealthConfig(Section):
     kl_every: int = Field(4, ge=1)
     """Sampled KL (β = 0, ``track_kl`` unset): measure ``kl/ref`` every this many steps (the first step
     included); the KL rule smooths over the measured steps. 4: its pass costs 2% of a tiny GRPO step's time
-    (measured, docs/health.md "The cost of the defaults"), and the drifting test run is flagged in 13 steps."""
+    (measured, docs/health.md "The cost of the defaults"), and the drifting test run is flagged within 13 steps."""
     kl_rows: int = Field(16, ge=1)
     """Sampled KL: how many of the step's forwarded rows (drawn by seed and step) the policy and the reference
     forward, without gradient, to measure it. 16: two groups of 8; the token mean over ~16 completions."""

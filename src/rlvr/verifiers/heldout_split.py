@@ -18,7 +18,6 @@ from dataclasses import replace
 
 from rlvr.data.types import Task
 
-
 POOLS: dict[str, tuple[str, ...]] = {"code": ("tests", "io_tests"), "sql": ("databases", "schema_sql")}
 """The gold keys whose list a task kind's check can be split on: a code task's tests, a SQL task's database
 variants (files, or scripts that build them)."""
