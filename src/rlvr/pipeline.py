@@ -7,7 +7,7 @@ Run directory layout::
       config_changes.jsonl   changes accepted with --resume --allow-config-change
       pipeline.json          stage states (done / running), written atomically
       summary.json           {"stages": [{"stage", "pass_at_1", "by_family", "wall_s", "train_s", "steps",
-                              "checkpoint"}, ...], "control": the equal-time SFT control (rlvr.monitoring.control:
+                              "checkpoint", "ece_answer_prob", "ece_agreement"}, ...], "control": the equal-time SFT control (rlvr.monitoring.control:
                               "source" and "rows", or "note": why there is none), "omp_wait": the OpenMP wait
                               policy the run trained with (rlvr.omp_wait)}; a stage its max_minutes cut has
                              "time_cap": {"steps_done", "steps_planned", "max_minutes"}, an SFT stage its
@@ -69,7 +69,8 @@ def evaluate_checkpoint(recipe: Recipe, model_path: str | None, out_json: Path, 
     engine = HFEngine(model, tok, batch_size=ev.batch_size)
     judge = judge or eval_judge(ev.rewards, ev.workers, tok, ev.max_new_tokens)
     res = evaluate(engine, tok, load_task_source(ev.tasks), judge, k=ev.k,
-                   temperature=ev.temperature, max_new_tokens=ev.max_new_tokens, seed=recipe.seed, agent=ev.agent)
+                   temperature=ev.temperature, max_new_tokens=ev.max_new_tokens, seed=recipe.seed, agent=ev.agent,
+                   calibration_samples=ev.calibration_samples, calibration_bins=ev.calibration_bins)
     write_json_atomic(out_json, res)
     return res
 
@@ -368,4 +369,8 @@ def _row(name: str, res: dict, wall: float, ckpt: str, time_cap: dict | None = N
     for k, v in res.items():
         if (k.startswith("pass_at_") and k.endswith("_sampled")) or k in ("heldout_pair_accuracy", "mean_score"):
             row[k] = v
+    cal = res.get("calibration") or {}
+    for measure in ("answer_prob", "agreement"):
+        if (cal.get(measure) or {}).get("ece") is not None:
+            row[f"ece_{measure}"] = cal[measure]["ece"]
     return row

@@ -77,6 +77,31 @@ def test_a_drifting_run_is_flagged_kl_drifting_and_adaptive_beta_starts_beta(tin
     assert rs[drift]["health/beta"] == 0.02                           # the knob acts from the next step on
 
 
+def test_at_beta_zero_kl_is_measured_by_default_on_a_subsample_and_a_drifting_run_is_flagged(tiny_dir, tmp_path):
+    # default health settings (track_kl unset, no adaptive_beta): kl/ref on kl_rows rows every kl_every steps
+    st = stage(0.5, 1e-2, steps=13)
+    rs = rows(train_rl(st, ModelConfig(path=tiny_dir), tmp_path, seed=0, judge=digits_judge))
+    measured = [r["step"] for r in rs if "kl/ref" in r]
+    drift = first(rs, "KL drifting")
+    assert drift is not None and measured, [(r["step"], r.get("kl/ref")) for r in rs]
+    every = st.health.kl_every
+    # due every kl_every steps from the first; a due step whose groups are all zero-variance forwards no row,
+    # and the next step that forwards one measures it
+    expected, due = [], False
+    for r in rs:
+        due = due or (r["step"] - 1) % every == 0
+        if due and r["train/sequences"] > 0:
+            expected.append(r["step"])
+            due = False
+    assert measured == expected and len(measured) >= 3, (measured, expected)
+    assert all(r["kl/ref_rows"] == min(st.health.kl_rows, r["train/sequences"]) for r in rs if "kl/ref" in r)
+    assert rs[0]["kl/ref"] < 1e-5                                    # step 1: the policy is still the reference
+    assert rs[drift - 1]["health/code"] >= 1 and "kl_drift" in rs[drift - 1]["health/alerts"]
+    # the math twins (the same problems with other numbers) are sampled by default every twin_every steps
+    twins = [r["step"] for r in rs if "verifier/twin_gap" in r]
+    assert twins == [s for s in range(1, 14) if (s - 1) % st.health.code_tests.twin_every == 0], twins
+
+
 def test_a_gentle_run_raises_no_alarm(tiny_dir, tmp_path):
     rs = rows(train_rl(stage(1.0, 3e-4, steps=16, tasks=8, track_kl=True), ModelConfig(path=tiny_dir), tmp_path, seed=0,
                        judge=digits_judge))

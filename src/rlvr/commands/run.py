@@ -208,8 +208,10 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
     gains = any("gain_over_control" in row for row in summary["stages"])
     # the mean score beside the solved fraction where a scorer gives partial credit (they differ)
     scored = any(row.get("mean_score") not in (None, row["pass_at_1"]) for row in summary["stages"])
+    cal = [m for m in ("answer_prob", "agreement") if any(f"ece_{m}" in row for row in summary["stages"])]
     cols = ["stage", "pass@1", *(["mean score"] if scored else []), *[f"pass@1 {f}" for f in fams], "pass@k",
-            "mean len", "steps", "train s", "wall s", *(["vs control"] if gains else [])]
+            *[f"ECE {m.replace('_', ' ')}" for m in cal], "mean len", "steps", "train s", "wall s",
+            *(["vs control"] if gains else [])]
     for col in cols:
         table.add_column(col, justify="right" if col != "stage" else "left")
     for row in summary["stages"]:
@@ -219,7 +221,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
         if row["pass_at_1"] is None:  # a reward model: its held-out pair accuracy
             acc = row.get("heldout_pair_accuracy")
             table.add_row(row["stage"], f"RM pair acc {acc:.1%}" if acc is not None else "-",
-                          *["-"] * (len(fams) + scored), "-", "-", *clock, *gain)
+                          *["-"] * (len(fams) + scored + len(cal)), "-", "-", *clock, *gain)
             continue
         table.add_row(
             row["stage"] + (" [RLAIF]" if row.get("reward_source") else "") + (" [time cap]" if row.get("time_cap") else ""),
@@ -227,6 +229,7 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             *([_score(row.get("mean_score"))] if scored else []),
             *[f"{row['by_family'].get(f, 0):.1%}" for f in fams],
             f"{pk[-1]:.1%}" if pk else "-",
+            *[f"{row[f'ece_{m}']:.3f}" if f"ece_{m}" in row else "-" for m in cal],
             f"{row['mean_length']:.1f}",
             *clock,
             *gain,

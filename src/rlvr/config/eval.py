@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 
 from rlvr.config.agent import AgentLoopConfig
 from rlvr.config.base import Section
@@ -24,6 +24,12 @@ class EvalConfig(Section):
     """Sampling temperature for the k samples (greedy pass@1 is always computed)."""
     max_new_tokens: NewTokens = 64
     """Generation budget per completion."""
+    calibration_samples: int = Field(4, ge=0, le=64)
+    """Samples per held-out problem drawn (at ``temperature``) for the agreement measure of calibration, in
+    the evaluation after each stage (the ``k`` samples are used instead when ``k`` > 1; 0: no agreement
+    measure, the answer-probability one is always computed). docs/evaluation.md, "Calibration"."""
+    calibration_bins: int = Field(10, ge=1, le=100)
+    """Equal-width confidence bins of the expected calibration error."""
     batch_size: BatchSize = 256
     """Prompts per generation batch."""
     workers: Workers = 0

@@ -45,6 +45,8 @@ class HealthActions(Section):
     """Zero-variance groups above ``dead_frac`` (try ``[dynamic_sampling]`` or ``[grow_group]``)."""
     verifier_overfit: list[Action] = ["alert"]
     """Train pass rate rising while held-out falls (try ``[stop]``)."""
+    preference_drop: list[Action] = ["alert"]
+    """(preference stages) Training loss falling while held-out preference accuracy falls (try ``[stop]``)."""
     length_blowup: list[Action] = ["alert"]
     """Truncation rate or mean length rising."""
     reward_length_corr: list[Action] = ["alert"]
@@ -58,13 +60,20 @@ class HealthActions(Section):
 
 
 class CodeTestSplit(Section):
-    """Held-out tests and verifier rotation for code tasks (``rlvr.verifiers.heldout_split``)."""
+    """Held-out checks and verifier rotation for code and SQL tasks (``rlvr.verifiers.heldout_split``)."""
 
-    heldout_frac: float = Field(0.0, ge=0, lt=1)
-    """Share of each code task's list-shaped tests (asserts or stdin/stdout cases) the training verifier
-    never sees (at least one, never all); every step the completions that pass the training tests are also
-    run on the held-out ones (``verifier/overfit_frac``: pass the training tests, fail the held-out ones).
-    0: off."""
+    heldout_frac: float = Field(0.3, ge=0, lt=1)
+    """Share of each code task's list-shaped tests (asserts or stdin/stdout cases), and of each SQL task's
+    database variants, that the training verifier never sees (at least one, never all; a task with fewer
+    than two is left whole); every step the completions that pass the training checks are also run on the
+    held-out ones (``verifier/overfit_frac``: pass the training checks, fail the held-out ones). On by
+    default in single-turn RL stages (its cost: one more verifier run for each passing sample of a split
+    task; docs/health.md); 0: off."""
+    twin_every: int = Field(4, ge=0)
+    """Math tasks from a built-in generator: every this many steps, one sample of each of the step's tasks
+    regenerated with other numbers (a held-out problem of the same family) at the rollout's sampling
+    settings; ``verifier/twin_gap`` = the step's training pass rate on those tasks minus the twins' (one more
+    sample per task every 4 steps: ~3% of a G = 8 rollout). 0: off."""
     rotate_every: int = Field(0, ge=0)
     """Verifier rotation: every this many steps the training verifier uses a new random subset of the
     training pool (0: the whole pool every step)."""
@@ -120,8 +129,17 @@ class HealthConfig(Section):
     kl_accel_ratio: float = 1.5
     """kl_drift: see ``kl_accel_min`` (the seed table's healthy rise 0.11 -> 0.19 -> 0.28 is 1.1×)."""
     track_kl: bool | None = None
-    """Measure KL to the reference (``kl/ref``) even at β = 0 (a reference forward per step, no gradient).
-    None: only when an ``adaptive_beta`` action is configured (it needs the KL and the reference)."""
+    """KL to the reference (``kl/ref``) at β = 0. True: on every row every step (a reference forward per step,
+    no gradient). None (default): on ``kl_rows`` rows every ``kl_every`` steps (a bounded cost), or on every
+    row every step when an ``adaptive_beta`` action is configured (it needs the KL and the reference).
+    False: not measured (no reference model is loaded). At β > 0 the loss measures it on every row anyway."""
+    kl_every: int = Field(4, ge=1)
+    """Sampled KL (β = 0, ``track_kl`` unset): measure ``kl/ref`` every this many steps (the first step
+    included); the KL rule smooths over the measured steps. 4: its pass costs 2% of a tiny GRPO step's time
+    (measured, docs/health.md "The cost of the defaults"), and the drifting test run is flagged within 13 steps."""
+    kl_rows: int = Field(16, ge=1)
+    """Sampled KL: how many of the step's forwarded rows (drawn by seed and step) the policy and the reference
+    forward, without gradient, to measure it. 16: two groups of 8; the token mean over ~16 completions."""
     dead_frac: float = 0.5
     """dead_groups: smoothed zero-variance group fraction at or above this while the run is not improving
     (held-out pass@1 not above its step-0 figure beyond the noise of two evaluations; without two evaluations,
@@ -129,11 +147,17 @@ class HealthConfig(Section):
     definition of the screening paper's p*(G). A run whose groups are all dead is ``not_training``."""
     overfit_gap: float = 0.1
     """verifier_overfit: train pass rate up and held-out pass@1 down by at least this between the first
-    and the latest held-out evals; or (code tasks with ``code_tests``) the smoothed share of samples that
-    pass the training tests but fail the held-out ones up by this from its start (10 points: several
-    standard errors of a 100-task held-out set)."""
+    and the latest held-out evals; or (code and SQL tasks, ``code_tests``) the smoothed share of samples that
+    pass the training checks but fail the held-out ones, or (math tasks from a generator) the smoothed gap
+    between the training problems' pass rate and their regenerated twins', up by this from its start
+    (10 points: several standard errors of a 100-task held-out set)."""
+    pref_accuracy_drop: float = Field(0.1, gt=0, le=1)
+    """preference_drop: a held-out preference accuracy (implicit-reward, or the policy's own logp chosen >
+    rejected) this far below its best earlier evaluation while the smoothed training loss is lower than it was
+    then (10 points, as ``overfit_gap``: several standard errors of the difference on a 100-pair held-out set,
+    paired on the same pairs)."""
     code_tests: CodeTestSplit = CodeTestSplit()
-    """Held-out tests and verifier rotation for code tasks (RL stages)."""
+    """Held-out checks and verifier rotation for code and SQL tasks (single-turn RL stages)."""
     trunc_max: float = 0.2
     """length_blowup: smoothed truncation rate above this and above its starting value + half of it (a
     rate that was always high is a budget choice, not a blow-up; DAPO's overlong shaping starts a fifth of the

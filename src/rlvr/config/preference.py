@@ -71,7 +71,23 @@ class CPOLoss(Section):
     """Weight of the NLL term on chosen."""
 
 
-PreferenceLoss = typed_union(DPOLoss, IPOLoss, SimPOLoss, KTOLoss, ORPOLoss, CPOLoss, default="dpo")
+class ConstrainedPOLoss(Section):
+    """Constrained Preference Optimization (arXiv:2605.20834): DPO plus the explicit constraint that the policy
+    itself prefers the chosen answer (logp_w - logp_l >= ``margin``), as an exact hinge penalty. Not ``cpo``
+    (Contrastive PO)."""
+
+    type: Literal["constrained_po"] = "constrained_po"
+    beta: float = Field(0.1, gt=0)
+    """DPO's inverse temperature β."""
+    weight: float = Field(1.0, ge=0)
+    """Penalty weight λ on ``max(0, margin - (logp_w - logp_l))`` (summed logprobs); 0 is plain DPO."""
+    margin: float = 0.0
+    """The constraint's margin δ in nats of the policy's own summed log-probabilities (0: chosen at least as
+    likely as rejected)."""
+
+
+PreferenceLoss = typed_union(DPOLoss, IPOLoss, SimPOLoss, KTOLoss, ORPOLoss, CPOLoss, ConstrainedPOLoss,
+                             default="dpo")
 
 
 class PairBuilder(Section):

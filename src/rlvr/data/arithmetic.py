@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from dataclasses import dataclass
 
 from rlvr.data.types import Task
@@ -164,3 +165,22 @@ def generate(families: list[str], n: int, split: str = "train", seed: int = 0,
         erring = teacher_families is None or fam.name in teacher_families
         tasks.append(make_task(fam.name, a, b, teacher_rate if erring else 0.0))
     return tasks
+
+
+_PROBLEM = re.compile(r"^(\d+)([+*])(\d+)=\?$")
+
+
+def regenerate(task: Task, seed: int = 0) -> Task | None:
+    """The same problem with other numbers: a built-in arithmetic task's family with operands drawn by
+    (seed, task id) from the held-out split (never a training problem, never the task itself); None for a task
+    that is not one of this generator's (its family unknown or its prompt not ``a op b=?``)."""
+    fam = FAMILIES.get(task.family)
+    m = _PROBLEM.match(task.prompt or "")
+    if fam is None or m is None or m.group(2) != fam.op:
+        return None
+    rng = random.Random(f"{seed}:twin:{task.id}")
+    for _ in range(10_000):
+        a, b = _operand(rng, fam.a_digits), _operand(rng, fam.b_digits)
+        if split_of(fam.name, a, b) == "heldout" and (a, b) != (int(m.group(1)), int(m.group(3))):
+            return make_task(fam.name, a, b)
+    return None

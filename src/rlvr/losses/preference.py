@@ -33,6 +33,7 @@ from rlvr.losses.pair_weights import (
 
 __all__ = [
     "RgpoWeights",
+    "constrained_po",
     "cpo",
     "dpo",
     "ipo",
@@ -41,8 +42,8 @@ __all__ = [
     "log1mexp",
     "orpo",
     "preference_metrics",
-    "rgpo_weights",
     "reduce_logprobs",
+    "rgpo_weights",
     "simpo",
     "uni_dpo_calibrated_nll",
     "uni_dpo_performance_weight",
@@ -337,4 +338,45 @@ def cpo(
     metrics = preference_metrics(
         beta * policy_chosen_logprobs, beta * policy_rejected_logprobs, policy_chosen_logprobs, policy_rejected_logprobs
     )
+    return losses, metrics
+
+
+def constrained_po(
+    policy_chosen_logprobs: Tensor,
+    policy_rejected_logprobs: Tensor,
+    ref_chosen_logprobs: Tensor,
+    ref_rejected_logprobs: Tensor,
+    beta: float = 0.1,
+    weight: float = 1.0,
+    margin: float = 0.0,
+    label_smoothing: float | Tensor = 0.0,
+) -> tuple[Tensor, dict[str, float]]:
+    """Constrained Preference Optimization (arXiv:2605.20834) -> ``[B]``: DPO with the policy's own preference
+    for the chosen answer as an explicit constraint, enforced by an exact (hinge) penalty.
+
+        h = (logp_w - ref_logp_w) - (logp_l - ref_logp_l)        (DPO's margin: relative to the reference)
+        m = logp_w - logp_l                                       (the policy's own preference)
+        loss = -(1 - ls) log sigma(beta h) - ls log sigma(-beta h) + weight * max(0, margin - m)
+
+    Built from the method's published description (the paper itself was not available): DPO fits a soft
+    margin ranking of log-ratios *relative to the reference*, whose target margin in the policy's own terms
+    can be negative — where the reference prefers the rejected answer by more than DPO's margin, the loss
+    falls while the policy keeps preferring the rejected answer ("pathological convergence"). The remedy
+    puts an explicit constraint back on the objective, ``m >= margin`` for every pair, so the optimum
+    prefers the chosen answer absolutely. The hinge is zero (DPO unchanged) on pairs that satisfy it; on a
+    violating pair it adds a gradient ``weight`` that raises ``logp_w`` and lowers ``logp_l``. Inputs are
+    summed logprobs ``[B]``; ``ls``: per-pair label smoothing as in :func:`dpo` (RGPO's). Metrics add ``constraint/violation`` (share of pairs with ``m < margin``) and
+    ``constraint/penalty`` (the mean hinge).
+    """
+    _check(
+        "constrained_po", pc=policy_chosen_logprobs, pr=policy_rejected_logprobs, rc=ref_chosen_logprobs,
+        rr=ref_rejected_logprobs,
+    )
+    losses, metrics = dpo(policy_chosen_logprobs, policy_rejected_logprobs, ref_chosen_logprobs,
+                          ref_rejected_logprobs, beta, label_smoothing)
+    hinge = torch.clamp(margin - (policy_chosen_logprobs - policy_rejected_logprobs), min=0.0)
+    losses = losses + weight * hinge
+    h = hinge.detach().double()
+    metrics["constraint/violation"] = float((h > 0).double().mean()) if h.numel() else float("nan")
+    metrics["constraint/penalty"] = float(h.mean()) if h.numel() else float("nan")
     return losses, metrics

@@ -19,6 +19,7 @@ from rlvr.data.jsonl import write_json_atomic
 from rlvr.data.sources import load_task_source
 from rlvr.data.types import Task, with_ids
 from rlvr.models.checkpoint import is_lora, merged_copy
+from rlvr.monitoring.calibration import agreement, answer_key, answer_probability, summarise
 from rlvr.monitoring.scoring import eval_judge, judge_with_lengths
 from rlvr.rollout.engine import SamplingParams
 from rlvr.rollout.hf_engine import HFEngine
@@ -48,11 +49,14 @@ def _ks(n: int) -> list[int]:
 
 
 def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, temperature: float = 1.0,
-             max_new_tokens: int = 64, seed: int = 0, agent=None) -> dict:
+             max_new_tokens: int = 64, seed: int = 0, agent=None, calibration_samples: int = 0,
+             calibration_bins: int = 10) -> dict:
     """Evaluate ``tasks``: greedy pass@1 always; pass@k for k in 1,2,4..K when ``k`` > 1.
 
-    Environment tasks (``kind == "env"``) run in the closed loop (:mod:`rlvr.monitoring.agent_eval`,
-    with the ``agent`` loop limits), never as one open-loop completion.
+    ``calibration``: the ECE of the greedy answer's probability always, and of the agreement among samples
+    when there are samples (the ``k`` ones when ``k`` > 1, else ``calibration_samples`` drawn for it alone;
+    :mod:`rlvr.monitoring.calibration`). Environment tasks (``kind == "env"``) run in the closed loop
+    (:mod:`rlvr.monitoring.agent_eval`, with the ``agent`` loop limits), never as one open-loop completion.
     """
     if tasks and all(t.kind == "env" for t in tasks):
         from rlvr.monitoring.agent_eval import evaluate_agent
@@ -78,20 +82,41 @@ def evaluate(engine, tokenizer, tasks: list[Task], judge: Judge, k: int = 1, tem
         "outcomes": _count([v.outcome for v in verdicts]),
         "scoring": getattr(judge, "scoring", "each task's verifier"),
     }
-    if k > 1:
-        result.update(_sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_tokens,
-                               stops, seed))
+    calib = {"answer_prob": summarise([answer_probability(lp) for lp in greedy.old_logprobs],
+                                      [v.passed for v in verdicts], calibration_bins)}
+    m = k if k > 1 else calibration_samples
+    if m > 1 and tasks:
+        gen, sverdicts = _draw(engine, tasks, prompts, judge, m, temperature, max_new_tokens, stops, seed)
+        if k > 1:
+            result.update(_sampled(tasks, gen, sverdicts, k))
+        calib["agreement"] = _agreement(tasks, gen, sverdicts, m, calibration_bins)
+    result["calibration"] = {**calib, "bins": calibration_bins, "samples": m if m > 1 else 0}
     result["seconds"] = round(time.time() - t0, 3)
     result["samples"] = [{"task_id": t.id, "completion": c, "outcome": v.outcome, "reward": v.reward}
                          for t, c, v in zip(tasks, greedy.texts, verdicts)]  # every greedy completion
     return result
 
 
-def _sampled(engine, tokenizer, tasks, prompts, judge, k, temperature, max_new_tokens, stops, seed) -> dict:
+def _draw(engine, tasks, prompts, judge, k, temperature, max_new_tokens, stops, seed):
+    """``k`` samples per prompt (prompt-major) and their verdicts."""
     gen = engine.generate(prompts, SamplingParams(n=k, temperature=temperature, max_new_tokens=max_new_tokens,
                                                   stop_token_ids=stops, seed=seed))
     rep = [tasks[i] for i in gen.prompt_index]
-    verdicts = judge_with_lengths(judge, rep, with_ids(gen.texts, gen.completion_ids), gen.completion_ids)
+    return gen, judge_with_lengths(judge, rep, with_ids(gen.texts, gen.completion_ids), gen.completion_ids)
+
+
+def _agreement(tasks, gen, verdicts, m: int, bins: int) -> dict:
+    """The agreement measure's calibration over the problems (samples are prompt-major, ``m`` a problem)."""
+    conf, correct = [], []
+    for i, t in enumerate(tasks):
+        rows = range(i * m, (i + 1) * m)
+        a, ok = agreement([answer_key(t, gen.texts[j]) for j in rows], [verdicts[j].passed for j in rows])
+        conf.append(a)
+        correct.append(ok)
+    return summarise(conf, correct, bins)
+
+
+def _sampled(tasks, gen, verdicts, k) -> dict:
     correct = np.zeros(len(tasks), dtype=int)
     for i, v in zip(gen.prompt_index, verdicts):
         correct[i] += int(v.passed)

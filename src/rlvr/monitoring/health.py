@@ -25,9 +25,16 @@ Rules (thresholds and where their defaults come from: :mod:`rlvr.config.health`)
                          held-out pass@1 not above its first evaluation (or, before a second evaluation, the
                          smoothed pass rate not risen by ``stall_delta`` over ``stall_steps``). A run whose
                          remaining informative groups still improve it wastes rollouts but is learning.
-  verifier_overfit       train pass rate up while held-out pass@1 down, by ``overfit_gap``; or (code tasks
-                         with held-out tests) the share of samples passing the training tests and failing
-                         the held-out ones up by ``overfit_gap`` (critical)
+  verifier_overfit       train pass rate up while held-out pass@1 down, by ``overfit_gap``; or (code and SQL
+                         tasks with held-out checks) the share of samples passing the training checks and
+                         failing the held-out ones up by ``overfit_gap``; or (math tasks from a generator) the
+                         gap between the training problems' pass rate and their regenerated twins' up by
+                         ``overfit_gap`` (critical)
+  preference_drop        (preference stages) the smoothed training loss fell while a held-out preference accuracy
+                         fell by ``pref_accuracy_drop`` from its best earlier evaluation: the implicit-reward
+                         accuracy, or the policy's own preference (logp chosen > logp rejected) — DPO's
+                         pathological convergence, the loss falling while the model comes to prefer the
+                         rejected answer (critical)
   length_blowup          smoothed truncation rate > ``trunc_max`` and risen by half of it, or mean length
                          > ``length_rise`` × start
   reward_length_corr     smoothed reward/length correlation > ``length_corr_max`` while lengths grew
@@ -51,6 +58,7 @@ LEVEL = {"ok": 0, "warn": 1, "critical": 2}
 LABEL = {"nan": "NaN", "not_training": "NOT TRAINING", "entropy_collapse": "ENTROPY COLLAPSE",
          "verifier_overfit": "VERIFIER OVERFIT",
          "env_leak": "ENV LEAK", "entropy_trending_down": "entropy trending down", "stalled": "stalled",
+         "preference_drop": "PREFERENCE FALLING",
          "kl_drift": "KL drifting", "dead_groups": "dead groups", "length_blowup": "length blow-up",
          "reward_length_corr": "reward-length correlation", "tool_collapse": "tool collapse"}
 RULES = tuple(LABEL)
@@ -99,7 +107,8 @@ class HealthMonitor:
     KEYS = ("train/loss", "train/grad_norm", "train/sequences", "policy/entropy", "kl/ref", "kl/ref_per_token",
             "rollout/zero_var_frac", "rollout/pass_rate", "eval/pass_at_1", "agent/tool_calls_mean",
             "rollout/length_mean", "rollout/truncation_rate", "rollout/reward_length_corr",
-            "verifier/overfit_frac", "rollout/entropy")
+            "verifier/overfit_frac", "rollout/entropy", "verifier/twin_gap", "verifier/twin_pass",
+            "verifier/twin_tasks", "heldout/accuracy", "heldout/logp_accuracy")
 
     def observe(self, rec: dict) -> tuple[dict, list[Alert]]:
         """Add one step's metrics; return the ``health/*`` metrics and the alerts raised at this step."""
@@ -109,7 +118,7 @@ class HealthMonitor:
             self.observe_heldout(len(self.history), rec["eval/pass_at_1"], rec.get("eval/tasks"))
         rules = (self._nan(rec), self._not_training(), self._entropy_collapse(), self._entropy_trend(),
                  self._stalled(), self._kl(),
-                 self._dead(), self._overfit(), self._length(), self._length_corr(), self._tool_collapse(),
+                 self._dead(), self._overfit(), self._preference(), self._length(), self._length_corr(), self._tool_collapse(),
                  self._leak(rec))
         alerts = [a for a in rules if a]
         self.status, code = status_of(alerts)
@@ -319,6 +328,9 @@ class HealthMonitor:
             if now - start >= self.cfg.overfit_gap:
                 return Alert("verifier_overfit", "critical", f"{now:.0%} of samples pass the training tests and fail "
                              f"the held-out ones (from {start:.0%}): the policy is fitting the tests it is shown")
+        twin = self._twin_gap()
+        if twin is not None:
+            return twin
         if len(self.evals) < 3:
             return None
         (tr0, ho0), (tr1, ho1) = self.evals[0], self.evals[-1]
@@ -326,6 +338,53 @@ class HealthMonitor:
         if tr1 - tr0 >= g and ho0 - ho1 >= g:
             return Alert("verifier_overfit", "critical", f"training pass rate {tr0:.0%} -> {tr1:.0%} while held-out "
                          f"{ho0:.0%} -> {ho1:.0%}: the policy is gaming the verifier or memorising")
+        return None
+
+    def _preference(self) -> Alert | None:
+        """Held-out preference accuracy down by ``pref_accuracy_drop`` from its best earlier evaluation while the
+        smoothed training loss is below its value at that evaluation (DPO's pathological convergence)."""
+        a, loss, evals = 2.0 / (self.cfg.window + 1), None, []
+        for r in self.history:
+            v = r.get("train/loss")
+            if isinstance(v, (int, float)) and math.isfinite(v):
+                loss = v if loss is None else a * v + (1 - a) * loss
+            if isinstance(r.get("heldout/accuracy"), (int, float)) and loss is not None:
+                evals.append((loss, r))
+        if len(evals) < 2:
+            return None
+        loss1, last = evals[-1]
+        own = "the policy's own preference for the chosen answer (logp chosen > logp rejected)"
+        for key, what in (("heldout/logp_accuracy", own), ("heldout/accuracy", "implicit-reward accuracy")):
+            earlier = [(r[key], lo) for lo, r in evals[:-1] if isinstance(r.get(key), (int, float))]
+            if not earlier or not isinstance(last.get(key), (int, float)):
+                continue
+            best, loss0 = max(earlier, key=lambda e: e[0])
+            if best - last[key] >= self.cfg.pref_accuracy_drop and loss1 < loss0:
+                return Alert("preference_drop", "critical", f"training loss {loss0:.3f} -> {loss1:.3f} while held-out "
+                             f"{what} fell {best:.0%} -> {last[key]:.0%}: the loss is no longer measuring preference "
+                             "(try the constrained_po loss, a larger beta, or stop at the best held-out step)")
+        return None
+
+    def _twin_gap(self) -> Alert | None:
+        """The math twins' gap (training problems' pass rate minus their regenerated twins') over the last
+        ``window`` measurements against the first ``window``: up by ``overfit_gap`` and by two standard errors
+        of the twins' pass rates (binomial over the twins sampled in each window: one sample of each of 16
+        tasks a measurement leaves a single measurement's gap too noisy to read alone)."""
+        rows = [r for r in self.history if isinstance(r.get("verifier/twin_gap"), (int, float))]
+        w = self.cfg.window
+        if len(rows) <= w:
+            return None
+
+        def pooled(rs: list[dict]) -> tuple[float, float]:
+            n = sum(r.get("verifier/twin_tasks", 1) for r in rs)
+            p = sum(r.get("verifier/twin_pass", 0.0) * r.get("verifier/twin_tasks", 1) for r in rs) / max(n, 1)
+            return sum(r["verifier/twin_gap"] for r in rs) / len(rs), p * (1 - p) / max(n, 1)
+
+        (g0, v0), (g1, v1) = pooled(rows[:w]), pooled(rows[-w:])
+        if g1 - g0 >= max(self.cfg.overfit_gap, 2 * math.sqrt(v0 + v1)):
+            return Alert("verifier_overfit", "critical", f"the training problems pass {g1:+.0%} more often than the "
+                         f"same problems with other numbers (from {g0:+.0%}): the policy is memorising its "
+                         "training problems")
         return None
 
     def _length(self) -> Alert | None:

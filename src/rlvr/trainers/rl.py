@@ -63,6 +63,7 @@ from rlvr.trainers.update import (  # noqa: F401 (the update engine, re-exported
     forward_logprobs,
     recompute_old_logprobs,
     reference_logprobs,
+    sampled_reference_kl,
     update_micro_batches,
 )
 from rlvr.trainers.variants import rl_variant
@@ -71,10 +72,17 @@ from rlvr.verifiers.judge import reward_judge
 log = logging.getLogger(__name__)
 
 def tracks_kl(health) -> bool:
-    """Measure KL to the reference at β = 0 too: asked for, or an ``adaptive_beta`` action may start β."""
+    """Measure KL to the reference at β = 0 on every row every step: asked for, or an ``adaptive_beta`` action
+    may start β."""
     if health.track_kl is not None:
         return health.track_kl
     return any("adaptive_beta" in getattr(health.actions, r) for r in type(health.actions).model_fields)
+
+
+def samples_kl(health, full: bool) -> bool:
+    """Measure KL to the reference on a subsample (``health.kl_rows`` rows every ``health.kl_every`` steps):
+    the default whenever it is not measured on every row and not turned off (``track_kl: false``)."""
+    return not full and health.track_kl is None
 
 
 # ------------------------------------------------------------------------------------------ batch
@@ -203,7 +211,8 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
     variant = rl_variant(stage.loss)
     track_kl = stage.kl.beta > 0 or variant.needs_reference or tracks_kl(stage.health)
-    ref = frozen_reference(model, track_kl, model_cfg.train_bf16)
+    sample_kl = samples_kl(stage.health, track_kl)
+    ref = frozen_reference(model, track_kl or sample_kl, model_cfg.train_bf16)
     eval_override = judge  # held-out evaluation judges with the evaluation's scoring, not the training reward
     judge = dist.wrap_judge(with_model_judges(judge or reward_judge(stage.rewards, stage.verifier_workers),
                                               stage.rewards, tok))
@@ -218,6 +227,7 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
     dist.publish(model, run.step)
     source.start(run.state)
     base, bf16, micro_tokens = stage, model_cfg.train_bf16, model_cfg.micro_tokens
+    kl_due = run.state.get("kl_due", False)
     try:
         while not run.done():
             stage = apply_knobs(base, run.health.knobs) if run.health is not None else base  # health actions
@@ -227,16 +237,22 @@ def train_rl(stage: RLStage, model_cfg: ModelConfig, run_dir: str | Path, seed: 
             pause_on_infra(run, batch.metrics, batch.verdicts, batch.reward_errors)
             with phase("advantages"):
                 source.advantages(batch, stage, needs_every_row(stage, variant))
+            kl_met = {}
             with phase("ref"):
                 if track_kl and len(batch):
                     batch.ref_logprobs = first_update_reference(ref, model, batch, stage, bf16, seed, run.step,
                                                                 micro_tokens)
+                elif sample_kl:  # due every kl_every steps; a step with no forwarded row passes it on
+                    kl_due = kl_due or run.step % stage.health.kl_every == 0
+                    if kl_due and len(batch):
+                        kl_met, kl_due = sampled_reference_kl(ref, model, batch, stage, bf16, stage.health.kl_rows,
+                                                              seed, run.step, micro_tokens), False
             with phase("train"):
                 met = policy_update(model, opt, sched, stage, batch, bf16, seed, run.step, dist, batch.stale > 0,
                                     micro_tokens)
                 dist.publish(model, run.step + 1)
-            rec = {**batch.metrics, **met, **phase.metrics(), **dist.step_metrics()}
-            stop = log_step(run, rec, {"cursor": batch.cursor, **source.state_dict()}, ids=batch.task_ids,
+            rec = {**batch.metrics, **met, **kl_met, **phase.metrics(), **dist.step_metrics()}
+            stop = log_step(run, rec, {"cursor": batch.cursor, "kl_due": kl_due, **source.state_dict()}, ids=batch.task_ids,
                             info=f"pass {rec['rollout/pass_rate']:.2f} zero-var {rec['rollout/zero_var_frac']:.2f}")
             source.log_samples(run.step, batch)  # sample completions with their verdicts (logging.samples_every)
             if stop:

@@ -23,10 +23,10 @@ from rlvr.advantages import zero_variance_groups
 from rlvr.data.chat import check_prompt_lengths
 from rlvr.data.collate import TokenBatch
 from rlvr.models.load import load_pretrained
-from rlvr.monitoring.heldout_guard import TestGuard
+from rlvr.monitoring.heldout_guard import TestGuard, heldout_guard
 from rlvr.monitoring.screen import sampled_entropy
 from rlvr.monitoring.sinks import log_samples
-from rlvr.rollout.collector import Rollouts
+from rlvr.rollout.collector import Rollouts, collect
 from rlvr.rollout.methods import collect_with_methods, row_advantages, teacher_residuals
 from rlvr.rollout.prefetch import Prefetcher
 from rlvr.rollout.source import RolloutBatch, RolloutSource, staleness
@@ -144,7 +144,7 @@ class SingleTurnSource:
 
     def start(self, state: dict) -> None:
         s, stage = self.s, self.stage
-        self.guard = TestGuard(stage.health.code_tests, s.seed) if stage.health.code_tests.heldout_frac else None
+        self.guard = heldout_guard(stage.health.code_tests, s.seed)
         if stage.residual.enabled:
             self.teacher = load_pretrained(stage.residual.teacher)[0].to(s.model.device).eval()
 
@@ -153,8 +153,20 @@ class SingleTurnSource:
         s = self.s
         ro, extra = rollout_step(self.stage, s.engine, s.tok, s.stream, s.judge, s.seed, step, self.notes, s.model,
                                  self.guard)
+        extra.update(self.twins(ro, step))
         return RolloutBatch.empty(episodes=ro, metrics=extra, cursor=s.stream.cursor,
                                   policy_version=list(ro.policy_version))
+
+    def twins(self, ro, step: int) -> dict:
+        """On the guard's twin steps: one sample of each regenerable task's twin (other numbers), judged, and
+        the gap between the step's pass rate on those tasks and their twins' (``verifier/twin_*``)."""
+        idx, twins = self.guard.twin_tasks(ro, step) if self.guard is not None else ([], [])
+        if not twins:
+            return {}
+        s = self.s
+        sampling = self.stage.sampling.model_copy(update={"group_size": 1})
+        tro = collect(s.engine, s.tok, twins, s.judge, sampling, self.stage.rewards, s.seed * 100003 + step * 97 + 89)
+        return self.guard.twin_metrics(ro, idx, tro.passed[:, 0].tolist())
 
     def finish(self, batch: RolloutBatch, step: int) -> RolloutBatch:
         """The drawn batch's metrics, staleness and infra totals, on the trainer's thread."""

@@ -6,10 +6,12 @@ mini-batch shuffle ``data/order.minibatch_rows``."""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from rlvr import hooks
 from rlvr.data.collate import TokenBatch, micro_token_budget, plan_micro_batches, split_overhead
+from rlvr.losses.kl import kl_penalty
 from rlvr.models.logprobs import token_logprobs
 from rlvr.models.truncation import NONE as NO_TRUNCATION
 from rlvr.models.truncation import Truncation
@@ -93,3 +95,25 @@ def recompute_old_logprobs(model, batch: TokenBatch, cfg, bf16: bool, micros: li
         batch.sampler_logprobs = batch.old_logprobs
     batch.old_logprobs = torch.where(batch.loss_mask.bool(), lps, 0.0)
     return met
+
+
+def sampled_reference_kl(ref_model, policy, batch: TokenBatch, cfg, bf16: bool, rows: int, seed: int, step: int,
+                         micro_tokens: int | str | None = "auto") -> dict:
+    """``kl/ref`` measured on a subsample, without gradient: ``rows`` of the batch's forwarded rows, drawn by
+    (seed, step), forwarded through the policy (before the update: the weights that sampled them) and
+    through the reference, in the update's temperature, truncation and precision, and reduced with the
+    stage's estimator (``cfg.kl.estimator``) as the token mean over their trained tokens — the figure the
+    loss logs at β > 0, on fewer rows. ``kl/ref_rows`` says how many rows it read. ``{}`` when nothing is
+    forwarded (every group zero-variance at β = 0)."""
+    n = len(batch)
+    if n == 0:
+        return {}
+    pick = sorted(np.random.default_rng([seed, step, 31]).permutation(n)[:rows].tolist())
+    sub = batch.subset(pick)
+    trunc, temp = Truncation.of(cfg.sampling), cfg.sampling.temperature
+    micros = update_micro_batches(policy, sub, list(range(len(sub))), cfg.micro_batch_size, micro_tokens)
+    lps = forward_logprobs(policy, sub, temp, cfg.micro_batch_size, bf16, micros, trunc, micro_tokens)
+    ref = reference_logprobs(ref_model, policy, sub, temp, cfg.micro_batch_size, bf16, micros, trunc)
+    kl = kl_penalty(lps, ref, cfg.kl.estimator, loss_mask=sub.loss_mask)
+    lm = sub.loss_mask.float()
+    return {"kl/ref": float((kl * lm).sum() / lm.sum().clamp(min=1)), "kl/ref_rows": len(pick)}

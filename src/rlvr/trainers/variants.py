@@ -197,7 +197,7 @@ def multi_turn_refusals(stage, distributed=None) -> list[tuple[str, str]]:
     if stage.verifier_workers:
         out.append(("verifier_workers", "not read by a multi_turn stage: the environment's end-state predicate "
                                         "is the verifier, run in the loop"))
-    if stage.health.code_tests.heldout_frac:
+    if stage.health.code_tests.heldout_frac not in (0, type(stage.health.code_tests)().heldout_frac):  # not the default
         out.append(("health.code_tests.heldout_frac", "held-out code tests check single-turn code completions; a "
                                                       "multi_turn stage is judged on the environment's end state"))
     for rule in type(stage.health.actions).model_fields:
@@ -333,6 +333,8 @@ PREFERENCE_VARIANTS: dict[str, PreferenceVariant] = {
         lambda c, pc, pr, rc, rr, lc, lr, sm: pl.cpo(pc, pr, -_per_token(pc, lc), c.beta, c.nll_weight,
                                                      label_smoothing=sm),
         needs_reference=False),
+    "constrained_po": PreferenceVariant(
+        lambda c, pc, pr, rc, rr, lc, lr, sm: pl.constrained_po(pc, pr, rc, rr, c.beta, c.weight, c.margin, sm)),
 }
 
 

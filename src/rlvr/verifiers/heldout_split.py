@@ -1,11 +1,13 @@
-"""Held-out tests and verifier rotation for code tasks.
+"""Held-out checks and verifier rotation for code and SQL tasks.
 
-A code task's list-shaped tests (``gold["tests"]`` as a list of asserts, or ``gold["io_tests"]``) are split,
+A code task's list-shaped tests (``gold["tests"]`` as a list of asserts, or ``gold["io_tests"]``) — or a SQL
+task's database variants (``gold["databases"]``, or a list of ``gold["schema_sql"]`` scripts) — are split,
 deterministically by (seed, task id), into a **training pool** the RL verifier uses and **held-out tests**
 it never sees (``gold["hidden_tests"]`` always count as held out). With rotation, each step's verifier uses
 a subset of the training pool that changes every ``rotate_every`` steps, so no fixed set of asserts can be
-memorised. A completion that passes the training tests but fails the held-out ones is the signature of
-verifier overfitting (the health rule ``verifier_overfit`` reads its share per step).
+memorised. A completion that passes the training tests but fails the held-out ones (a SQL query that matches
+the gold rows on the training databases only: a literal answer, a condition fitted to their data) is the
+signature of verifier overfitting (the health rule ``verifier_overfit`` reads its share per step).
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ from dataclasses import replace
 
 from rlvr.data.types import Task
 
+POOLS: dict[str, tuple[str, ...]] = {"code": ("tests", "io_tests"), "sql": ("databases", "schema_sql")}
+"""The gold keys whose list a task kind's check can be split on: a code task's tests, a SQL task's database
+variants (files, or scripts that build them)."""
 
-def _pool(gold: dict) -> tuple[str, list] | None:
-    for key in ("tests", "io_tests"):
+
+def _pool(gold: dict, kind: str) -> tuple[str, list] | None:
+    for key in POOLS.get(kind, ()):
         v = gold.get(key)
         if isinstance(v, list) and len(v) >= 2:
             return key, list(v)
@@ -26,11 +32,12 @@ def _pool(gold: dict) -> tuple[str, list] | None:
 
 
 def split_tests(task: Task, heldout_frac: float, seed: int = 0) -> tuple[list, list, str] | None:
-    """(training pool, held-out tests, the gold key they come from), or None when the task's tests cannot
-    be split (not code, fewer than two list-shaped tests, or a HumanEval ``check()`` source)."""
-    if task.kind != "code" or not isinstance(task.gold, dict):
+    """(training pool, held-out checks, the gold key they come from), or None when the task's checks cannot
+    be split (not code or SQL, fewer than two list-shaped tests or database variants, or a HumanEval
+    ``check()`` source)."""
+    if task.kind not in POOLS or not isinstance(task.gold, dict):
         return None
-    found = _pool(task.gold)
+    found = _pool(task.gold, task.kind)
     if found is None:
         return None
     key, tests = found
@@ -65,6 +72,6 @@ def heldout_task(task: Task, heldout_frac: float, seed: int = 0) -> Task | None:
     if sp is None:
         return None
     _, held, key = sp
-    gold = {k2: v for k2, v in task.gold.items() if k2 not in ("tests", "io_tests")}
+    gold = {k2: v for k2, v in task.gold.items() if k2 not in POOLS[task.kind]}
     gold[key] = held
     return replace(task, gold=gold)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from rlvr.losses.preference import (
+    constrained_po,
     cpo,
     dpo,
     ipo,
@@ -159,6 +160,27 @@ def test_cpo_by_hand():
     losses, m = cpo(t([-10.0]), t([-12.0]), t([1.5]), beta=0.1, alpha=1.0)
     assert losses.item() == pytest.approx(softplus(-0.2) + 1.5, abs=1e-12)
     assert m["rewards/chosen"] == pytest.approx(-1.0)
+
+
+def test_constrained_po_by_hand():
+    # pair 0: the reference prefers the rejected answer strongly (rc -4, rr -1); the policy moved the chosen one
+    #   up by 2 nats: h = (-2 - -4) - (-1 - -1) = 2, beta 1 -> DPO -log sigma(2) = log(1 + e^-2) = 0.1269280
+    #   but the policy itself still prefers the rejected answer: m = -2 - -1 = -1 -> hinge max(0, 0 - -1) = 1,
+    #   weight 0.5 -> 0.5; loss 0.6269280
+    # pair 1: h = (-1 - -1) - (-3 - -2) = 1 -> log(1 + e^-1) = 0.3132617; m = -1 - -3 = 2 >= 0: no penalty
+    pc, pr, rc, rr = t([-2.0, -1.0]), t([-1.0, -3.0]), t([-4.0, -1.0]), t([-1.0, -2.0])
+    pc.requires_grad_(True)
+    losses, m = constrained_po(pc, pr, rc, rr, beta=1.0, weight=0.5, margin=0.0)
+    assert losses.tolist() == pytest.approx([0.6269280, 0.3132617], abs=1e-6)
+    assert m["constraint/violation"] == 0.5 and m["constraint/penalty"] == pytest.approx(0.5)
+    assert m["rewards/accuracy"] == 1.0          # DPO's implicit-reward accuracy says both pairs are right
+    # d loss_0 / d logp_w = -beta sigma(-beta h) - weight = -sigma(-2) - 0.5 = -0.1192029 - 0.5 = -0.6192029;
+    # pair 1 has no hinge gradient: -sigma(-1) = -0.2689414
+    losses.sum().backward()
+    assert pc.grad.tolist() == pytest.approx([-0.6192029, -0.2689414], abs=1e-6)
+    # weight 0 is DPO exactly; a margin of 3 nats makes pair 1 (m = 2) violate by 1
+    assert torch.allclose(constrained_po(pc, pr, rc, rr, 1.0, 0.0)[0], dpo(pc, pr, rc, rr, 1.0)[0])
+    assert constrained_po(pc, pr, rc, rr, 1.0, 1.0, margin=3.0)[0][1].item() == pytest.approx(0.3132617 + 1.0, abs=1e-6)
 
 
 def test_reduce_logprobs():

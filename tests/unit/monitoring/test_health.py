@@ -270,3 +270,40 @@ def test_entropy_that_falls_into_right_answers_is_convergence_while_held_out_ris
     stuck = run_with_heldout(recs, {0: 0.62, 10: 0.70, 20: 0.66, 30: 0.66, 40: 0.65})
     assert "ENTROPY COLLAPSE" in stuck[-1]
     assert "ENTROPY COLLAPSE" in run_with_heldout(recs, {})[-1]
+
+
+# ------------------------------------------------------------------------------ preference stages
+
+
+def preference_run(losses, evals: dict, **cfg):
+    """Feed a preference stage's rows: ``losses[i]`` at step i, held-out metrics ``evals[i]`` where given."""
+    mon, statuses = HealthMonitor(HealthConfig(window=3, **cfg)), []
+    for i, loss in enumerate(losses):
+        m, _ = mon.observe({"train/loss": loss, "train/grad_norm": 1.0, "train/sequences": 8, **evals.get(i, {})})
+        statuses.append(m["health/status"])
+    return statuses
+
+
+def held(acc, logp_acc):
+    return {"heldout/accuracy": acc, "heldout/logp_accuracy": logp_acc, "heldout/pairs": 200}
+
+
+def test_loss_falling_while_the_policy_comes_to_prefer_the_rejected_answer_is_flagged():
+    falling = [0.69 - 0.04 * i for i in range(12)]
+    # implicit-reward accuracy keeps rising (DPO's own objective is met) while the policy's own preference
+    # logp chosen > logp rejected falls 0.80 -> 0.55: the article's pathological convergence
+    st = preference_run(falling, {3: held(0.70, 0.80), 7: held(0.85, 0.75), 11: held(0.95, 0.55)})
+    assert st[:11] == ["healthy"] * 11 and st[11] == "PREFERENCE FALLING", st
+    # the implicit-reward accuracy falling from its best (0.9 at step 7) while the loss falls: also flagged
+    st = preference_run(falling, {3: held(0.80, 0.8), 7: held(0.90, 0.8), 11: held(0.75, 0.8)})
+    assert st[11] == "PREFERENCE FALLING"
+
+
+def test_no_preference_alarm_when_accuracy_holds_or_the_loss_rises_with_it_or_the_drop_is_within_the_gap():
+    falling = [0.69 - 0.04 * i for i in range(12)]
+    rising = [0.3 + 0.04 * i for i in range(12)]
+    assert set(preference_run(falling, {3: held(0.7, 0.7), 7: held(0.8, 0.75), 11: held(0.85, 0.8)})) == {"healthy"}
+    assert set(preference_run(rising, {3: held(0.9, 0.9), 11: held(0.6, 0.6)})) == {"healthy"}
+    assert set(preference_run(falling, {3: held(0.9, 0.9), 11: held(0.82, 0.82)})) == {"healthy"}
+    assert preference_run(falling, {3: held(0.9, 0.9), 11: held(0.82, 0.82)}, pref_accuracy_drop=0.05)[11] \
+        == "PREFERENCE FALLING"

@@ -165,7 +165,7 @@ def test_settings_the_closed_loop_cannot_honour_are_refused_by_name():
     assert "sampling.max_new_tokens" in refused(sampling=SamplingConfig(max_new_tokens=32))
     assert "sampling.stop" in refused(sampling=SamplingConfig(stop=["</s>"]))
     assert "verifier_workers" in refused(verifier_workers=2)
-    assert "health.code_tests.heldout_frac" in refused(health=HealthConfig(code_tests=CodeTestSplit(heldout_frac=0.3)))
+    assert "health.code_tests.heldout_frac" in refused(health=HealthConfig(code_tests=CodeTestSplit(heldout_frac=0.5)))
     from rlvr.config.distributed import DistributedConfig
 
     st = RLStage(rollout=RolloutConfig(mode="multi_turn", loop=LOOP))

@@ -106,7 +106,7 @@ def test_lora_reference_is_the_base_with_adapters_disabled(tiny_dir, tmp_path, p
     assert torch.allclose(cache[0], pc.detach(), atol=1e-4) and torch.allclose(cache[1], pr.detach(), atol=1e-4)
 
 
-@pytest.mark.parametrize("loss", ["dpo", "ipo", "simpo", "orpo", "cpo", "kto"])
+@pytest.mark.parametrize("loss", ["dpo", "ipo", "simpo", "orpo", "cpo", "kto", "constrained_po"])
 def test_every_loss_trains_without_nan(tiny_dir, tmp_path, pair_files, loss):
     res = run(tiny_dir, tmp_path, stage(pair_files, loss={"type": loss}, max_steps=2))
     last = records(res)[-1]
