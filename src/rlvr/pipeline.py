@@ -12,7 +12,9 @@ Run directory layout::
                               policy the run trained with (rlvr.omp_wait)}; a stage its max_minutes cut has
                              "time_cap": {"steps_done", "steps_planned", "max_minutes"}, an SFT stage its
                              patience stopped "early_stop"; the control's rows "control_for", "budget_s" and
-                             the stage read against one "gain_over_control", "gain_by_family"
+                             the stage read against one "gain_over_control", "gain_by_family"; with
+                             plan.follow: auto, "plan" (each stage's decision and the facts it was taken on) and
+                             "skipped" (each stage not run: "decision", "rule", "reason", "instead")
       report.html            plots of each stage's curves and the summary table
       base/eval.json         the starting model's held-out evaluation (when eval_base)
       <stage>/metrics.jsonl  append-only metrics
@@ -186,12 +188,19 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
             res = json.loads(base_json.read_text()) if resume and base_json.exists() else \
                 evaluate_checkpoint(recipe, prev, base_json, judge)
         summary["stages"].append(_row("base", res, time.time() - t0, prev or "(initial model)"))
-    for stage in recipe.stages:
+    for index, stage in enumerate(recipe.stages):
         if only is not None and stage.type != only:
             continue
         kind = stage_kind(stage)
         st = state["stages"].get(stage.name, {})
         final = run_dir / stage.name / "final"
+        if recipe.plan.follow == "auto" and not (resume and st.get("status") == "done" and final.exists()):
+            dec = st["plan"] if resume and st.get("status") == "skipped" else \
+                plan_decision(recipe, index, prev, summary, run_dir)
+            summary.setdefault("plan", []).append(dec)
+            if dec["decision"] != "run":
+                _skip(stage, dec, state, state_path, summary, run_dir)
+                continue
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / stage.name / "eval.json").read_text())
             row = _row(stage.name, res, st["wall_s"], str(final), st.get("time_cap"))
@@ -208,11 +217,45 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
         prev = next_policy
         write_json_atomic(run_dir / "summary.json", summary)
     if only is None:
-        _control(recipe, resume, judge, state, state_path, run_dir, dist, summary)
+        skipped = {d["stage"] for d in summary.get("skipped", [])}
+        ran = recipe.model_copy(update={"stages": [s for s in recipe.stages if s.name not in skipped]})
+        _control(ran, resume, judge, state, state_path, run_dir, dist, summary)
     elif recipe.eval.control != "none":
         summary["control"] = {"type": recipe.eval.control, "note": f"no control: only the {only} stages ran"}
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def plan_decision(recipe: Recipe, index: int, prev: str | None, summary: dict, run_dir: Path) -> dict:
+    """The plan's decision for ``recipe.stages[index]`` (:mod:`rlvr.monitoring.plan_rules`), on the figures measured
+    now on the policy it would start from (``prev``): the latest held-out pass@1 in ``summary``, the screen, SFT's
+    held-out curve, the model's and the plan's teacher's sizes."""
+    from rlvr.models.load import load_model_and_tokenizer
+    from rlvr.monitoring.plan_facts import measure, teacher_params
+    from rlvr.monitoring.plan_rules import RULES, decide
+
+    stage = recipe.stages[index]
+    role = stage_kind(stage).plan_role
+    if not any(role in r.roles for r in RULES):
+        return decide(stage.name, role, {}, recipe.plan)
+    scores = [r["pass_at_1"] for r in summary["stages"] if r.get("pass_at_1") is not None]
+    with phase(f"planning {stage.name}: screening the policy it would start from"):
+        model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), prev)
+        f = measure(lambda s: stage_kind(s).plan_role, recipe.stages, index, model, tok, recipe.plan, run_dir,
+                    scores[-1] if scores else None, teacher_params(recipe.plan.teacher), recipe.seed)
+    dec = decide(stage.name, role, f, recipe.plan)
+    dec["facts"] = f
+    return dec
+
+
+def _skip(stage, dec: dict, state: dict, state_path: Path, summary: dict, run_dir: Path) -> None:
+    """Record a stage the plan does not run: in pipeline.json (``status: skipped``) and summary.json (``skipped``)."""
+    state["stages"][stage.name] = {"status": "skipped", "plan": dec}
+    write_json_atomic(state_path, state)
+    summary.setdefault("skipped", []).append({k: dec[k] for k in ("stage", "decision", "rule", "reason", "instead")})
+    write_json_atomic(run_dir / "summary.json", summary)
+    _notice(f"{stage.name}: not run ({dec['decision']}{', ' + dec['instead'] if dec['instead'] else ''}): "
+            f"{dec['reason']}")
 
 
 def _train_stage(recipe: Recipe, stage, prev: str | None, resume: bool, judge, state: dict, state_path: Path,

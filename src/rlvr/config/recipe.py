@@ -12,6 +12,7 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.logging import LoggingConfig
 from rlvr.config.model import ModelConfig, TinyModel
 from rlvr.config.onpolicy import OnPolicyDistillStage
+from rlvr.config.plan import PlanConfig
 from rlvr.config.preference import PreferenceStage
 from rlvr.config.rft import DistillStage, RFTStage
 from rlvr.config.rl import RLStage
@@ -74,6 +75,8 @@ class Recipe(Section):
     """Console log lines, TensorBoard, W&B and sample completions."""
     distributed: DistributedConfig = DistributedConfig()
     """Where RL stages run: this process (default), a Ray cluster, torchrun ranks (docs/scaling.md)."""
+    plan: PlanConfig = PlanConfig()
+    """What ``rlvr plan`` decides against (target, teacher, thresholds) and whether ``rlvr run`` follows it."""
     stages: list[Stage] = []
     """Stages in order. ``type`` is sft, preference, reward_model, ppo, rl, rft (rejection-sampling fine-tuning) or distill (off-policy distillation from a teacher), or an alias: grpo, dapo, gspo, dr_grpo, rloo, reinforce_pp (rl), dpo, ipo, simpo, kto, orpo, cpo (preference), rm (reward_model)."""
 

@@ -1,0 +1,44 @@
+"""``rlvr run --plan auto``: the pipeline decides each stage before it and does not run what the plan skips; the
+summary records each skipped stage with its reason."""
+
+import json
+
+from test_cli_sft import rlvr
+
+RECIPE = """\
+name: t
+run_dir: {run_dir}
+model: {{path: {model}}}
+eval: {{tasks: {{families: [add2], n: 4, split: heldout}}, max_new_tokens: 6}}
+plan: {{target: {target}, screen_tasks: 4}}
+stages:
+  - {{type: sft, max_steps: 2, data: {{families: [add2], n: 8}}}}
+  - {{type: rl, max_steps: 1, tasks_per_step: 2, data: {{families: [add2], n: 8}},
+     sampling: {{group_size: 2, max_new_tokens: 6}}}}
+"""
+
+
+def test_a_stage_the_plan_skips_is_recorded_and_not_run(tiny_dir, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    run = tmp_path / "run"
+    recipe.write_text(RECIPE.format(run_dir=run, model=tiny_dir, target=0.0))  # pass@1 >= 0: the target is met
+    out = rlvr("run", str(recipe), "--plan", "auto").stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert [r["stage"] for r in summary["stages"]][:2] == ["base", "sft"]
+    (skipped,) = summary["skipped"]
+    assert skipped["stage"] == "rl" and skipped["decision"] == "skip" and skipped["rule"] == "target_met"
+    assert ">= target 0.000" in skipped["reason"]
+    assert not (run / "rl" / "final").exists() and not (run / "rl" / "metrics.jsonl").exists()
+    assert [d["decision"] for d in summary["plan"]] == ["run", "skip"]
+    assert json.loads((run / "pipeline.json").read_text())["stages"]["rl"]["status"] == "skipped"
+    assert "rl (not run)" in out and "rl: not run by the plan (target_met)" in out
+
+
+def test_bad_plan_values_are_one_line_errors(tiny_dir, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=1.5))
+    p = rlvr("run", str(recipe), check=False)
+    assert p.returncode == 2 and "plan.target" in p.stderr and "r.yaml" in p.stderr and "Traceback" not in p.stderr
+    recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=0.5))
+    p = rlvr("run", str(recipe), "--plan", "sometimes", check=False)
+    assert p.returncode == 2 and "--plan" in p.stderr and not (tmp_path / "run").exists()
