@@ -3,6 +3,8 @@ summary records each skipped stage with its reason."""
 
 import json
 
+import pytest
+
 from test_cli_sft import rlvr
 
 RECIPE = """\
@@ -42,3 +44,16 @@ def test_bad_plan_values_are_one_line_errors(tiny_dir, tmp_path):
     recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=0.5))
     p = rlvr("run", str(recipe), "--plan", "sometimes", check=False)
     assert p.returncode == 2 and "--plan" in p.stderr and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # the whole plan: probes, determinism, screens, held-out evaluation (~25 s)
+def test_rlvr_plan_prints_its_decisions_and_writes_plan_json(tiny_dir, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=0.0))
+    out = rlvr("plan", str(recipe), "--n-tasks", "4", "--out", str(tmp_path / "p" / "plan.json")).stdout
+    rep = json.loads((tmp_path / "p" / "plan.json").read_text())
+    sft, rl = rep["decisions"]
+    assert sft["stage"] == "sft" and sft["decision"] == "run" and not sft["provisional"]
+    assert rl["decision"] == "skip" and rl["rule"] == "target_met" and rl["provisional"]
+    assert rl["facts"]["screen"]["group_size"] == 2 and rl["facts"]["pass_at_1"] is not None
+    assert "the plan: each stage run, skipped or replaced" in out and "target_met" in out
