@@ -204,15 +204,25 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / stage.name / "eval.json").read_text())
             row = _row(stage.name, res, st["wall_s"], str(final), st.get("time_cap"))
+            if stage.name in state.get("starts", {}):
+                row["start"] = state["starts"][stage.name]
             summary["stages"].append(_label(_with_clock(row, st), stage))
             prev = st.get("next_policy", str(final))
             produced[kind.produces] = str(final)
             continue
         stage = with_inputs(stage, produced)
+        start = None
+        if getattr(stage, "start", "previous") == "screened":
+            start = state.setdefault("starts", {}).get(stage.name) if resume else None
+            start = start or screened_start(recipe, index, run_dir)
+            state.setdefault("starts", {})[stage.name] = start
+            prev = start.get("chosen") or prev
         result, res, next_policy = _train_stage(recipe, stage, prev, resume, judge, state, state_path, run_dir, dist)
         produced[kind.produces] = result.checkpoint
         row = _row(stage.name, res, state["stages"][stage.name]["wall_s"], result.checkpoint,
                    result.extra.get("time_cap"))
+        if start is not None:
+            row["start"] = start
         summary["stages"].append(_label(_with_clock(row, state["stages"][stage.name]), stage))
         prev = next_policy
         write_json_atomic(run_dir / "summary.json", summary)
@@ -246,6 +256,44 @@ def plan_decision(recipe: Recipe, index: int, prev: str | None, summary: dict, r
     dec = decide(stage.name, role, f, recipe.plan)
     dec["facts"] = f
     return dec
+
+
+def saved_checkpoints(stage_dir: Path) -> list[Path]:
+    """A stage's saved models, oldest first: its ``checkpoints/step-*`` then ``final`` (those holding a model)."""
+    steps = sorted((stage_dir / "checkpoints").glob("step-*"))
+    return [d for d in [*steps, stage_dir / "final"] if (d / "config.json").exists()]
+
+
+def screened_start(recipe: Recipe, index: int, run_dir: Path) -> dict:
+    """``start: screened``: screen each saved checkpoint of ``start_from`` (default the latest earlier policy stage)
+    at the RL stage's G and temperature on ``start_tasks`` of its data (rlvr.monitoring.screen) and pick the best by
+    ``start_statistic`` -> ``{"from", "statistic", "chosen", "value", "screened": [per checkpoint figures]}``
+    (``chosen`` None, with a ``note``, when no checkpoint was saved)."""
+    from rlvr.data.sources import load_task_source
+    from rlvr.models.load import load_model_and_tokenizer
+    from rlvr.monitoring.screen import rank_for_rl, screen_model
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.verifiers.judge import default_judge
+
+    st = recipe.stages[index]
+    src = st.start_from or next(s.name for s in reversed(recipe.stages[:index]) if stage_kind(s).produces_policy)
+    stat, s = st.start_statistic, st.sampling
+    out = {"from": src, "statistic": stat, "chosen": None, "value": None, "screened": []}
+    dirs = saved_checkpoints(run_dir / src)
+    if not dirs:
+        return {**out, "note": f"{src} saved no checkpoint: started from the previous stage's model"}
+    tasks, judge, rows = load_task_source(st.data)[: st.start_tasks], default_judge(), []
+    for d in dirs:
+        with phase(f"{st.name}: screening {d.parent.name if d.name != 'final' else src}/{d.name} for the start"):
+            model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), str(d))
+            row = screen_model(HFEngine(model, tok), tok, tasks, judge, s.group_size, s.temperature,
+                               s.max_new_tokens, recipe.seed)
+        rows.append({"path": str(d), **{k: row[k] for k in ("pass_at_1", "p", "entropy", "adv_var", "signal_frac",
+                                                            "signal_frac_observed", "below_threshold",
+                                                            "above_threshold")}})
+    rank_for_rl(rows)
+    best = min(rows, key=lambda r: r["rank"]) if stat == "rank" else max(rows, key=lambda r: r[stat])
+    return {**out, "chosen": best["path"], "value": best[stat], "screened": rows}
 
 
 def _skip(stage, dec: dict, state: dict, state_path: Path, summary: dict, run_dir: Path) -> None:

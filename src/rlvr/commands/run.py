@@ -255,9 +255,20 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             es = row["early_stop"]
             console.print(f"{row['stage']}: stopped by held-out patience at step {es['step']} (best {es['metric']} at "
                           f"step {es['best_step']})", markup=False, highlight=False)
+    for row in summary["stages"]:
+        if row.get("start"):
+            console.print(start_text(row["stage"], row["start"]), markup=False, highlight=False)
     for line in control_lines(summary):
         console.print(line, markup=False, highlight=False)
     note_output()
+
+
+def start_text(stage: str, start: dict) -> str:
+    """The line of a stage that started from the screened-best checkpoint (``start: screened``)."""
+    if start.get("chosen") is None:
+        return f"{stage}: {start['note']}"
+    return (f"{stage}: started from {start['chosen']}, the best by {start['statistic']} ({start['value']:g}) of "
+            f"{len(start['screened'])} screened checkpoints of {start['from']}")
 
 
 def _score(v: float | None) -> str:

@@ -91,6 +91,12 @@ class Recipe(Section):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"stage names must be unique (they name run sub-directories): {sorted(dup)}")
+        for i, st in enumerate(self.stages):
+            src = getattr(st, "start_from", None)
+            if src is not None and src not in names[:i]:
+                raise ValueError(f"stages.{i}.start_from: {src!r} is not an earlier stage (earlier: {names[:i]})")
+            if getattr(st, "start", "previous") == "screened" and i == 0:
+                raise ValueError(f"stages.{i}.start: screened needs an earlier stage whose checkpoints are screened")
         return self
 
 
