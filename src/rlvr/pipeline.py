@@ -444,8 +444,9 @@ def _rm_eval(result) -> dict:
 
 
 def _label(row: dict, stage) -> dict:
-    """Mark a stage trained on a model-judged reward: ``"reward_source": "RLAIF (model-judged)"``."""
-    if any(getattr(t, "model_judged", False) for t in getattr(stage, "rewards", [])):
+    """Mark a stage trained on a model-judged reward or model-judged pairs: ``"reward_source": "RLAIF (model-judged)"``."""
+    if any(getattr(t, "model_judged", False) for t in getattr(stage, "rewards", [])) or \
+            getattr(getattr(stage, "pairs", None), "model_judged", False):
         row["reward_source"] = "RLAIF (model-judged)"
     return row
 

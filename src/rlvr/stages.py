@@ -66,7 +66,7 @@ class StageKind:
     data_noun: str = "data"
     """What its epochs run over, in the run header (``2 epochs of its pairs``)."""
     judge_option: bool = False
-    """Its CLI command takes ``--allow-unprobed-judge`` (its rewards may be model-judged)."""
+    """Its CLI command takes ``--allow-unprobed-judge`` (its rewards or pairs may be model-judged)."""
     plan_role: Literal["demonstrate", "prefer", "reinforce", "distil", "support"] = "support"
     """What ``rlvr plan``'s rules (:mod:`rlvr.monitoring.plan_rules`) see it as: SFT on demonstrations, preference
     alignment, RL, distillation / rejection sampling, or a support stage (a reward model) they leave alone."""
@@ -170,7 +170,7 @@ STAGES: dict[str, StageKind] = {k.type: k for k in (
               distributed="data_parallel", check=_rl_check, screened=True, judge_option=True, plan_role="reinforce",
               judges_data=lambda st: any(r.name == "correct" for r in st.rewards)),
     StageKind("preference", _preference, "dpo", "Run the recipe's preference stage(s) (dpo, ipo, simpo, kto, orpo, "
-              "cpo).", data_noun="pairs", plan_role="prefer"),
+              "cpo).", data_noun="pairs", plan_role="prefer", judge_option=True),
     StageKind("reward_model", _reward_model, "rm", "Train the recipe's reward model stage.", produces="reward_model",
               model_paths=lambda st: [("backbone", st.backbone)]),
     StageKind("ppo", _ppo, "ppo", "Run the recipe's PPO stage.", consumes={"reward_model_path": "reward_model"},

@@ -117,7 +117,7 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
     rec = report["recommendations"]
     report["probes"], missing = probe_verifiers(kinds)
     for k in missing:
-        rec.append(f"no verifier for task kind {k!r}: use the preference path (rlvr dpo on pairs) or register one")
+        rec.append(f"no verifier for task kind {k!r}: use the preference path (pairs scored by a probed model judge: pairs.scorer: judge, RLAIF) or register one")
     for k, p in report["probes"].items():
         if p["accepted"]:
             rec.append(f"the {k} verifier accepts {len(p['accepted'])} of {p['probes']} probes "

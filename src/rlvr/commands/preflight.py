@@ -287,35 +287,43 @@ def check_tasks(recipe: Recipe, dry: DryRun | None = None) -> list[Problem]:
 
 
 def check_judges(i: int, st: Any, allow_unprobed: bool) -> list[Problem]:
-    """A model-judged reward (RLAIF) is labelled, and refused unless ``--allow-unprobed-judge`` or a passing
-    ``rlvr probe judge`` report exists for exactly this judge checkpoint and rubric (by their hashes)."""
+    """A model-judged reward or pair builder (RLAIF) is labelled, and refused unless ``--allow-unprobed-judge`` or
+    a passing ``rlvr probe judge`` report exists for exactly this judge checkpoint and rubric (by their hashes)."""
     out: list[Problem] = []
     for j, t in enumerate(getattr(st, "rewards", [])):
-        if not t.model_judged:
-            continue
-        key = f"stages.{i}.rewards.{j}"
-        out.append(Problem(key, f"reward {t.key!r} is model-judged by {t.judge_model!r}: stage {st.name} is RLAIF, "
-                                "not RLVR (its reward does not come from an executable oracle)", warning=True))
-        if allow_unprobed:
-            out.append(Problem(key, "the judge is used unprobed (--allow-unprobed-judge)", warning=True))
-            continue
-        from rlvr.models.judge import checkpoint_hash, probe_report_path, rubric_hash
+        if t.model_judged:
+            what = f"reward {t.key!r} is model-judged by {t.judge_model!r}: stage {st.name} is RLAIF, not RLVR (its " \
+                   "reward does not come from an executable oracle)"
+            out += judge_problems(f"stages.{i}.rewards.{j}", t.judge_model, t.rubric, what, allow_unprobed)
+    pairs = getattr(st, "pairs", None)
+    if getattr(pairs, "model_judged", False):
+        what = f"pairs are chosen and rejected by the model judge {pairs.judge_model!r}: stage {st.name} is RLAIF " \
+               "(its preferences do not come from an executable oracle)"
+        out += judge_problems(f"stages.{i}.pairs", pairs.judge_model, pairs.rubric, what, allow_unprobed)
+    return out
 
-        try:
-            want = (checkpoint_hash(t.judge_model), rubric_hash(t.rubric))
-        except (RlvrError, OSError) as e:
-            out.append(Problem(f"{key}.judge_model", str(e)))
-            continue
-        path = probe_report_path(t.judge_model, t.rubric)
-        rep = json.loads(path.read_text()) if path.exists() else None
-        if rep is None or (rep.get("judge_hash"), rep.get("rubric_hash")) != want:
-            why = "no probe report" if rep is None else "the probe report is for another checkpoint or rubric"
-            out.append(Problem(key, f"{why} ({path}): run `rlvr probe judge --judge-model {t.judge_model} --rubric "
-                                    "...` first, or pass --allow-unprobed-judge"))
-        elif not rep.get("passed"):
-            moved = ", ".join(a["attack"] for a in rep.get("attacks", []) if a.get("moves_score"))
-            out.append(Problem(key, f"the judge failed its probe ({path}): {moved} move(s) its score; fix the rubric "
-                                    "or the judge, or pass --allow-unprobed-judge"))
+
+def judge_problems(key: str, judge_model: str, rubric: str, what: str, allow_unprobed: bool) -> list[Problem]:
+    """The RLAIF label of one model judge, and its refusal unless it passed ``rlvr probe judge`` with this rubric."""
+    out = [Problem(key, what, warning=True)]
+    if allow_unprobed:
+        return out + [Problem(key, "the judge is used unprobed (--allow-unprobed-judge)", warning=True)]
+    from rlvr.models.judge import checkpoint_hash, probe_report_path, rubric_hash
+
+    try:
+        want = (checkpoint_hash(judge_model), rubric_hash(rubric))
+    except (RlvrError, OSError) as e:
+        return out + [Problem(f"{key}.judge_model", str(e))]
+    path = probe_report_path(judge_model, rubric)
+    rep = json.loads(path.read_text()) if path.exists() else None
+    if rep is None or (rep.get("judge_hash"), rep.get("rubric_hash")) != want:
+        why = "no probe report" if rep is None else "the probe report is for another checkpoint or rubric"
+        out.append(Problem(key, f"{why} ({path}): run `rlvr probe judge --judge-model {judge_model} --rubric "
+                                "...` first, or pass --allow-unprobed-judge"))
+    elif not rep.get("passed"):
+        moved = ", ".join(a["attack"] for a in rep.get("attacks", []) if a.get("moves_score"))
+        out.append(Problem(key, f"the judge failed its probe ({path}): {moved} move(s) its score; fix the rubric "
+                                "or the judge, or pass --allow-unprobed-judge"))
     return out
 
 

@@ -112,7 +112,7 @@ def _distil_or_more_sft(f: dict, cfg) -> str:
 
 
 def _judge_pairs(f: dict, cfg) -> str:
-    return "preference on judge-scored pairs (pairs: {type: judged}, RLAIF)"
+    return "preference on judge-scored pairs (pairs.scorer: judge with a probed judge_model and rubric; RLAIF)"
 
 
 def _nothing(f: dict, cfg) -> None:
