@@ -57,3 +57,12 @@ def test_rlvr_plan_prints_its_decisions_and_writes_plan_json(tiny_dir, tmp_path)
     assert rl["decision"] == "skip" and rl["rule"] == "target_met" and rl["provisional"]
     assert rl["facts"]["screen"]["group_size"] == 2 and rl["facts"]["pass_at_1"] is not None
     assert "the plan: each stage run, skipped or replaced" in out and "target_met" in out
+
+
+def test_a_missing_teacher_is_refused_before_any_work(tiny_dir, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    text = RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=0.5)
+    recipe.write_text(text.replace("screen_tasks: 4}", "screen_tasks: 4, teacher: nowhere/big}"))
+    p = rlvr("run", str(recipe), "--plan", "auto", check=False)
+    assert p.returncode == 2 and "plan.teacher" in p.stderr and "'nowhere/big' is not a local model folder" in p.stderr
+    assert "r.yaml:5" in p.stderr and not (tmp_path / "run").exists()

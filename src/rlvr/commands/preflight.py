@@ -164,6 +164,8 @@ def check_stage_inputs(i: int, st: Any) -> list[Problem]:
                 Problem(f"{pre}.pairs.reward_model_path", "scorer: reward_model needs reward_model_path")
             )
         paths.append(("pairs.reward_model_path", pairs.reward_model_path))
+    if getattr(pairs, "model_judged", False):
+        paths.append(("pairs.judge_model", pairs.judge_model))
     paths += stage_kind(st).model_paths(st)
     for k, p in paths:
         if p is not None and not (Path(p) / "config.json").exists():
@@ -354,9 +356,18 @@ def check_text(dry: DryRun) -> list[Problem]:
     return out
 
 
+def check_plan(dry: DryRun) -> list[Problem]:
+    """The plan's teacher (``plan.teacher``) is a local model folder."""
+    t = dry.recipe.plan.teacher
+    if t is not None and not (Path(t) / "config.json").exists():
+        return [Problem("plan.teacher", f"{t!r} is not a local model folder (no config.json)")]
+    return []
+
+
 CHECKS: list[Callable[[DryRun], list[Problem]]] = [
     lambda d: check_model(d.recipe, d.init_path, d),
     stage_checks,
+    check_plan,
     lambda d: check_tasks(d.recipe, d),
     check_text,
 ]
