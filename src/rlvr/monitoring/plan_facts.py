@@ -38,15 +38,16 @@ def teacher_params(teacher: str | None) -> int | None:
 
 
 def verifiable(stage) -> bool:
-    """Every task kind of the stage's data has a verifier (environment tasks have their goal predicate)."""
+    """The stage's reward is executable: a python reward term, or every task of its data judgeable by its kind's
+    verifier (:func:`rlvr.verifiers.registry.task_problem`: a verifier for the kind and the gold payload it needs;
+    environment tasks have their goal predicate)."""
     from rlvr.data.sources import load_task_source
-    from rlvr.verifiers.registry import available_kinds
+    from rlvr.verifiers.registry import task_problem
 
     data = getattr(stage, "data", None)
-    if data is None:
+    if data is None or any(t.name == "python" for t in getattr(stage, "rewards", ())):
         return True
-    kinds = {t.kind for t in load_task_source(data)} - {"env"}
-    return kinds <= set(available_kinds())
+    return not any(t.kind != "env" and task_problem(t) is not None for t in load_task_source(data))
 
 
 def last_sft_curve(role_of: Callable, stages: list, index: int, run_dir: Path, plateau_rel: float) -> dict | None:

@@ -10,7 +10,8 @@ distil, support) and the **facts** measured on the policy it would start from (:
 ``sft``                the latest SFT stage before it: ``{"plateaued": bool, "last", "best", "gain"}`` of its
                        held-out loss curve (None: no SFT ran before, or it logged no held-out loss)
 ``demonstrated``       an SFT stage comes before it
-``verifiable``         every task kind of its data has a verifier
+``verifiable``         its reward is executable: every task of its data has a verifier and the gold it needs,
+                       or a python reward scores it
 ``params``             the policy's parameters; ``teacher_params``: the plan's teacher's (None: no teacher)
 ``later_reinforce``    an RL stage comes after it
 =====================  ======================================================================================
@@ -49,7 +50,7 @@ def _fmt(x: float | None) -> str:
 def _no_verifier(f: dict, cfg) -> str | None:
     if f.get("verifiable", True):
         return None
-    return "a task kind of its data has no verifier: nothing can be verified"
+    return "tasks of its data have no verifier or no gold answer, and no python reward: nothing can be verified"
 
 
 def _target_met(f: dict, cfg) -> str | None:

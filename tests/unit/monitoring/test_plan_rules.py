@@ -83,3 +83,18 @@ def test_the_rules_read_the_stage_tables_roles():
     stages = [SFTStage(), PreferenceStage(), RLStage()]
     f = facts(lambda s: stage_kind(s).plan_role, stages, 1)
     assert f == {"demonstrated": True, "later_reinforce": True}
+
+
+def test_a_stage_is_verifiable_when_its_tasks_have_gold_or_a_python_reward_scores_them(tmp_path):
+    from rlvr.config.rl import RLStage
+    from rlvr.monitoring.plan_facts import verifiable
+
+    f = tmp_path / "prose.jsonl"
+    f.write_text('{"prompt": "Write a haiku about rain.", "kind": "math"}\n')  # no answer: nothing to check
+    assert verifiable(RLStage())  # built-in arithmetic: verifier and gold
+    prose = RLStage.model_validate({"data": {"type": "jsonl", "path": str(f)}})
+    assert not verifiable(prose)
+    assert decide("rl", "reinforce", {"verifiable": verifiable(prose)}, CFG)["rule"] == "no_verifier"
+    scored = RLStage.model_validate({"data": {"type": "jsonl", "path": str(f)},
+                                     "rewards": [{"name": "python", "function": "m:f"}]})
+    assert verifiable(scored)
