@@ -36,14 +36,14 @@ def test_a_stage_the_plan_skips_is_recorded_and_not_run(tiny_dir, tmp_path):
     assert "rl (not run)" in out and "rl: not run by the plan (target_met)" in out
 
 
-def test_bad_plan_values_are_one_line_errors(tiny_dir, tmp_path):
+def test_bad_plan_values_are_one_line_errors(tiny_dir, tmp_path, rlvr_cli):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=1.5))
-    p = rlvr("run", str(recipe), check=False)
-    assert p.returncode == 2 and "plan.target" in p.stderr and "r.yaml" in p.stderr and "Traceback" not in p.stderr
+    code, _, err = rlvr_cli("run", recipe)
+    assert code == 2 and "plan.target" in err and "r.yaml" in err and "Traceback" not in err
     recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=0.5))
-    p = rlvr("run", str(recipe), "--plan", "sometimes", check=False)
-    assert p.returncode == 2 and "--plan" in p.stderr and not (tmp_path / "run").exists()
+    code, _, err = rlvr_cli("run", recipe, "--plan", "sometimes")
+    assert code == 2 and "--plan" in err and not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow  # the whole plan: probes, determinism, screens, held-out evaluation (~25 s)
@@ -59,10 +59,10 @@ def test_rlvr_plan_prints_its_decisions_and_writes_plan_json(tiny_dir, tmp_path)
     assert "the plan: each stage run, skipped or replaced" in out and "target_met" in out
 
 
-def test_a_missing_teacher_is_refused_before_any_work(tiny_dir, tmp_path):
+def test_a_missing_teacher_is_refused_before_any_work(tiny_dir, tmp_path, rlvr_cli):
     recipe = tmp_path / "r.yaml"
     text = RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=0.5)
     recipe.write_text(text.replace("screen_tasks: 4}", "screen_tasks: 4, teacher: nowhere/big}"))
-    p = rlvr("run", str(recipe), "--plan", "auto", check=False)
-    assert p.returncode == 2 and "plan.teacher" in p.stderr and "'nowhere/big' is not a local model folder" in p.stderr
-    assert "r.yaml:5" in p.stderr and not (tmp_path / "run").exists()
+    code, _, err = rlvr_cli("run", recipe, "--plan", "auto")
+    assert code == 2 and "plan.teacher" in err and "'nowhere/big' is not a local model folder" in err
+    assert "r.yaml:5" in err and not (tmp_path / "run").exists()

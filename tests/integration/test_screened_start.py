@@ -2,6 +2,9 @@
 summary records the screen and the choice."""
 
 import json
+import shutil
+
+import pytest
 
 from test_cli_sft import rlvr
 
@@ -18,6 +21,7 @@ stages:
 """
 
 
+@pytest.mark.slow  # a whole run: SFT saving checkpoints, two screens, an RL step (~25 s); the choice is tested below
 def test_rl_starts_from_the_screened_best_checkpoint(tiny_dir, tmp_path):
     recipe, run = tmp_path / "r.yaml", tmp_path / "run"
     recipe.write_text(RECIPE.format(run_dir=run, model=tiny_dir, stat="entropy"))
@@ -32,11 +36,35 @@ def test_rl_starts_from_the_screened_best_checkpoint(tiny_dir, tmp_path):
     assert "rl: started from" in out and "2 screened checkpoints of sft" in out
 
 
-def test_start_from_must_name_an_earlier_stage(tiny_dir, tmp_path):
+def test_start_from_must_name_an_earlier_stage(tiny_dir, tmp_path, rlvr_cli):
     recipe = tmp_path / "r.yaml"
     text = RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, stat="rank").replace(
         "start: screened,", "start: screened, start_from: later,")
     recipe.write_text(text)
-    p = rlvr("validate", str(recipe), check=False)
-    assert p.returncode == 2 and "start_from" in p.stderr and "'later' is not an earlier stage" in p.stderr
-    assert "r.yaml" in p.stderr and "Traceback" not in p.stderr
+    code, _, err = rlvr_cli("validate", recipe)
+    assert code == 2 and "start_from" in err and "'later' is not an earlier stage" in err
+    assert "r.yaml" in err and "Traceback" not in err
+
+
+def test_the_screened_start_picks_the_best_checkpoint_by_the_named_statistic(tiny_dir, tmp_path):
+    from rlvr.config.recipe import Recipe
+    from rlvr.models.tiny import build_tiny
+    from rlvr.pipeline import saved_checkpoints, screened_start
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_dir, run / "sft" / "checkpoints" / "step-000001")
+    build_tiny(run / "sft" / "final", size="test", seed=1)
+    (run / "sft" / "checkpoints" / "step-000002").mkdir()  # no model in it: not screened
+    rl = {"type": "rl", "start": "screened", "start_tasks": 2, "data": {"families": ["add2"], "n": 4},
+          "sampling": {"group_size": 2, "max_new_tokens": 4}}
+    recipe = Recipe.model_validate({"model": {"path": tiny_dir}, "stages": [{"type": "sft"}, rl]})
+    assert [d.name for d in saved_checkpoints(run / "sft")] == ["step-000001", "final"]
+    by_entropy = screened_start(recipe.model_copy(update={"stages": [recipe.stages[0], recipe.stages[1].model_copy(
+        update={"start_statistic": "entropy"})]}), 1, run)
+    rows = by_entropy["screened"]
+    assert len(rows) == 2 and by_entropy["from"] == "sft"
+    assert by_entropy["chosen"] == max(rows, key=lambda r: r["entropy"])["path"]
+    by_rank = screened_start(recipe, 1, run)
+    assert by_rank["chosen"] == next(r["path"] for r in by_rank["screened"] if r["rank"] == 1)
+    empty = screened_start(recipe, 1, tmp_path / "elsewhere")
+    assert empty["chosen"] is None and "saved no checkpoint" in empty["note"]
