@@ -407,6 +407,9 @@ def with_inputs(stage, produced: dict[str, str]):
 
 
 def _check_torchrun_stages(recipe: Recipe, only: str | None) -> None:
+    if recipe.plan.follow == "auto":
+        raise ValueError("plan.follow: auto (rlvr run --plan auto) runs in one process: every rank would have to "
+                         "take the same decisions; run rlvr plan, then the stages it keeps with torchrun")
     other = [f"{s.name} ({s.type})" for s in recipe.stages
              if (only is None or s.type == only) and stage_kind(s).distributed != "data_parallel"]
     if other:
