@@ -76,3 +76,17 @@ def test_an_unprobed_judge_is_refused_and_a_passing_probe_admits_it(tmp_path):
 def test_a_stage_on_judge_scored_pairs_is_labelled_rlaif_in_the_summary(tmp_path):
     assert _label({}, stage(tmp_path))["reward_source"] == "RLAIF (model-judged)"
     assert "reward_source" not in _label({}, PreferenceStage())
+
+
+def test_rlvr_validate_refuses_an_unprobed_pair_judge_naming_the_file(tiny_dir, tmp_path, rlvr_cli):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(f"""\
+model: {{path: {tiny_dir}}}
+stages:
+  - type: dpo
+    pairs: {{scorer: judge, judge_model: {tiny_dir}, rubric: "{RUBRIC}", tasks: {{families: [add2], n: 4}}}}
+""")
+    code, out, err = rlvr_cli("validate", recipe)
+    assert code == 2 and "stages.0.pairs" in err and "rlvr probe judge" in err and "r.yaml:4" in err
+    code, out, err = rlvr_cli("validate", recipe, "--allow-unprobed-judge")
+    assert code == 0 and "RLAIF" in out + err and "unprobed" in out + err
