@@ -89,12 +89,14 @@ def run(recipe: str | None = typer.Argument(None, help="Recipe YAML (optional wi
                                                           "saved config.yaml is used)."),
         set_: list[str] | None = SetOpt, resume: bool = ResumeOpt, run_dir: str | None = RunDirOpt,
         allow_config_change: bool = AllowChangeOpt, overwrite: bool = OverwriteOpt,
-        allow_unprobed_judge: bool = AllowJudgeOpt) -> None:
+        allow_unprobed_judge: bool = AllowJudgeOpt,
+        plan: str | None = typer.Option(None, "--plan", help="auto: decide each stage before it with rlvr plan's "
+                                        "rules and run only what the plan keeps (sets plan.follow).")) -> None:
     """Run every stage of a recipe in order (each starts from the previous stage's checkpoint)."""
-    from rlvr.commands.run import run_command
+    from rlvr.commands.run import plan_override, run_command
 
-    run_command(recipe, _overrides(set_), resume, run_dir, allow_config_change=allow_config_change,
-                overwrite=overwrite, allow_unprobed_judge=allow_unprobed_judge)
+    run_command(recipe, [*_overrides(set_), *plan_override(plan)], resume, run_dir,
+                allow_config_change=allow_config_change, overwrite=overwrite, allow_unprobed_judge=allow_unprobed_judge)
 
 
 @app.command()

@@ -12,7 +12,9 @@ Run directory layout::
                               policy the run trained with (rlvr.omp_wait)}; a stage its max_minutes cut has
                              "time_cap": {"steps_done", "steps_planned", "max_minutes"}, an SFT stage its
                              patience stopped "early_stop"; the control's rows "control_for", "budget_s" and
-                             the stage read against one "gain_over_control", "gain_by_family"
+                             the stage read against one "gain_over_control", "gain_by_family"; with
+                             plan.follow: auto, "plan" (each stage's decision and the facts it was taken on) and
+                             "skipped" (each stage not run: "decision", "rule", "reason", "instead")
       report.html            plots of each stage's curves and the summary table
       base/eval.json         the starting model's held-out evaluation (when eval_base)
       <stage>/metrics.jsonl  append-only metrics
@@ -187,33 +189,122 @@ def _stages_in_order(recipe: Recipe, resume: bool, judge, only: str | None, init
             res = json.loads(base_json.read_text()) if resume and base_json.exists() else \
                 evaluate_checkpoint(recipe, prev, base_json, judge)
         summary["stages"].append(_row("base", res, time.time() - t0, prev or "(initial model)"))
-    for stage in recipe.stages:
+    for index, stage in enumerate(recipe.stages):
         if only is not None and stage.type != only:
             continue
         kind = stage_kind(stage)
         st = state["stages"].get(stage.name, {})
         final = run_dir / stage.name / "final"
+        if recipe.plan.follow == "auto" and not (resume and st.get("status") == "done" and final.exists()):
+            dec = st["plan"] if resume and st.get("status") == "skipped" else \
+                plan_decision(recipe, index, prev, summary, run_dir)
+            summary.setdefault("plan", []).append(dec)
+            if dec["decision"] != "run":
+                _skip(stage, dec, state, state_path, summary, run_dir)
+                continue
         if resume and st.get("status") == "done" and final.exists():
             res = json.loads((run_dir / stage.name / "eval.json").read_text())
             row = _row(stage.name, res, st["wall_s"], str(final), st.get("time_cap"))
+            if stage.name in state.get("starts", {}):
+                row["start"] = state["starts"][stage.name]
             summary["stages"].append(_label(_with_clock(row, st), stage))
             prev = st.get("next_policy", str(final))
             produced[kind.produces] = str(final)
             continue
         stage = with_inputs(stage, produced)
+        start = None
+        if getattr(stage, "start", "previous") == "screened":
+            start = state.setdefault("starts", {}).get(stage.name) if resume else None
+            start = start or screened_start(recipe, index, run_dir)
+            state.setdefault("starts", {})[stage.name] = start
+            prev = start.get("chosen") or prev
         result, res, next_policy = _train_stage(recipe, stage, prev, resume, judge, state, state_path, run_dir, dist)
         produced[kind.produces] = result.checkpoint
         row = _row(stage.name, res, state["stages"][stage.name]["wall_s"], result.checkpoint,
                    result.extra.get("time_cap"))
+        if start is not None:
+            row["start"] = start
         summary["stages"].append(_label(_with_clock(row, state["stages"][stage.name]), stage))
         prev = next_policy
         write_json_atomic(run_dir / "summary.json", summary)
     if only is None:
-        _control(recipe, resume, judge, state, state_path, run_dir, dist, summary)
+        skipped = {d["stage"] for d in summary.get("skipped", [])}
+        ran = recipe.model_copy(update={"stages": [s for s in recipe.stages if s.name not in skipped]})
+        _control(ran, resume, judge, state, state_path, run_dir, dist, summary)
     elif recipe.eval.control != "none":
         summary["control"] = {"type": recipe.eval.control, "note": f"no control: only the {only} stages ran"}
     write_json_atomic(run_dir / "summary.json", summary)
     return summary
+
+
+def plan_decision(recipe: Recipe, index: int, prev: str | None, summary: dict, run_dir: Path) -> dict:
+    """The plan's decision for ``recipe.stages[index]`` (:mod:`rlvr.monitoring.plan_rules`), on the figures measured
+    now on the policy it would start from (``prev``): the latest held-out pass@1 in ``summary``, the screen, SFT's
+    held-out curve, the model's and the plan's teacher's sizes."""
+    from rlvr.models.load import load_model_and_tokenizer
+    from rlvr.monitoring.plan_facts import measure, teacher_params
+    from rlvr.monitoring.plan_rules import RULES, decide
+
+    stage = recipe.stages[index]
+    role = stage_kind(stage).plan_role
+    if not any(role in r.roles for r in RULES):
+        return decide(stage.name, role, {}, recipe.plan)
+    scores = [r["pass_at_1"] for r in summary["stages"] if r.get("pass_at_1") is not None]
+    with phase(f"planning {stage.name}: screening the policy it would start from"):
+        model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), prev)
+        f = measure(lambda s: stage_kind(s).plan_role, recipe.stages, index, model, tok, recipe.plan, run_dir,
+                    scores[-1] if scores else None, teacher_params(recipe.plan.teacher), recipe.seed)
+    dec = decide(stage.name, role, f, recipe.plan)
+    dec["facts"] = f
+    return dec
+
+
+def saved_checkpoints(stage_dir: Path) -> list[Path]:
+    """A stage's saved models, oldest first: its ``checkpoints/step-*`` then ``final`` (those holding a model)."""
+    steps = sorted((stage_dir / "checkpoints").glob("step-*"))
+    return [d for d in [*steps, stage_dir / "final"] if (d / "config.json").exists()]
+
+
+def screened_start(recipe: Recipe, index: int, run_dir: Path) -> dict:
+    """``start: screened``: screen each saved checkpoint of ``start_from`` (default the latest earlier policy stage)
+    at the RL stage's G and temperature on ``start_tasks`` of its data (rlvr.monitoring.screen) and pick the best by
+    ``start_statistic`` -> ``{"from", "statistic", "chosen", "value", "screened": [per checkpoint figures]}``
+    (``chosen`` None, with a ``note``, when no checkpoint was saved)."""
+    from rlvr.data.sources import load_task_source
+    from rlvr.models.load import load_model_and_tokenizer
+    from rlvr.monitoring.screen import rank_for_rl, screen_model
+    from rlvr.rollout.hf_engine import HFEngine
+    from rlvr.verifiers.judge import default_judge
+
+    st = recipe.stages[index]
+    src = st.start_from or next(s.name for s in reversed(recipe.stages[:index]) if stage_kind(s).produces_policy)
+    stat, s = st.start_statistic, st.sampling
+    out = {"from": src, "statistic": stat, "chosen": None, "value": None, "screened": []}
+    dirs = saved_checkpoints(run_dir / src)
+    if not dirs:
+        return {**out, "note": f"{src} saved no checkpoint: started from the previous stage's model"}
+    tasks, judge, rows = load_task_source(st.data)[: st.start_tasks], default_judge(), []
+    for d in dirs:
+        with phase(f"{st.name}: screening {d.parent.name if d.name != 'final' else src}/{d.name} for the start"):
+            model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), str(d))
+            row = screen_model(HFEngine(model, tok), tok, tasks, judge, s.group_size, s.temperature,
+                               s.max_new_tokens, recipe.seed)
+        rows.append({"path": str(d), **{k: row[k] for k in ("pass_at_1", "p", "entropy", "adv_var", "signal_frac",
+                                                            "signal_frac_observed", "below_threshold",
+                                                            "above_threshold")}})
+    rank_for_rl(rows)
+    best = min(rows, key=lambda r: r["rank"]) if stat == "rank" else max(rows, key=lambda r: r[stat])
+    return {**out, "chosen": best["path"], "value": best[stat], "screened": rows}
+
+
+def _skip(stage, dec: dict, state: dict, state_path: Path, summary: dict, run_dir: Path) -> None:
+    """Record a stage the plan does not run: in pipeline.json (``status: skipped``) and summary.json (``skipped``)."""
+    state["stages"][stage.name] = {"status": "skipped", "plan": dec}
+    write_json_atomic(state_path, state)
+    summary.setdefault("skipped", []).append({k: dec[k] for k in ("stage", "decision", "rule", "reason", "instead")})
+    write_json_atomic(run_dir / "summary.json", summary)
+    _notice(f"{stage.name}: not run ({dec['decision']}{', ' + dec['instead'] if dec['instead'] else ''}): "
+            f"{dec['reason']}")
 
 
 def _train_stage(recipe: Recipe, stage, prev: str | None, resume: bool, judge, state: dict, state_path: Path,
@@ -317,6 +408,9 @@ def with_inputs(stage, produced: dict[str, str]):
 
 
 def _check_torchrun_stages(recipe: Recipe, only: str | None) -> None:
+    if recipe.plan.follow == "auto":
+        raise ValueError("plan.follow: auto (rlvr run --plan auto) runs in one process: every rank would have to "
+                         "take the same decisions; run rlvr plan, then the stages it keeps with torchrun")
     other = [f"{s.name} ({s.type})" for s in recipe.stages
              if (only is None or s.type == only) and stage_kind(s).distributed != "data_parallel"]
     if other:
@@ -354,8 +448,9 @@ def _rm_eval(result) -> dict:
 
 
 def _label(row: dict, stage) -> dict:
-    """Mark a stage trained on a model-judged reward: ``"reward_source": "RLAIF (model-judged)"``."""
-    if any(getattr(t, "model_judged", False) for t in getattr(stage, "rewards", [])):
+    """Mark a stage trained on a model-judged reward or model-judged pairs: ``"reward_source": "RLAIF (model-judged)"``."""
+    if any(getattr(t, "model_judged", False) for t in getattr(stage, "rewards", [])) or \
+            getattr(getattr(stage, "pairs", None), "model_judged", False):
         row["reward_source"] = "RLAIF (model-judged)"
     return row
 

@@ -66,7 +66,10 @@ class StageKind:
     data_noun: str = "data"
     """What its epochs run over, in the run header (``2 epochs of its pairs``)."""
     judge_option: bool = False
-    """Its CLI command takes ``--allow-unprobed-judge`` (its rewards may be model-judged)."""
+    """Its CLI command takes ``--allow-unprobed-judge`` (its rewards or pairs may be model-judged)."""
+    plan_role: Literal["demonstrate", "prefer", "reinforce", "distil", "support"] = "support"
+    """What ``rlvr plan``'s rules (:mod:`rlvr.monitoring.plan_rules`) see it as: SFT on demonstrations, preference
+    alignment, RL, distillation / rejection sampling, or a support stage (a reward model) they leave alone."""
 
     @property
     def produces_policy(self) -> bool:
@@ -162,21 +165,22 @@ def _onpolicy_distill():
 
 
 STAGES: dict[str, StageKind] = {k.type: k for k in (
-    StageKind("sft", _sft, "sft", "Run the recipe's SFT stage(s).", demonstrations=True),
+    StageKind("sft", _sft, "sft", "Run the recipe's SFT stage(s).", demonstrations=True, plan_role="demonstrate"),
     StageKind("rl", _rl, "grpo", "Run the recipe's RL stage(s) (GRPO, DAPO, GSPO, Dr.GRPO, RLOO, REINFORCE++).",
-              distributed="data_parallel", check=_rl_check, screened=True, judge_option=True,
+              distributed="data_parallel", check=_rl_check, screened=True, judge_option=True, plan_role="reinforce",
               judges_data=lambda st: any(r.name == "correct" for r in st.rewards)),
     StageKind("preference", _preference, "dpo", "Run the recipe's preference stage(s) (dpo, ipo, simpo, kto, orpo, "
-              "cpo).", data_noun="pairs"),
+              "cpo).", data_noun="pairs", plan_role="prefer", judge_option=True),
     StageKind("reward_model", _reward_model, "rm", "Train the recipe's reward model stage.", produces="reward_model",
               model_paths=lambda st: [("backbone", st.backbone)]),
     StageKind("ppo", _ppo, "ppo", "Run the recipe's PPO stage.", consumes={"reward_model_path": "reward_model"},
-              check=_ppo_check, model_paths=_ppo_models, judges_data=lambda st: st.reward == "verifier"),
+              check=_ppo_check, model_paths=_ppo_models, judges_data=lambda st: st.reward == "verifier",
+              plan_role="reinforce"),
     StageKind("rft", _rft, "rft", "Run the recipe's rejection-sampling fine-tuning stage(s) (expert iteration).",
-              judges_data=True),
+              judges_data=True, plan_role="distil"),
     StageKind("distill", _distill, "distill", "Run the recipe's distillation stage(s) (SFT on a teacher's verified "
-              "samples).", judges_data=True, model_paths=lambda st: [("teacher", st.teacher)]),
-    StageKind("onpolicy_distill", _onpolicy_distill, None, judges_data=True),
+              "samples).", judges_data=True, model_paths=lambda st: [("teacher", st.teacher)], plan_role="distil"),
+    StageKind("onpolicy_distill", _onpolicy_distill, None, judges_data=True, plan_role="distil"),
 )}
 """Stage type -> its :class:`StageKind`. A new stage type is one entry here (see docs/architecture.md)."""
 

@@ -10,7 +10,9 @@ agent tasks say about the run, in plain words.
    informative-group fraction is under one half is re-screened at higher temperatures to name one that fixes it;
 4. **horizon** of agent (multi-turn) stages: turns, tool calls and tokens per trajectory of the starting
    model on the stage's environment tasks, against the loop's limits;
-5. **recommendations**.
+5. **recommendations**;
+6. **decisions**: run / skip / replace for each stage, by the rules of :mod:`rlvr.monitoring.plan_rules` on the
+   figures measured on the policy it would start from; printed as a table and written to ``plan.json``.
 """
 
 from __future__ import annotations
@@ -115,7 +117,7 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
     rec = report["recommendations"]
     report["probes"], missing = probe_verifiers(kinds)
     for k in missing:
-        rec.append(f"no verifier for task kind {k!r}: use the preference path (rlvr dpo on pairs) or register one")
+        rec.append(f"no verifier for task kind {k!r}: use the preference path (pairs scored by a probed model judge: pairs.scorer: judge, RLAIF) or register one")
     for k, p in report["probes"].items():
         if p["accepted"]:
             rec.append(f"the {k} verifier accepts {len(p['accepted'])} of {p['probes']} probes "
@@ -158,7 +160,44 @@ def plan(recipe_path: str, overrides: list[str], n_tasks: int = 64, run_dir: str
                        "(no signal for RL): SFT on demonstrations first")
     if not rec:
         rec.append("nothing stands in the way: run it")
+    report["decisions"] = decisions(recipe, run)
     return report
+
+
+def decisions(recipe, run: Path) -> list[dict]:
+    """Each stage's decision (:mod:`rlvr.monitoring.plan_rules`): ``done`` for a stage finished in ``run``; for the
+    others, the rules on the figures measured on the policy the first of them would start from (the latest
+    finished stage's model, else the recipe's) — later ones are ``provisional``: ``rlvr run --plan auto``
+    decides each again just before it, on the figures measured then."""
+    import tempfile
+
+    from rlvr.config.recipe import with_system_prompt
+    from rlvr.pipeline import evaluate_checkpoint, plan_decision
+
+    recipe = with_system_prompt(recipe)
+    done = [st.name for st in recipe.stages if (run / st.name / "final" / "config.json").exists()]
+    prev = str(run / done[-1] / "final") if done else recipe.model.path
+    with tempfile.TemporaryDirectory() as tmp:
+        res = evaluate_checkpoint(recipe, prev, Path(tmp) / "eval.json")
+    summary, out = {"stages": [{"pass_at_1": res["pass_at_1"]}]}, []
+    for i, st in enumerate(recipe.stages):
+        if st.name in done:
+            out.append({"stage": st.name, "decision": "done", "rule": None, "reason": "finished in the run",
+                        "instead": None})
+            continue
+        d = plan_decision(recipe, i, prev, summary, run)
+        d["provisional"] = any(o["decision"] != "done" for o in out)
+        out.append(d)
+    return out
+
+
+def write_plan(rep: dict, path: Path) -> Path:
+    """``plan.json``: the whole report (decisions, screens, probes)."""
+    from rlvr.data.jsonl import write_text_atomic
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(rep, indent=1, default=str))
+    return path
 
 
 def _horizon(engine, tok, st, label: str, n: int, fmt: dict) -> dict:
@@ -234,6 +273,24 @@ def print_plan(rep: dict, console=None) -> None:
     c.print("[bold]recommendations[/]")
     for r in rep["recommendations"]:
         c.print(f"  - {r}")
+    print_decisions(rep.get("decisions", []), c)
+
+
+def print_decisions(decs: list[dict], console) -> None:
+    """The plan's decisions as a table: stage, decision (and what replaces it), rule, measured reason."""
+    from rich.table import Table
+    from rich.text import Text
+
+    if not decs:
+        return
+    tab = Table(title="the plan: each stage run, skipped or replaced, and why")
+    for col in ("stage", "decision", "instead", "rule", "reason"):
+        tab.add_column(col)
+    for d in decs:
+        cells = (d["stage"], d["decision"] + (" (provisional)" if d.get("provisional") else ""),
+                 d.get("instead") or "-", d.get("rule") or "-", d["reason"])
+        tab.add_row(*(Text(c) for c in cells))
+    console.print(tab)
 
 
 def plan_command(
@@ -248,6 +305,7 @@ def plan_command(
                                                 "prompt_format.json)."),
     no_system_prompt: bool = typer.Option(False, "--no-system-prompt", help="Screen with no system message.",
                                           metavar=""),
+    out: Optional[str] = typer.Option(None, "--out", help="Where plan.json goes (default: RUN_DIR/plan.json)."),
 ) -> None:
     """Before spending: probe the verifiers, check they are deterministic, screen the starting checkpoint (or
     each finished stage's), estimate agent horizons, and say what to do."""
@@ -256,10 +314,16 @@ def plan_command(
 
     check_flags(("--n-tasks", n_tasks, Count))
     rep = plan(recipe, list(set_ or []), n_tasks, run_dir, system_prompt_choice(system_prompt, no_system_prompt))
+    from rlvr.config.load import load_recipe
+
+    where = write_plan(rep, Path(out) if out else Path(run_dir or load_recipe(recipe, list(set_ or [])).run_dir)
+                       / "plan.json")
+    rep["plan_json"] = str(where)
     if as_json:
         typer.echo(json.dumps(rep, indent=1, default=str))
     else:
         print_plan(rep)
+        typer.echo(f"plan.json: {where}")
 
 
 def register(app: typer.Typer) -> None:

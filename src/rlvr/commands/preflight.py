@@ -164,6 +164,8 @@ def check_stage_inputs(i: int, st: Any) -> list[Problem]:
                 Problem(f"{pre}.pairs.reward_model_path", "scorer: reward_model needs reward_model_path")
             )
         paths.append(("pairs.reward_model_path", pairs.reward_model_path))
+    if getattr(pairs, "model_judged", False):
+        paths.append(("pairs.judge_model", pairs.judge_model))
     paths += stage_kind(st).model_paths(st)
     for k, p in paths:
         if p is not None and not (Path(p) / "config.json").exists():
@@ -287,35 +289,43 @@ def check_tasks(recipe: Recipe, dry: DryRun | None = None) -> list[Problem]:
 
 
 def check_judges(i: int, st: Any, allow_unprobed: bool) -> list[Problem]:
-    """A model-judged reward (RLAIF) is labelled, and refused unless ``--allow-unprobed-judge`` or a passing
-    ``rlvr probe judge`` report exists for exactly this judge checkpoint and rubric (by their hashes)."""
+    """A model-judged reward or pair builder (RLAIF) is labelled, and refused unless ``--allow-unprobed-judge`` or
+    a passing ``rlvr probe judge`` report exists for exactly this judge checkpoint and rubric (by their hashes)."""
     out: list[Problem] = []
     for j, t in enumerate(getattr(st, "rewards", [])):
-        if not t.model_judged:
-            continue
-        key = f"stages.{i}.rewards.{j}"
-        out.append(Problem(key, f"reward {t.key!r} is model-judged by {t.judge_model!r}: stage {st.name} is RLAIF, "
-                                "not RLVR (its reward does not come from an executable oracle)", warning=True))
-        if allow_unprobed:
-            out.append(Problem(key, "the judge is used unprobed (--allow-unprobed-judge)", warning=True))
-            continue
-        from rlvr.models.judge import checkpoint_hash, probe_report_path, rubric_hash
+        if t.model_judged:
+            what = f"reward {t.key!r} is model-judged by {t.judge_model!r}: stage {st.name} is RLAIF, not RLVR (its " \
+                   "reward does not come from an executable oracle)"
+            out += judge_problems(f"stages.{i}.rewards.{j}", t.judge_model, t.rubric, what, allow_unprobed)
+    pairs = getattr(st, "pairs", None)
+    if getattr(pairs, "model_judged", False):
+        what = f"pairs are chosen and rejected by the model judge {pairs.judge_model!r}: stage {st.name} is RLAIF " \
+               "(its preferences do not come from an executable oracle)"
+        out += judge_problems(f"stages.{i}.pairs", pairs.judge_model, pairs.rubric, what, allow_unprobed)
+    return out
 
-        try:
-            want = (checkpoint_hash(t.judge_model), rubric_hash(t.rubric))
-        except (RlvrError, OSError) as e:
-            out.append(Problem(f"{key}.judge_model", str(e)))
-            continue
-        path = probe_report_path(t.judge_model, t.rubric)
-        rep = json.loads(path.read_text()) if path.exists() else None
-        if rep is None or (rep.get("judge_hash"), rep.get("rubric_hash")) != want:
-            why = "no probe report" if rep is None else "the probe report is for another checkpoint or rubric"
-            out.append(Problem(key, f"{why} ({path}): run `rlvr probe judge --judge-model {t.judge_model} --rubric "
-                                    "...` first, or pass --allow-unprobed-judge"))
-        elif not rep.get("passed"):
-            moved = ", ".join(a["attack"] for a in rep.get("attacks", []) if a.get("moves_score"))
-            out.append(Problem(key, f"the judge failed its probe ({path}): {moved} move(s) its score; fix the rubric "
-                                    "or the judge, or pass --allow-unprobed-judge"))
+
+def judge_problems(key: str, judge_model: str, rubric: str, what: str, allow_unprobed: bool) -> list[Problem]:
+    """The RLAIF label of one model judge, and its refusal unless it passed ``rlvr probe judge`` with this rubric."""
+    out = [Problem(key, what, warning=True)]
+    if allow_unprobed:
+        return out + [Problem(key, "the judge is used unprobed (--allow-unprobed-judge)", warning=True)]
+    from rlvr.models.judge import checkpoint_hash, probe_report_path, rubric_hash
+
+    try:
+        want = (checkpoint_hash(judge_model), rubric_hash(rubric))
+    except (RlvrError, OSError) as e:
+        return out + [Problem(f"{key}.judge_model", str(e))]
+    path = probe_report_path(judge_model, rubric)
+    rep = json.loads(path.read_text()) if path.exists() else None
+    if rep is None or (rep.get("judge_hash"), rep.get("rubric_hash")) != want:
+        why = "no probe report" if rep is None else "the probe report is for another checkpoint or rubric"
+        out.append(Problem(key, f"{why} ({path}): run `rlvr probe judge --judge-model {judge_model} --rubric "
+                                "...` first, or pass --allow-unprobed-judge"))
+    elif not rep.get("passed"):
+        moved = ", ".join(a["attack"] for a in rep.get("attacks", []) if a.get("moves_score"))
+        out.append(Problem(key, f"the judge failed its probe ({path}): {moved} move(s) its score; fix the rubric "
+                                "or the judge, or pass --allow-unprobed-judge"))
     return out
 
 
@@ -346,9 +356,18 @@ def check_text(dry: DryRun) -> list[Problem]:
     return out
 
 
+def check_plan(dry: DryRun) -> list[Problem]:
+    """The plan's teacher (``plan.teacher``) is a local model folder."""
+    t = dry.recipe.plan.teacher
+    if t is not None and not (Path(t) / "config.json").exists():
+        return [Problem("plan.teacher", f"{t!r} is not a local model folder (no config.json)")]
+    return []
+
+
 CHECKS: list[Callable[[DryRun], list[Problem]]] = [
     lambda d: check_model(d.recipe, d.init_path, d),
     stage_checks,
+    check_plan,
     lambda d: check_tasks(d.recipe, d),
     check_text,
 ]

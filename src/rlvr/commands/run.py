@@ -162,6 +162,15 @@ def guard_run_dir(recipe: Recipe, overwrite: bool) -> Path | None:
     return dest
 
 
+def plan_override(plan: str | None) -> list[str]:
+    """``--plan auto`` (or off) as the recipe override ``plan.follow=...``; anything else is a usage error."""
+    if plan is None:
+        return []
+    if plan not in ("auto", "off"):
+        raise ConfigError(f"--plan: expected auto or off, got {plan!r}")
+    return [f"plan.follow={plan}"]
+
+
 def run_command(
     recipe_path: str | None,
     overrides: list[str],
@@ -234,8 +243,13 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             *clock,
             *gain,
         )
+    for d in summary.get("skipped", []):
+        what = f"{d['decision']}: {d['instead']}" if d.get("instead") else d["decision"]
+        table.add_row(f"{d['stage']} (not run)", what, *["-"] * (len(cols) - 2))
     console = console or make_console()
     console.print(table)
+    for d in summary.get("skipped", []):
+        console.print(f"{d['stage']}: not run by the plan ({d['rule']}): {d['reason']}", markup=False, highlight=False)
     for row in summary["stages"]:
         if row.get("time_cap"):
             console.print(time_cap_text(row["stage"], row["time_cap"]), markup=False, highlight=False)
@@ -244,9 +258,20 @@ def print_summary(summary: dict, console: Console | None = None) -> None:
             es = row["early_stop"]
             console.print(f"{row['stage']}: stopped by held-out patience at step {es['step']} (best {es['metric']} at "
                           f"step {es['best_step']})", markup=False, highlight=False)
+    for row in summary["stages"]:
+        if row.get("start"):
+            console.print(start_text(row["stage"], row["start"]), markup=False, highlight=False)
     for line in control_lines(summary):
         console.print(line, markup=False, highlight=False)
     note_output()
+
+
+def start_text(stage: str, start: dict) -> str:
+    """The line of a stage that started from the screened-best checkpoint (``start: screened``)."""
+    if start.get("chosen") is None:
+        return f"{stage}: {start['note']}"
+    return (f"{stage}: started from {start['chosen']}, the best by {start['statistic']} ({start['value']:g}) of "
+            f"{len(start['screened'])} screened checkpoints of {start['from']}")
 
 
 def _score(v: float | None) -> str:

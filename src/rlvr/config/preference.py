@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rlvr.config.base import Section, typed_union
 from rlvr.config.data import BuiltinArithmetic, TaskSource
@@ -105,10 +105,16 @@ class PairBuilder(Section):
     """Generation budget."""
     heldout_frac: float = 0.1
     """Fraction of pairs held out for preference accuracy."""
-    scorer: Literal["verifier", "reward_model"] = "verifier"
-    """Who judges the samples: the task's verifier (correct vs incorrect) or a reward model (best vs worst)."""
+    scorer: Literal["verifier", "reward_model", "judge"] = "verifier"
+    """Who judges the samples: the task's verifier (correct vs incorrect), a reward model (best vs worst), or a
+    model judge scoring each against a rubric (best vs worst; RLAIF, for tasks nothing can verify: the judge and
+    rubric must have passed ``rlvr probe judge``)."""
     reward_model_path: str | None = None
     """Reward model folder when ``scorer: reward_model``."""
+    judge_model: str | None = None
+    """The judge's local checkpoint folder when ``scorer: judge``."""
+    rubric: str | None = None
+    """What the judge scores against (0-9) when ``scorer: judge``."""
     min_margin: float = 0.0
     """Keep a pair only if its score margin (chosen - rejected) exceeds this."""
     batch_size: int = Field(256, ge=1)
@@ -117,6 +123,20 @@ class PairBuilder(Section):
     CPU time 11.7 vs 12.9 s on 1 thread), at the cost of KV-cache memory
     (layers x 2 x rows x kv_heads x (prompt + max_new_tokens) x head_dim values). The rows share one random
     stream, so another batch size draws other samples (statistically the same, not the same pairs)."""
+
+
+    @model_validator(mode="after")
+    def _judge_fields(self) -> PairBuilder:
+        if self.scorer == "judge" and (not self.judge_model or not (self.rubric or "").strip()):
+            raise ValueError("scorer: judge needs judge_model (a local checkpoint folder) and rubric")
+        if self.scorer != "judge" and (self.judge_model is not None or self.rubric is not None):
+            raise ValueError(f"judge_model and rubric are only for scorer: judge (this builder's is {self.scorer!r})")
+        return self
+
+    @property
+    def model_judged(self) -> bool:
+        """A model judge, not an executable oracle, decides chosen and rejected (RLAIF)."""
+        return self.scorer == "judge"
 
 
 class PairsFile(Section):

@@ -12,6 +12,7 @@ from rlvr.config.eval import EvalConfig
 from rlvr.config.logging import LoggingConfig
 from rlvr.config.model import ModelConfig, TinyModel
 from rlvr.config.onpolicy import OnPolicyDistillStage
+from rlvr.config.plan import PlanConfig
 from rlvr.config.preference import PreferenceStage
 from rlvr.config.rft import DistillStage, RFTStage
 from rlvr.config.rl import RLStage
@@ -74,6 +75,8 @@ class Recipe(Section):
     """Console log lines, TensorBoard, W&B and sample completions."""
     distributed: DistributedConfig = DistributedConfig()
     """Where RL stages run: this process (default), a Ray cluster, torchrun ranks (docs/scaling.md)."""
+    plan: PlanConfig = PlanConfig()
+    """What ``rlvr plan`` decides against (target, teacher, thresholds) and whether ``rlvr run`` follows it."""
     stages: list[Stage] = []
     """Stages in order. ``type`` is sft, preference, reward_model, ppo, rl, rft (rejection-sampling fine-tuning) or distill (off-policy distillation from a teacher), or an alias: grpo, dapo, gspo, dr_grpo, rloo, reinforce_pp (rl), dpo, ipo, simpo, kto, orpo, cpo (preference), rm (reward_model)."""
 
@@ -88,6 +91,12 @@ class Recipe(Section):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"stage names must be unique (they name run sub-directories): {sorted(dup)}")
+        for i, st in enumerate(self.stages):
+            src = getattr(st, "start_from", None)
+            if src is not None and src not in names[:i]:
+                raise ValueError(f"stages.{i}.start_from: {src!r} is not an earlier stage (earlier: {names[:i]})")
+            if getattr(st, "start", "previous") == "screened" and i == 0:
+                raise ValueError(f"stages.{i}.start: screened needs an earlier stage whose checkpoints are screened")
         return self
 
 

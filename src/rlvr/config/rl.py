@@ -423,6 +423,18 @@ class RLStage(Section):
     """GA-GRPO guidance: gold demonstrations in each group with a decreasing weight (docs/methods.md)."""
     residual: ResidualAdvantageConfig = ResidualAdvantageConfig()
     """Residual Advantage: a teacher's centred per-step residual added to the advantage (docs/methods.md)."""
+    start: Literal["previous", "screened"] = "previous"
+    """Where the stage starts: the previous stage's final model, or (screened) the best by ``start_statistic`` of
+    ``start_from``'s saved checkpoints (``checkpoints/step-*`` and ``final``), each screened at this stage's G and
+    temperature on its tasks (rlvr.monitoring.screen); the choice is recorded in summary.json (``start``)."""
+    start_from: str | None = None
+    """With start: screened, the earlier stage whose checkpoints are screened (None: the latest earlier stage that
+    produces a policy). Keep them with that stage's ``save_every`` and ``keep_last: 0``."""
+    start_statistic: Literal["rank", "signal_frac_observed", "signal_frac", "adv_var", "entropy"] = "rank"
+    """The screen's statistic that picks the start (largest wins; rank: the screen's own order, usable first, then
+    the measured informative-group share, then entropy)."""
+    start_tasks: int = Field(32, ge=1)
+    """Tasks of ``data`` screened per checkpoint with start: screened."""
 
     @field_validator("rewards")
     @classmethod

@@ -1,7 +1,8 @@
 """Preference pairs without human labels: self-sampling + rule verification.
 
 Sample the current policy ``samples_per_task`` times on each task (one batched HFEngine call), judge
-every sample with the task's verifier (or score it with a reward model), and pair a passing sample
+every sample with the task's verifier (or score it with a reward model, or with a probed model judge against a
+rubric: RLAIF, for tasks nothing can verify), and pair a passing sample
 (chosen) with a failing one (rejected) — up to ``pairs_per_task`` distinct pairs per prompt. Tasks
 whose samples all pass or all fail give no pair (they are counted). Verifier ``infra`` outcomes are
 neither chosen nor rejected.
@@ -87,9 +88,10 @@ def judge_samples(tasks, texts, judge) -> list[Scored]:
 
 
 def score_samples(tasks, texts, scorer) -> list[Scored]:
-    """Reward-model scoring: every sample may be chosen or rejected; the scores decide."""
+    """Reward-model or model-judge scoring: every scored sample may be chosen or rejected, the scores decide; a
+    sample the scorer gave no score (None: the judge did not answer) is neither."""
     scores = scorer(tasks, texts)
-    return [Scored(t, float(s), True, True, t) for t, s in zip(texts, scores)]
+    return [Scored(t, float(s or 0.0), s is not None, s is not None, t) for t, s in zip(texts, scores)]
 
 
 def pairs_for_task(task: Task, samples: list[Scored], k: int, rng: np.random.Generator, min_margin: float,
@@ -108,7 +110,7 @@ def pairs_for_task(task: Task, samples: list[Scored], k: int, rng: np.random.Gen
     cands = list(uniq.values())
     freq = Counter(s.answer for s in samples)
     if ranked:
-        order = sorted(cands, key=lambda s: -s.score)
+        order = sorted((s for s in cands if s.good or s.bad), key=lambda s: -s.score)
         combos = [(order[i], order[-1 - i]) for i in range(len(order) // 2)]
     else:
         count = Counter(s.text for s in samples)
@@ -144,7 +146,7 @@ def build_pairs(model, tokenizer, cfg: PairBuilder, judge, seed: int = 0, scorer
     with phase(f"sampling {len(tasks)} prompts x {cfg.samples_per_task}"):
         gen = engine.generate([encode_prompt(tokenizer, t) for t in tasks], params)
     reps = [tasks[i] for i in gen.prompt_index]
-    ranked = cfg.scorer == "reward_model"
+    ranked = cfg.scorer != "verifier"
     with phase(f"{'scoring' if ranked else 'judging'} {len(gen.texts)} samples"):
         scored = score_samples(reps, gen.texts, scorer) if ranked else judge_samples(reps, gen.texts, judge)
     rng = np.random.default_rng([seed, 11])
@@ -163,7 +165,8 @@ def build_pairs(model, tokenizer, cfg: PairBuilder, judge, seed: int = 0, scorer
              "tasks_all_pass": counts["all_good"], "tasks_all_fail": counts["all_bad"],
              "tasks_with_pairs": counts["tasks_with_pairs"], "pairs_train": len(train),
              "pairs_heldout": len(heldout), "sample_length_mean": float(np.mean([len(c) for c in gen.completion_ids])),
-             "seconds": round(time.perf_counter() - t0, 2), "scorer": cfg.scorer}
+             "seconds": round(time.perf_counter() - t0, 2), "scorer": cfg.scorer,
+             **({"reward_source": "RLAIF (model-judged)"} if cfg.model_judged else {})}
     return PairSet(train, heldout, stats)
 
 
@@ -190,6 +193,32 @@ def reward_model_scorer(path: str, batch_size: int = 64):
     return scorer
 
 
+def judge_scorer(path: str, rubric: str, tokenizer=None, judge=None):
+    """``scorer(tasks, completions) -> [float | None]``: a model judge's score of each completion against ``rubric``
+    (:class:`rlvr.models.judge.ModelJudge`; None where it gave none). ``judge``: an already built one (tests)."""
+    from rlvr.data.chat import prompt_text
+    from rlvr.models.judge import ModelJudge
+
+    scorer_model = judge or ModelJudge(path, rubric)
+
+    def scorer(tasks, completions):
+        return scorer_model.score([t.prompt or prompt_text(tokenizer, t) for t in tasks], completions)
+    return scorer
+
+
+def pair_scorer(pairs_cfg, tokenizer=None):
+    """The scorer of a builder whose ``scorer`` is not the verifier: a reward model's or a model judge's."""
+    from rlvr.errors import ConfigError
+
+    if pairs_cfg.scorer == "reward_model":
+        if not pairs_cfg.reward_model_path:
+            raise ConfigError("pairs.scorer is 'reward_model' but pairs.reward_model_path is not set")
+        return reward_model_scorer(pairs_cfg.reward_model_path)
+    if pairs_cfg.scorer == "judge":
+        return judge_scorer(pairs_cfg.judge_model, pairs_cfg.rubric, tokenizer)
+    return None
+
+
 def stage_pairs(pairs_cfg, model, tokenizer, judge, out_dir, seed: int = 0, reuse: bool = False):
     """The pairs a stage trains on: ``(train records, held-out records, stats)``.
 
@@ -213,11 +242,7 @@ def stage_pairs(pairs_cfg, model, tokenizer, judge, out_dir, seed: int = 0, reus
     if reuse and (d / "stats.json").exists():
         held = load_preference_jsonl(d / "heldout.jsonl") if (d / "heldout.jsonl").stat().st_size else []
         return load_preference_jsonl(d / "train.jsonl"), held, json.loads((d / "stats.json").read_text())
-    scorer = None
-    if pairs_cfg.scorer == "reward_model":
-        if not pairs_cfg.reward_model_path:
-            raise ConfigError("pairs.scorer is 'reward_model' but pairs.reward_model_path is not set")
-        scorer = reward_model_scorer(pairs_cfg.reward_model_path)
+    scorer = pair_scorer(pairs_cfg, tokenizer)
     with phase("building preference pairs"):
         ps = build_pairs(model, tokenizer, pairs_cfg, judge, seed=seed, scorer=scorer)
     if not ps.train:

@@ -1,0 +1,70 @@
+"""``start: screened``: an RL stage starts from the screened-best of an earlier stage's saved checkpoints, and the
+summary records the screen and the choice."""
+
+import json
+import shutil
+
+import pytest
+
+from test_cli_sft import rlvr
+
+RECIPE = """\
+name: t
+run_dir: {run_dir}
+model: {{path: {model}}}
+eval: {{tasks: {{families: [add2], n: 4, split: heldout}}, max_new_tokens: 6, control: none}}
+eval_base: false
+stages:
+  - {{type: sft, max_steps: 2, save_every: 1, keep_last: 0, data: {{families: [add2], n: 8}}}}
+  - {{type: rl, max_steps: 1, tasks_per_step: 2, data: {{families: [add2], n: 8}}, start: screened,
+     start_statistic: {stat}, start_tasks: 3, sampling: {{group_size: 2, max_new_tokens: 6}}}}
+"""
+
+
+@pytest.mark.slow  # a whole run: SFT saving checkpoints, two screens, an RL step (~25 s); the choice is tested below
+def test_rl_starts_from_the_screened_best_checkpoint(tiny_dir, tmp_path):
+    recipe, run = tmp_path / "r.yaml", tmp_path / "run"
+    recipe.write_text(RECIPE.format(run_dir=run, model=tiny_dir, stat="entropy"))
+    out = rlvr("run", str(recipe)).stdout
+    (sft, rl) = json.loads((run / "summary.json").read_text())["stages"]
+    start = rl["start"]
+    paths = [r["path"] for r in start["screened"]]
+    assert [p.split("/")[-1] for p in paths] == ["step-000001", "final"]  # the last step is final/
+    best = max(start["screened"], key=lambda r: r["entropy"])
+    assert start["from"] == "sft" and start["statistic"] == "entropy" and start["chosen"] == best["path"]
+    assert start["value"] == best["entropy"] and all(r["rank"] >= 1 for r in start["screened"])
+    assert "rl: started from" in out and "2 screened checkpoints of sft" in out
+
+
+def test_start_from_must_name_an_earlier_stage(tiny_dir, tmp_path, rlvr_cli):
+    recipe = tmp_path / "r.yaml"
+    text = RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, stat="rank").replace(
+        "start: screened,", "start: screened, start_from: later,")
+    recipe.write_text(text)
+    code, _, err = rlvr_cli("validate", recipe)
+    assert code == 2 and "start_from" in err and "'later' is not an earlier stage" in err
+    assert "r.yaml" in err and "Traceback" not in err
+
+
+def test_the_screened_start_picks_the_best_checkpoint_by_the_named_statistic(tiny_dir, tmp_path):
+    from rlvr.config.recipe import Recipe
+    from rlvr.models.tiny import build_tiny
+    from rlvr.pipeline import saved_checkpoints, screened_start
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_dir, run / "sft" / "checkpoints" / "step-000001")
+    build_tiny(run / "sft" / "final", size="test", seed=1)
+    (run / "sft" / "checkpoints" / "step-000002").mkdir()  # no model in it: not screened
+    rl = {"type": "rl", "start": "screened", "start_tasks": 2, "data": {"families": ["add2"], "n": 4},
+          "sampling": {"group_size": 2, "max_new_tokens": 4}}
+    recipe = Recipe.model_validate({"model": {"path": tiny_dir}, "stages": [{"type": "sft"}, rl]})
+    assert [d.name for d in saved_checkpoints(run / "sft")] == ["step-000001", "final"]
+    by_entropy = screened_start(recipe.model_copy(update={"stages": [recipe.stages[0], recipe.stages[1].model_copy(
+        update={"start_statistic": "entropy"})]}), 1, run)
+    rows = by_entropy["screened"]
+    assert len(rows) == 2 and by_entropy["from"] == "sft"
+    assert by_entropy["chosen"] == max(rows, key=lambda r: r["entropy"])["path"]
+    by_rank = screened_start(recipe, 1, run)
+    assert by_rank["chosen"] == next(r["path"] for r in by_rank["screened"] if r["rank"] == 1)
+    empty = screened_start(recipe, 1, tmp_path / "elsewhere")
+    assert empty["chosen"] is None and "saved no checkpoint" in empty["note"]
