@@ -310,6 +310,7 @@ def test_infra_below_the_threshold_is_counted_and_the_run_goes_on(tiny_dir, tmp_
 
 def test_an_infra_storm_pauses_the_run_with_a_clear_message(tiny_dir, tmp_path):
     st = rl_stage().model_copy(update={"save_every": 1, "max_infra_frac": 0.5})
+    st.health.code_tests.twin_every = 0  # one judge call a step: no regenerated-twin verification in between
     calls = {"n": 0}
 
     def judge(tasks, completions):  # fine for two steps, then 6 of 8 verifications fail
