@@ -1,5 +1,9 @@
 """The run header's parts: steps of each stage, the model's size without loading it, the precision in effect."""
 
+from pathlib import Path
+
+import pytest
+
 from rlvr.commands.header import model_params, precision_text, stage_text
 from rlvr.config.model import ModelConfig, TinyModel
 from rlvr.config.preference import PreferenceStage
@@ -52,3 +56,16 @@ def test_stage_text_says_how_many_demonstrations_of_an_imperfect_teacher_fail():
     share = int(text.split("teacher (mul31): ")[1].split("%")[0])
     assert 20 <= share <= 40, text  # half the draws are mul31, ~60% of those have a leading carry to drop
     assert text.endswith("of them fail the verifier")
+
+
+def test_a_teacher_named_by_its_file_is_named_and_measured_by_replaying_its_demonstrations():
+    pytest.importorskip("textarena")
+    from rlvr.config.load import load_recipe
+
+    recipe = load_recipe(Path(__file__).resolve().parents[2] / "recipes" / "textarena.yaml")
+    sft = recipe.stages[0]
+    sft = sft.model_copy(update={"data": sft.data.model_copy(update={"n": 40})})
+    text = stage_text(sft)
+    assert ", demonstrations from a teacher (recipes/textarena_teacher.py:random_in_range): " in text, text
+    share = int(text.rsplit(": ", 1)[1].split("%")[0])
+    assert 15 <= share <= 70, text  # it guesses uniformly inside the range the hints allow: it loses ~40% of games

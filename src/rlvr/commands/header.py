@@ -92,13 +92,16 @@ TEACHER_SAMPLE = 1000  # demonstrations the header verifies to say how many of a
 def teacher_text(stage) -> str:
     """``, demonstrations from an imperfect teacher (mul31): 43% of them fail the verifier`` for a stage that
     trains on demonstrations (the stage table's ``demonstrations``) whose source names a teacher (measured on its
-    first demonstrations); else empty."""
+    first demonstrations); else empty. A built-in imperfect teacher is named by its families, any other teacher
+    (a ``FILE.py:FUNCTION`` that plays the source's games, ...) by what the source calls it."""
     data = getattr(stage, "data", None)
     teacher = getattr(data, "teacher", None)
     if not stage_kind(stage).demonstrations or teacher is None:
         return ""
-    return f", demonstrations from an imperfect teacher ({', '.join(teacher.families or ['all families'])}): " \
-           f"{failing_share(data):.0%} of them fail the verifier"
+    families = getattr(teacher, "families", False)
+    who = (f"an imperfect teacher ({', '.join(families or ['all families'])})" if families is not False
+           else f"a teacher ({teacher})")
+    return f", demonstrations from {who}: {failing_share(data):.0%} of them fail the verifier"
 
 
 def failing_share(source, sample: int = TEACHER_SAMPLE) -> float:
