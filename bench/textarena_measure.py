@@ -6,7 +6,9 @@ with the feedback ablation (every observation after the first replaced by a cons
 
 A win is the game's reward 1 (TextArena's partial rewards do not count). For every checkpoint: greedy wins in
 the closed loop (the recipe's ``eval.agent`` limits), the share of its first guesses at each value (is greedy
-decoding already at the midpoint?), and with ``--ablate`` the same with the feedback replaced by a constant.
+decoding already at the midpoint?), and with ``--ablate`` the same with the feedback replaced by a constant: each
+``--constant`` in turn (a text the policy never saw, or one of the game's own messages held fixed, which a policy
+that reads the feedback follows as it would the real message, without the information).
 """
 
 from __future__ import annotations
@@ -67,13 +69,16 @@ def main() -> None:
     ap.add_argument("--model", action="append", default=[])
     ap.add_argument("--teacher", action="append", default=[])
     ap.add_argument("--ablate", action="store_true", help="also with the feedback replaced by a constant")
-    ap.add_argument("--constant", default="Noted.")
+    ap.add_argument("--constant", action="append", default=[],
+                    help="the constant that replaces the feedback (repeatable; default 'Noted.'): a text the policy "
+                         "never saw, or one of the game's own messages held fixed for the whole game")
     ap.add_argument("--out")
     args = ap.parse_args()
     recipe = load_recipe(args.recipe)
     src, loop = recipe.eval.tasks, recipe.eval.agent
     tasks = load_task_source(src)
-    blind = load_task_source(src.model_copy(update={"feedback": args.constant})) if args.ablate else None
+    constants = (args.constant or ["Noted."]) if args.ablate else []
+    blind = {c: load_task_source(src.model_copy(update={"feedback": c})) for c in constants}
     rows = {"games": len(tasks), "blind_bound": blind_bound(tasks)}
     for spec in args.teacher:
         rows[f"teacher {spec.rsplit(':', 1)[-1]}"] = teacher_wins(tasks, spec)
@@ -82,8 +87,8 @@ def main() -> None:
         row = {"wins": wins(trajs), "turns": sum(len(t.turns) for t in trajs) / len(trajs),
                "first_guesses": first_guesses(trajs),
                "outcomes": dict(Counter(t.verdict.outcome for t in trajs))}
-        if blind is not None:
-            row["wins_constant_feedback"] = wins(play(m, blind, loop))
+        if blind:
+            row["wins_constant_feedback"] = {c: wins(play(m, games, loop)) for c, games in blind.items()}
         rows[m] = row
         print(m, json.dumps(row), flush=True)
     print(json.dumps(rows, indent=1))

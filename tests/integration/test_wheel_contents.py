@@ -44,8 +44,11 @@ def wheel_names(tmp_path_factory) -> set[str]:
 
 
 def test_wheel_holds_every_recipe(wheel_names):
-    recipes = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "recipes").rglob("*.yaml"))
-    assert "recipes/quickstart.yaml" in recipes
+    """Every file of recipes/: the YAML files and the Python files they name (a game's teacher, a demonstrations
+    script)."""
+    recipes = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "recipes").rglob("*")
+                     if p.is_file() and "__pycache__" not in p.parts)
+    assert "recipes/quickstart.yaml" in recipes and "recipes/textarena_teacher.py" in recipes
     missing = [r for r in recipes if f"rlvr/{r}" not in wheel_names]
     assert not missing, f"recipes missing from the wheel: {missing}"
 
