@@ -166,10 +166,17 @@ def is_lora(model) -> bool:
 def merged_copy(model):
     """A peft model's adapters merged into a copy of its base: the weights a checkpoint of it holds (on a
     bf16 base the merge rounds W + BA to bf16, so this, not the live base + adapters, is what a saved
-    checkpoint computes). The live model is left as it is."""
+    checkpoint computes). The live model is left as it is.
+
+    Only the weights the merge writes are copied: the base weights of the adapted layers (``base_layer``) and
+    the adapters. Every other tensor (embeddings, the output projection, norms, buffers) is the live model's
+    own, shared, so a merged checkpoint or evaluation of a 0.5B model costs the adapted layers' size, not a
+    second model. Nothing writes to the shared tensors (the merge adds into ``base_layer`` weights only)."""
     import copy
 
-    return copy.deepcopy(model).merge_and_unload()
+    memo = {id(t): t for name, t in [*model.named_parameters(), *model.named_buffers()]
+            if ".base_layer." not in name and "lora_" not in name}
+    return copy.deepcopy(model, memo).merge_and_unload()
 
 
 def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[str, Any] | None = None,

@@ -35,3 +35,50 @@ def test_round_trip_and_pruning(tmp_path):
         assert torch.equal(v, saved[k]), k
     assert sched2.last_epoch == 3 and opt2.state_dict()["state"].keys() == opt.state_dict()["state"].keys()
     assert torch.rand(1) == expect_torch and random.random() == expect_py   # RNG restored to the save point
+
+
+def _lora_model(tiny_dir):
+    from rlvr.config.model import LoraConfig, ModelConfig
+    from rlvr.models.load import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(ModelConfig(path=tiny_dir, lora=LoraConfig(r=4, alpha=8)))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # peft starts B at zero: give the adapters a delta to merge
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    return model, tok
+
+
+def test_merged_copy_equals_a_full_copy_merged_and_shares_only_what_the_merge_leaves_alone(tiny_dir):
+    import copy
+
+    from rlvr.models.checkpoint import merged_copy
+
+    model, _ = _lora_model(tiny_dir)
+    live = {k: v.clone() for k, v in model.state_dict().items()}
+    expected = copy.deepcopy(model).merge_and_unload().state_dict()
+    merged = merged_copy(model)
+    got = merged.state_dict()
+    assert got.keys() == expected.keys()
+    assert all(torch.equal(got[k], expected[k]) for k in got)
+    assert all(torch.equal(v, live[k]) for k, v in model.state_dict().items())  # the live model untouched
+    live_ptrs = {t.data_ptr() for t in [*model.parameters(), *model.buffers()]}
+    own = {t.data_ptr(): t.numel() for t in [*merged.parameters(), *merged.buffers()] if t.data_ptr() not in live_ptrs}
+    adapted = sum(p.numel() for n, p in model.named_parameters() if ".base_layer." in n)
+    assert adapted > 0 and sum(own.values()) == adapted  # new memory: the merged weights only
+    assert merged.get_input_embeddings().weight.data_ptr() in live_ptrs
+
+
+def test_a_lora_checkpoint_loads_as_the_merged_model(tiny_dir, tmp_path):
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.models.checkpoint import save_pretrained_atomic
+
+    model, tok = _lora_model(tiny_dir)
+    expected = copy.deepcopy(model).merge_and_unload().state_dict()
+    save_pretrained_atomic(model, tok, tmp_path / "ckpt")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").state_dict()
+    assert all(torch.equal(loaded[k], expected[k]) for k in loaded)
