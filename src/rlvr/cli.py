@@ -22,7 +22,7 @@ import sys
 from rlvr import omp_wait  # torch-free; notes whether the user chose the wait policy
 
 omp_wait.default_wait()  # passive until a recipe's run chooses (rlvr.commands.run.execute)
-from rlvr.commands import use_accelerations  # noqa: E402 (torch-free)
+from rlvr.commands import use_accelerations
 
 use_accelerations()  # rlvr.accel behind the core's hooks, unless RLVR_ACCEL=0
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

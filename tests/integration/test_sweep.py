@@ -85,8 +85,8 @@ def test_grid_runs_resumes_and_tables_the_cells_own_evaluations(recipe, tmp_path
 
 @pytest.mark.parametrize("args, needle", [
     (["--vary", "stages.grpo.loss.tipe=grpo,dr_grpo"], "unknown key 'stages.0.rl.loss.grpo.tipe'"),
-    (["--vary", "stages.grpo.sampling.group_size=2,0"], "group_size=0: stages.0.rl.sampling.group_size: Input should "
-                                                        "be greater than or equal to 1 (got 0)"),
+    (["--vary", "stages.grpo.sampling.group_size=2,0"],
+     "group_size=0: stages.0.rl.sampling.group_size: Input should be greater than or equal to 1 (got 0)"),
     (["--vary", "stages.grpo.loss.type=grpo,bogus"], "unknown loss type 'bogus'"),
     (["--vary", "stages.grpo.optim.lr=0.001,1e-3"], "have the same config"),
     (["--vary", "name=a b,a_b"], "would share the directory"),

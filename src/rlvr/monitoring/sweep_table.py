@@ -7,7 +7,7 @@ result). The end-of-run training health is the last logged value, in the last st
 ``rollout/zero_var_frac`` (an RL stage), of ``rollout/zero_var_frac`` (fraction of groups whose rewards are all
 equal), ``rollout/entropy`` (else ``policy/entropy``; nats per token) and ``kl/ref`` (absent when the stage logs
 no KL to a reference). Compute is the stages' training seconds (``train_s``, held-out evaluations excluded) and
-the tokens that RL stage trained on (``train/tokens`` summed over its steps).
+the sequences that RL stage trained on (``train/sequences`` summed over its steps).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ HEALTH_KEYS = {"zero_var_frac": ("rollout/zero_var_frac",), "entropy": ("rollout
 
 def read_run(run_dir: Path, stage_names: list[str]) -> dict:
     """One run's figures: ``pass_at_1`` and ``stage`` (its evaluation), ``steps`` and ``train_s`` (summed over
-    the recipe's stages), ``time_cap`` (a stage its time cap cut), the end-of-run health, ``tokens``, ``wall_s``
+    the recipe's stages), ``time_cap`` (a stage its time cap cut), the end-of-run health, ``sequences``, ``wall_s``
     (the stages' wall-clock seconds, their held-out evaluations included, imports and loading not) and ``alone``
     (from the sweep's marker: the cell ran start to end with no other cell beside it)."""
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -55,13 +55,13 @@ def rl_health(run_dir: Path, stage_names: list[str]) -> dict:
         recs = [r for r in recs if "event" not in r]
         if not any("rollout/zero_var_frac" in r for r in recs):
             continue
-        out: dict = {"rl_stage": name, "tokens": int(sum(r.get("train/tokens", 0) for r in recs))}
+        out: dict = {"rl_stage": name, "sequences": int(sum(r.get("train/sequences", 0) for r in recs))}
         for col, keys in HEALTH_KEYS.items():
             key = next((k for k in keys if any(k in r for r in recs)), None)
             out[col] = next(r[key] for r in reversed(recs) if key in r) if key else None
             out[f"{col}_key"] = key
         return out
-    return {"rl_stage": None, "tokens": None, **{c: None for c in HEALTH_KEYS}}
+    return {"rl_stage": None, "sequences": None, **{c: None for c in HEALTH_KEYS}}
 
 
 def _mean(xs: list) -> float | None:
@@ -93,7 +93,7 @@ def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs
                      and got[s]["pass_at_1"] is not None and runs[(ref, s)]["pass_at_1"] is not None]
             diffs = [a - b for a, b in pairs]
             cell["vs_first"][key] = {"reference": values[i][0], "diffs": diffs, **paired_interval(diffs)}
-        for col in ("zero_var_frac", "entropy", "kl", "steps", "train_s", "tokens"):
+        for col in ("zero_var_frac", "entropy", "kl", "steps", "train_s", "sequences"):
             cell[col] = _mean([r.get(col) for r in done])
         cell["steps_per_seed"] = {str(s): r["steps"] for s, r in got.items() if r}
         cell["wall_s"] = _mean([r.get("wall_s") for r in done])
@@ -127,14 +127,14 @@ def markdown(table: dict) -> str:
     keys, seeds = table["keys"], table["seeds"]
     head = [*(f"`{k}`" for k in keys), "pass@1 mean", f"per seed ({', '.join(map(str, seeds))})",
             *(f"Δ vs `{k}={v[0]}` (pp, 95% CI)" for k, v in zip(keys, table["values"])),
-            "zero-var", "entropy", "KL", "steps", "train s", "tokens", "wall s"]
+            "zero-var", "entropy", "KL", "steps", "train s", "trained seqs", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in table["cells"]:
         wall = _num(c["wall_s"], ".0f")
         row = [*c["values"].values(), _pct(c["mean"]), " / ".join(_pct(v) for v in c["per_seed"].values()),
                *(_delta(c["vs_first"].get(k)) for k in keys), _num(c["zero_var_frac"], ".2f"),
                _num(c["entropy"]), _num(c["kl"], ".4f"), _num(c["steps"], ".0f") + (" (time cap)" if c["time_cap"] else ""),
-               _num(c["train_s"], ".1f"), _num(c["tokens"], ".0f"), wall if c["wall_comparable"] or wall == "-" else wall + "*"]
+               _num(c["train_s"], ".1f"), _num(c["sequences"], ".0f"), wall if c["wall_comparable"] or wall == "-" else wall + "*"]
         lines.append("| " + " | ".join(str(x) for x in row) + " |")
     return "\n".join(lines) + "\n"
 

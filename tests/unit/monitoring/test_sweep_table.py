@@ -8,7 +8,7 @@ from rlvr.monitoring.sweep_table import build_table, markdown, read_run
 
 
 def run(p, alone=True):
-    return {"pass_at_1": p, "steps": 5, "train_s": 1.0, "tokens": 100, "wall_s": 2.0, "alone": alone,
+    return {"pass_at_1": p, "steps": 5, "train_s": 1.0, "sequences": 100, "wall_s": 2.0, "alone": alone,
             "time_cap": False, "zero_var_frac": 0.5, "entropy": 1.0, "kl": 0.01}
 
 
@@ -54,11 +54,11 @@ def test_read_run_takes_the_last_stage_row_and_the_rl_stage_health(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     (tmp_path / "grpo").mkdir()
     rows = [{"step": 0, "event": "start"},
-            {"step": 1, "rollout/zero_var_frac": 0.5, "rollout/entropy": 2.0, "kl/ref": 0.1, "train/tokens": 30},
-            {"step": 2, "rollout/zero_var_frac": 0.25, "rollout/entropy": 1.5, "train/tokens": 40}]
+            {"step": 1, "rollout/zero_var_frac": 0.5, "rollout/entropy": 2.0, "kl/ref": 0.1, "train/sequences": 30},
+            {"step": 2, "rollout/zero_var_frac": 0.25, "rollout/entropy": 1.5, "train/sequences": 40}]
     (tmp_path / "grpo" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = read_run(tmp_path, ["sft", "grpo"])
     assert r["pass_at_1"] == 0.25 and r["stage"] == "grpo" and r["steps"] == 7 and r["train_s"] == 4.0
     assert r["wall_s"] == 5.0 and not r["alone"]  # no marker: not known to have run alone
-    assert (r["zero_var_frac"], r["entropy"], r["kl"], r["tokens"]) == (0.25, 1.5, 0.1, 70)
+    assert (r["zero_var_frac"], r["entropy"], r["kl"], r["sequences"]) == (0.25, 1.5, 0.1, 70)
     assert r["entropy_key"] == "rollout/entropy" and r["rl_stage"] == "grpo"
