@@ -160,20 +160,27 @@ def plot(table: dict, path: Path) -> Path | None:
     ax.set_yticks(range(len(cells)), labels)
     ax.set_xlabel("held-out pass@1 (%): seeds (grey), mean (blue)")
     ax.invert_yaxis()
-    rows = [(f"{lab}: {k}", d) for lab, c in zip(labels, cells) for k, d in c["vs_first"].items()]
+    rows = [(_vs_label(c, k, d), d) for c in cells for k, d in c["vs_first"].items()]
     for y, (_, d) in enumerate(rows):
         if d["mean"] is None:
             continue
         err = [[100 * d["half_width"]], [100 * d["half_width"]]] if d["half_width"] is not None else None
         bx.errorbar([100 * d["mean"]], [y], xerr=err, fmt="o", color="tab:orange", capsize=4)
     bx.axvline(0, color="black", lw=0.8)
-    bx.set_yticks(range(len(rows)), [f"{lab} vs first" for lab, _ in rows] if rows else [])
+    bx.set_yticks(range(len(rows)), [lab for lab, _ in rows])
     bx.set_xlabel("paired difference to the first value (pp), 95% t-interval")
     bx.invert_yaxis()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _vs_label(cell: dict, key: str, d: dict) -> str:
+    """``loss.type: dr_grpo vs grpo (1e-5)``: the key's last two parts, the two values, the other keys' values."""
+    others = [v for k, v in cell["values"].items() if k != key]
+    return (f"{'.'.join(key.split('.')[-2:])}: {cell['values'][key]} vs {d['reference']}"
+            + (f" ({', '.join(others)})" if others else ""))
 
 
 def write_table(out_dir: Path, table: dict, header: str) -> dict[str, str]:
