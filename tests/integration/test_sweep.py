@@ -121,3 +121,22 @@ def test_parallel_cells_run_as_processes_and_flag_wall_time(recipe, tmp_path):
         assert json.loads((out / n / MARKER).read_text())["alone"] is False
     check_table_equals_cells(table, out)
     assert "*" in (out / "sweep.md").read_text().splitlines()[-1]
+
+
+def test_a_failed_cell_is_named_after_the_others_ran(recipe, tmp_path, monkeypatch):
+    from rlvr.commands import sweep as sweep_mod
+
+    real = sweep_mod.run_in_process
+
+    def flaky(recipe_path, cell, d, status):
+        if "dr_grpo" in cell.name:
+            raise RuntimeError("disk full")
+        real(recipe_path, cell, d, status)
+
+    monkeypatch.setattr(sweep_mod, "run_in_process", flaky)
+    out = tmp_path / "out"
+    with pytest.raises(sweep_mod.CellsFailed, match=r"loss.type=dr_grpo__seed=0: RuntimeError: disk full"):
+        rlvr.sweep(str(recipe), ["stages.grpo.loss.type=grpo,dr_grpo"], seeds=1, steps=1, out=str(out), quiet=True)
+    table = json.loads((out / "sweep.json").read_text())
+    assert table["cells"][0]["runs"] == 1 and table["cells"][1]["runs"] == 0 and table["cells"][1]["mean"] is None
+    assert not (out / "stages.grpo.loss.type=dr_grpo__seed=0" / MARKER).exists()

@@ -260,17 +260,21 @@ def run_cells(recipe_path: str, todo: list[tuple[Cell, str]], keys: list[str], o
             except (Interrupted, KeyboardInterrupt):
                 raise
             except Exception as e:  # noqa: BLE001 (one cell's failure is reported; the others still run)
-                failed.append(f"{cell.name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+                what = str(e).splitlines()[0] if str(e) else ""
+                failed.append(f"{cell.name}: {what if isinstance(e, RlvrError) else f'{type(e).__name__}: {what}'}")
                 continue
             _mark(out / cell.name, cell, keys, time.time() - t0, status == "fresh", status)
         return failed
     pending, running = list(todo), {}
     try:
         _pool(recipe_path, pending, running, keys, out, parallel, say, failed)
-    finally:  # interrupted: each running cell checkpoints at its next step (SIGINT), then exits
-        for proc, _, _ in running.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
+    except BaseException as e:  # stopped: each running cell checkpoints at its next step (SIGINT), then exits
+        if not isinstance(e, KeyboardInterrupt):  # Ctrl-C reached the cells already (one process group)
+            for proc, _, _ in running.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGINT)
+        raise
+    finally:
         for proc, _, _ in running.values():
             try:
                 proc.wait(timeout=120)
