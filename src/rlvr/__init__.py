@@ -7,6 +7,7 @@ The Python API (docs/api.md) does what the CLI does, with the same outputs::
     result = rlvr.eval("runs/x/grpo/final", "heldout.jsonl", n=4)    # = rlvr eval
     rlvr.generate("runs/x/grpo/final", "tasks.jsonl", "c.jsonl")     # = rlvr generate
     verdicts = rlvr.verify("tasks.jsonl", "c.jsonl", "v.jsonl")      # = rlvr verify
+    table = rlvr.sweep("recipe.yaml", {"stages.grpo.loss.type": ["grpo", "dr_grpo"]}, seeds=3, out="sw")  # = rlvr sweep
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["run", "eval", "generate", "verify", "__version__"]
+__all__ = ["run", "eval", "generate", "verify", "sweep", "__version__"]
 
 
 def _env() -> None:
@@ -100,6 +101,27 @@ def verify(tasks: str, completions: str, out: str, *, workers: int = 2, timeout_
 
     return run_verify(tasks, completions, out, workers=workers, timeout_s=timeout_s, details=details,
                       rewards=rewards)
+
+
+def sweep(recipe: str, vary: dict[str, list] | list[str] | None = None, *, seeds: int = 1, out: str,
+          steps: int | None = None, steps_stage: list[str] | None = None, parallel: int = 1,
+          seed_list: list[int] | None = None, set: list[str] | None = None,  # noqa: A002
+          keep_time_caps: bool = False, quiet: bool = False) -> dict:
+    """Run a recipe over a grid like ``rlvr sweep`` (docs/sweep.md): ``vary`` maps each dotted key (as in
+    ``--set``) to its values (or is a list of ``"KEY=V1,V2"`` texts); seeds 0..seeds-1 (or ``seed_list``).
+    Writes ``out/sweep.json``, ``sweep.md``, ``sweep.png`` and returns the table (``cells``: per grid point
+    ``per_seed``, ``mean``, ``vs_first`` intervals, health and compute; ``ran``: the cells this call ran).
+    Bad input raises :class:`rlvr.errors.ConfigError` before any cell runs."""
+    import json
+
+    _env()
+    from rlvr.commands.sweep import sweep as _sweep
+
+    if isinstance(vary, dict):
+        vary = [f"{k}=" + ",".join(v if isinstance(v, str) else json.dumps(v) for v in vals) for k, vals in vary.items()]
+    return _sweep(recipe, list(vary or []), seeds, out=out, steps=steps, steps_stage=steps_stage, parallel=parallel,
+                  seed_list_text=",".join(map(str, seed_list)) if seed_list is not None else None, sets=set,
+                  keep_time_caps=keep_time_caps, say=(lambda _: None) if quiet else print)
 
 
 import rlvr.envs  # noqa: E402,F401  (registers the built-in environments' task generators with rlvr.data)

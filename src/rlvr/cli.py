@@ -22,7 +22,7 @@ import sys
 from rlvr import omp_wait  # torch-free; notes whether the user chose the wait policy
 
 omp_wait.default_wait()  # passive until a recipe's run chooses (rlvr.commands.run.execute)
-from rlvr.commands import use_accelerations  # noqa: E402 (torch-free)
+from rlvr.commands import use_accelerations
 
 use_accelerations()  # rlvr.accel behind the core's hooks, unless RLVR_ACCEL=0
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -234,11 +234,12 @@ def build_model(out: str = typer.Argument(..., help="Output folder."),
 
 
 def _register_commands() -> None:
-    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen, plan, report, watch)."""
+    """Commands whose options live with their implementation in rlvr.commands.* (verify, probe, screen, plan, report, watch, sweep)."""
     from rlvr.commands.plan import register as reg_plan
     from rlvr.commands.probe import register as reg_probe
     from rlvr.commands.report import register as reg_report
     from rlvr.commands.screen import register as reg_screen
+    from rlvr.commands.sweep import register as reg_sweep
     from rlvr.commands.verify import register as reg_verify
 
     reg_verify(app)
@@ -246,6 +247,7 @@ def _register_commands() -> None:
     reg_screen(app)
     reg_plan(app)
     reg_report(app)
+    reg_sweep(app)
 
 
 def _usage_error(e: typer.TyperException) -> None:

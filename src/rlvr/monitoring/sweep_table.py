@@ -1,0 +1,193 @@
+"""The table of a sweep (``rlvr sweep``): each run's figures read from its run directory, the grid's means,
+per-seed values and paired 95% intervals, written as ``sweep.json``, ``sweep.md`` and ``sweep.png``.
+
+A run's held-out figure is its own evaluation: the pass@1 of the last stage row of its ``summary.json`` that has
+one (the equal-time SFT control's rows and the starting model's ``base`` row are not stages of the recipe's
+result). The end-of-run training health is the last logged value, in the last stage whose ``metrics.jsonl`` logs
+``rollout/zero_var_frac`` (an RL stage), of ``rollout/zero_var_frac`` (fraction of groups whose rewards are all
+equal), ``rollout/entropy`` (else ``policy/entropy``; nats per token) and ``kl/ref`` (absent when the stage logs
+no KL to a reference). Compute is the stages' training seconds (``train_s``, held-out evaluations excluded) and
+the sequences that RL stage trained on (``train/sequences`` summed over its steps).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from rlvr.data.jsonl import write_json_atomic, write_text_atomic
+from rlvr.monitoring.intervals import paired_interval
+
+MARKER = "sweep_cell.json"
+"""Written into a run directory by the sweep once its run finished: the cell's values, seed, wall time and
+whether it ran alone."""
+
+HEALTH_KEYS = {"zero_var_frac": ("rollout/zero_var_frac",), "entropy": ("rollout/entropy", "policy/entropy"),
+               "kl": ("kl/ref",)}
+"""Table column -> the metric keys it reads (the first one logged), from the last RL stage's metrics.jsonl."""
+
+
+def read_run(run_dir: Path, stage_names: list[str]) -> dict:
+    """One run's figures: ``pass_at_1`` and ``stage`` (its evaluation), ``steps`` and ``train_s`` (summed over
+    the recipe's stages), ``time_cap`` (a stage its time cap cut), the end-of-run health, ``sequences``, ``wall_s``
+    (the stages' wall-clock seconds, their held-out evaluations included, imports and loading not) and ``alone``
+    (from the sweep's marker: the cell ran start to end with no other cell beside it)."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    rows = [r for r in summary["stages"] if r["stage"] in stage_names]
+    scored = [r for r in rows if r.get("pass_at_1") is not None]
+    marker = json.loads((run_dir / MARKER).read_text()) if (run_dir / MARKER).exists() else {}
+    out = {"pass_at_1": scored[-1]["pass_at_1"] if scored else None, "stage": scored[-1]["stage"] if scored else None,
+           "steps": sum(r.get("steps", 0) for r in rows), "train_s": round(sum(r.get("train_s", 0.0) for r in rows), 2),
+           "time_cap": any(r.get("time_cap") for r in rows), "wall_s": round(sum(r.get("wall_s", 0.0) for r in rows), 2),
+           "alone": bool(marker.get("alone"))}
+    out.update(rl_health(run_dir, stage_names))
+    return out
+
+
+def rl_health(run_dir: Path, stage_names: list[str]) -> dict:
+    """The end-of-run health of the last stage whose metrics log ``rollout/zero_var_frac`` (see the module)."""
+    for name in reversed(stage_names):
+        path = run_dir / name / "metrics.jsonl"
+        if not path.exists():
+            continue
+        recs = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
+        recs = [r for r in recs if "event" not in r]
+        if not any("rollout/zero_var_frac" in r for r in recs):
+            continue
+        out: dict = {"rl_stage": name, "sequences": int(sum(r.get("train/sequences", 0) for r in recs))}
+        for col, keys in HEALTH_KEYS.items():
+            key = next((k for k in keys if any(k in r for r in recs)), None)
+            out[col] = next(r[key] for r in reversed(recs) if key in r) if key else None
+            out[f"{col}_key"] = key
+        return out
+    return {"rl_stage": None, "sequences": None, **{c: None for c in HEALTH_KEYS}}
+
+
+def _mean(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs: dict) -> dict:
+    """The sweep's table. ``runs``: ``(point, seed) -> read_run(...)`` for the finished runs, a point being the
+    tuple of each key's value. Per point: ``per_seed`` pass@1, their ``mean``, for each key whose value is not the
+    key's first the paired difference to the point with the first value (same other values; pairs by seed) and
+    its t-interval (:func:`rlvr.monitoring.intervals.paired_interval`), the seed means of the health and compute
+    columns, and ``wall_comparable`` (every seed's run ran alone)."""
+    import itertools
+
+    cells = []
+    for point in itertools.product(*values):
+        got = {s: runs.get((point, s)) for s in seeds}
+        done = [r for r in got.values() if r is not None]
+        per_seed = {str(s): (r["pass_at_1"] if r else None) for s, r in got.items()}
+        cell = {"values": dict(zip(keys, point)), "per_seed": per_seed, "mean": _mean(list(per_seed.values())),
+                "runs": len(done), "vs_first": {}}
+        for i, key in enumerate(keys):
+            if point[i] == values[i][0]:
+                continue
+            ref = (*point[:i], values[i][0], *point[i + 1:])
+            pairs = [(got[s]["pass_at_1"], runs[(ref, s)]["pass_at_1"]) for s in seeds
+                     if got[s] is not None and runs.get((ref, s)) is not None
+                     and got[s]["pass_at_1"] is not None and runs[(ref, s)]["pass_at_1"] is not None]
+            diffs = [a - b for a, b in pairs]
+            cell["vs_first"][key] = {"reference": values[i][0], "diffs": diffs, **paired_interval(diffs)}
+        for col in ("zero_var_frac", "entropy", "kl", "steps", "train_s", "sequences"):
+            cell[col] = _mean([r.get(col) for r in done])
+        cell["steps_per_seed"] = {str(s): r["steps"] for s, r in got.items() if r}
+        cell["wall_s"] = _mean([r.get("wall_s") for r in done])
+        cell["wall_comparable"] = bool(done) and all(r["alone"] for r in done)
+        cell["time_cap"] = any(r["time_cap"] for r in done)
+        cells.append(cell)
+    return {"keys": keys, "values": values, "seeds": seeds, "cells": cells}
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, fmt: str = ".3f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
+
+def _delta(d: dict | None) -> str:
+    """A paired difference in percentage points with its 95% interval (or why there is none)."""
+    if d is None:
+        return "(reference)"
+    if d["mean"] is None:
+        return "-"
+    if d["half_width"] is None:
+        return f"{100 * d['mean']:+.1f} ({d['note']})"
+    return f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+
+
+def markdown(table: dict) -> str:
+    """The table as markdown: one row per grid point."""
+    keys, seeds = table["keys"], table["seeds"]
+    head = [*(f"`{k}`" for k in keys), "pass@1 mean", f"per seed ({', '.join(map(str, seeds))})",
+            *(f"Δ vs `{k}={v[0]}` (pp, 95% CI)" for k, v in zip(keys, table["values"])),
+            "zero-var", "entropy", "KL", "steps", "train s", "trained seqs", "wall s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in table["cells"]:
+        wall = _num(c["wall_s"], ".0f")
+        row = [*c["values"].values(), _pct(c["mean"]), " / ".join(_pct(v) for v in c["per_seed"].values()),
+               *(_delta(c["vs_first"].get(k)) for k in keys), _num(c["zero_var_frac"], ".2f"),
+               _num(c["entropy"]), _num(c["kl"], ".4f"), _num(c["steps"], ".0f") + (" (time cap)" if c["time_cap"] else ""),
+               _num(c["train_s"], ".1f"), _num(c["sequences"], ".0f"), wall if c["wall_comparable"] or wall == "-" else wall + "*"]
+        lines.append("| " + " | ".join(str(x) for x in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(table: dict, path: Path) -> Path | None:
+    """``sweep.png``: left, each grid point's mean pass@1 with its per-seed values; right, each paired difference
+    to a key's first value with its 95% interval. None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    cells = table["cells"]
+    labels = [" / ".join(c["values"].values()) or "recipe" for c in cells]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 0.6 * len(cells) + 2.2))
+    for y, c in enumerate(cells):
+        pts = [100 * v for v in c["per_seed"].values() if v is not None]
+        ax.scatter(pts, [y] * len(pts), color="tab:gray", s=18, zorder=2)
+        if c["mean"] is not None:
+            ax.scatter([100 * c["mean"]], [y], color="tab:blue", marker="D", s=40, zorder=3)
+    ax.set_yticks(range(len(cells)), labels)
+    ax.set_xlabel("held-out pass@1 (%): seeds (grey), mean (blue)")
+    ax.invert_yaxis()
+    rows = [(_vs_label(c, k, d), d) for c in cells for k, d in c["vs_first"].items()]
+    for y, (_, d) in enumerate(rows):
+        if d["mean"] is None:
+            continue
+        err = [[100 * d["half_width"]], [100 * d["half_width"]]] if d["half_width"] is not None else None
+        bx.errorbar([100 * d["mean"]], [y], xerr=err, fmt="o", color="tab:orange", capsize=4)
+    bx.axvline(0, color="black", lw=0.8)
+    bx.set_yticks(range(len(rows)), [lab for lab, _ in rows])
+    bx.set_xlabel("paired difference to the first value (pp), 95% t-interval")
+    bx.invert_yaxis()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _vs_label(cell: dict, key: str, d: dict) -> str:
+    """``loss.type: dr_grpo vs grpo (1e-5)``: the key's last two parts, the two values, the other keys' values."""
+    others = [v for k, v in cell["values"].items() if k != key]
+    return (f"{'.'.join(key.split('.')[-2:])}: {cell['values'][key]} vs {d['reference']}"
+            + (f" ({', '.join(others)})" if others else ""))
+
+
+def write_table(out_dir: Path, table: dict, header: str) -> dict[str, str]:
+    """Write ``sweep.json`` (the table, with ``header``), ``sweep.md`` (``header`` then the markdown table) and
+    ``sweep.png``; returns their paths."""
+    write_json_atomic(out_dir / "sweep.json", table)
+    write_text_atomic(out_dir / "sweep.md", header + "\n\n" + markdown(table))
+    png = plot(table, out_dir / "sweep.png")
+    return {"json": str(out_dir / "sweep.json"), "markdown": str(out_dir / "sweep.md"),
+            **({"plot": str(png)} if png else {})}
