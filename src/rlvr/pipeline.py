@@ -293,8 +293,20 @@ def screened_start(recipe: Recipe, index: int, run_dir: Path) -> dict:
                                                             "signal_frac_observed", "below_threshold",
                                                             "above_threshold")}})
     rank_for_rl(rows)
-    best = min(rows, key=lambda r: r["rank"]) if stat == "rank" else max(rows, key=lambda r: r[stat])
+    best = pick_start(rows, stat, recipe.plan.no_signal)
     return {**out, "chosen": best["path"], "value": best[stat], "screened": rows}
+
+
+def pick_start(rows: list[dict], statistic: str, no_signal: float) -> dict:
+    """The screened checkpoint a ``start: screened`` stage starts from. ``pass_at_1``: the highest greedy pass@1
+    among those RL can use (not below p*(G), a measured informative-group share of at least ``no_signal``; all of
+    them when none can); ``rank``: the screen's own order; any other statistic: its largest value."""
+    if statistic == "rank":
+        return min(rows, key=lambda r: r["rank"])
+    if statistic == "pass_at_1":
+        usable = [r for r in rows if not r["below_threshold"] and r["signal_frac_observed"] >= no_signal]
+        return max(usable or rows, key=lambda r: r["pass_at_1"])
+    return max(rows, key=lambda r: r[statistic])
 
 
 def _skip(stage, dec: dict, state: dict, state_path: Path, summary: dict, run_dir: Path) -> None:

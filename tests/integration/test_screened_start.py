@@ -49,7 +49,7 @@ def test_start_from_must_name_an_earlier_stage(tiny_dir, tmp_path, rlvr_cli):
 def test_the_screened_start_picks_the_best_checkpoint_by_the_named_statistic(tiny_dir, tmp_path):
     from rlvr.config.recipe import Recipe
     from rlvr.models.tiny import build_tiny
-    from rlvr.pipeline import saved_checkpoints, screened_start
+    from rlvr.pipeline import pick_start, saved_checkpoints, screened_start
 
     run = tmp_path / "run"
     shutil.copytree(tiny_dir, run / "sft" / "checkpoints" / "step-000001")
@@ -64,7 +64,32 @@ def test_the_screened_start_picks_the_best_checkpoint_by_the_named_statistic(tin
     rows = by_entropy["screened"]
     assert len(rows) == 2 and by_entropy["from"] == "sft"
     assert by_entropy["chosen"] == max(rows, key=lambda r: r["entropy"])["path"]
-    by_rank = screened_start(recipe, 1, run)
+    by_rank = screened_start(recipe.model_copy(update={"stages": [recipe.stages[0], recipe.stages[1].model_copy(
+        update={"start_statistic": "rank"})]}), 1, run)
     assert by_rank["chosen"] == next(r["path"] for r in by_rank["screened"] if r["rank"] == 1)
+    by_default = screened_start(recipe, 1, run)
+    assert by_default["statistic"] == "pass_at_1"
+    assert by_default["chosen"] == pick_start(by_default["screened"], "pass_at_1", recipe.plan.no_signal)["path"]
     empty = screened_start(recipe, 1, tmp_path / "elsewhere")
     assert empty["chosen"] is None and "saved no checkpoint" in empty["note"]
+
+
+def _row(path, p1, below=False, signal=0.5, rank=1):
+    return {"path": path, "pass_at_1": p1, "below_threshold": below, "signal_frac_observed": signal, "rank": rank,
+            "entropy": 1.0 - p1}
+
+
+def test_the_default_start_is_the_best_pass_at_1_that_rl_can_use():
+    from rlvr.config.rl import RLStage
+    from rlvr.pipeline import pick_start
+
+    assert RLStage().start_statistic == "pass_at_1"
+    rows = [_row("early", 0.4, signal=0.5, rank=1), _row("late", 0.7, signal=0.45, rank=2),
+            _row("dead", 0.9, signal=0.05, rank=3), _row("cold", 0.95, below=True, signal=0.3, rank=4)]
+    # the measured share ranks "early" first (it gains most); the later, usable one ends higher
+    assert pick_start(rows, "pass_at_1", 0.1)["path"] == "late"
+    assert pick_start(rows, "rank", 0.1)["path"] == "early"
+    assert pick_start(rows, "entropy", 0.1)["path"] == "early"
+    # none usable: the best pass@1 of all of them
+    unusable = [_row("a", 0.2, signal=0.0), _row("b", 0.3, below=True)]
+    assert pick_start(unusable, "pass_at_1", 0.1)["path"] == "b"

@@ -430,9 +430,13 @@ class RLStage(Section):
     start_from: str | None = None
     """With start: screened, the earlier stage whose checkpoints are screened (None: the latest earlier stage that
     produces a policy). Keep them with that stage's ``save_every`` and ``keep_last: 0``."""
-    start_statistic: Literal["rank", "signal_frac_observed", "signal_frac", "adv_var", "entropy"] = "rank"
-    """The screen's statistic that picks the start (largest wins; rank: the screen's own order, usable first, then
-    the measured informative-group share, then entropy)."""
+    start_statistic: Literal["pass_at_1", "rank", "signal_frac_observed", "signal_frac", "adv_var",
+                             "entropy"] = "pass_at_1"
+    """The screen's statistic that picks the start. pass_at_1: the highest greedy pass@1 among the checkpoints RL
+    can use (not below p*(G), a measured informative-group share >= ``plan.no_signal``) -- the measured share
+    predicts what RL adds, pass@1 where it ends, and the later checkpoint ended higher on both tasks checked
+    (docs/plan_checked.md); rank: the screen's own order (usable first, then the measured informative-group
+    share, then entropy); any other: its largest value."""
     start_tasks: int = Field(32, ge=1)
     """Tasks of ``data`` screened per checkpoint with start: screened."""
 
