@@ -130,9 +130,9 @@ def recommended(name: str, decisions: list[dict]) -> str:
     def instead(s: str) -> str:
         return (d[s].get("instead") or "").split(" ")[0]
 
-    if name == "base_no_sft":
-        return "grpo (as written)" if kept("grpo") else {"sft": "sft instead", "distill": "sft instead"}.get(
-            instead("grpo"), "sft instead")
+    if name == "base_no_sft":  # sft_before_rl: SFT first, then the RL stage
+        return "grpo (as written)" if kept("grpo") else (
+            "sft then grpo" if instead("grpo") == "sft" and "then this stage" in d["grpo"]["instead"] else "sft instead")
     if name == "quickstart_sft":
         if "sft" in (instead("dpo"), instead("grpo")) and not kept("dpo"):
             return "more sft"

@@ -64,6 +64,7 @@ def test_every_situation_option_is_a_valid_recipe(tmp_path):
 
 
 @pytest.mark.parametrize("name, decisions, want", [
+    ("base_no_sft", {"grpo": ("replace", "sft (an SFT stage on demonstrations), then this stage")}, "sft then grpo"),
     ("base_no_sft", {"grpo": ("replace", "sft (an SFT stage on demonstrations)")}, "sft instead"),
     ("base_no_sft", {"grpo": ("run", None)}, "grpo (as written)"),
     ("quickstart_sft", {"sft": ("done", None), "dpo": ("skip", None), "grpo": ("run", None)}, "grpo only"),

@@ -109,7 +109,9 @@ def _distil_or_rft(f: dict, cfg) -> str:
 
 
 def _distil_or_more_sft(f: dict, cfg) -> str:
-    return f"distill (from the teacher {cfg.teacher})" if cfg.teacher else _more_sft(f, cfg)
+    """Below p*(G): SFT (or distillation) first, then the RL stage decided again on the policy it leaves."""
+    first = f"distill (from the teacher {cfg.teacher})" if cfg.teacher else _more_sft(f, cfg)
+    return f"{first}, then this stage"
 
 
 def _judge_pairs(f: dict, cfg) -> str:

@@ -31,6 +31,7 @@ def test_rl_below_p_star_is_replaced_by_sft_or_distillation():
     f = {"screen": screen(0.02, 0.05), "demonstrated": False}
     d = decide("grpo", "reinforce", f, CFG)
     assert (d["decision"], d["rule"]) == ("replace", "sft_before_rl") and d["instead"].startswith("sft")
+    assert d["instead"].endswith("then this stage")  # SFT before RL, not SFT instead of it
     assert "p 0.020 < p*(G) 0.083" in d["reason"]
     assert "continue" in decide("grpo", "reinforce", {**f, "demonstrated": True}, CFG)["instead"]
     d = decide("grpo", "reinforce", f, PlanConfig(teacher="big/model"))
