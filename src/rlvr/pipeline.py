@@ -249,11 +249,12 @@ def plan_decision(recipe: Recipe, index: int, prev: str | None, summary: dict, r
     role = stage_kind(stage).plan_role
     if not any(role in r.roles for r in RULES):
         return decide(stage.name, role, {}, recipe.plan)
-    scores = [r["pass_at_1"] for r in summary["stages"] if r.get("pass_at_1") is not None]
+    scored = [r for r in summary["stages"] if r.get("pass_at_1") is not None]
     with phase(f"planning {stage.name}: screening the policy it would start from"):
         model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), prev)
         f = measure(lambda s: stage_kind(s).plan_role, recipe.stages, index, model, tok, recipe.plan, run_dir,
-                    scores[-1] if scores else None, teacher_params(recipe.plan.teacher), recipe.seed)
+                    scored[-1]["pass_at_1"] if scored else None, teacher_params(recipe.plan.teacher), recipe.seed,
+                    heldout_n=scored[-1].get("n_tasks") if scored else None)
     dec = decide(stage.name, role, f, recipe.plan)
     dec["facts"] = f
     return dec
@@ -471,6 +472,8 @@ def _row(name: str, res: dict, wall: float, ckpt: str, time_cap: dict | None = N
     """A stage's row of summary.json (``time_cap``: the steps done of those planned when ``max_minutes`` cut it)."""
     row = {"stage": name, "pass_at_1": res["pass_at_1"], "by_family": res["by_family"],
            "mean_length": res["mean_length"], "wall_s": round(wall, 2), "checkpoint": ckpt}
+    if res.get("n_tasks") is not None:
+        row["n_tasks"] = res["n_tasks"]
     if time_cap:
         row["time_cap"] = time_cap
     for k, v in res.items():

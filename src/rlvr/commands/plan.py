@@ -179,7 +179,7 @@ def decisions(recipe, run: Path) -> list[dict]:
     prev = str(run / done[-1] / "final") if done else recipe.model.path
     with tempfile.TemporaryDirectory() as tmp:
         res = evaluate_checkpoint(recipe, prev, Path(tmp) / "eval.json")
-    summary, out = {"stages": [{"pass_at_1": res["pass_at_1"]}]}, []
+    summary, out = {"stages": [{"pass_at_1": res["pass_at_1"], "n_tasks": res.get("n_tasks")}]}, []
     for i, st in enumerate(recipe.stages):
         if st.name in done:
             out.append({"stage": st.name, "decision": "done", "rule": None, "reason": "finished in the run",

@@ -63,9 +63,10 @@ def last_sft_curve(role_of: Callable, stages: list, index: int, run_dir: Path, p
 
 
 def measure(role_of: Callable, stages: list, index: int, model, tokenizer, cfg, run_dir: Path,
-            pass_at_1: float | None, teacher_n: int | None, seed: int = 0) -> dict:
+            pass_at_1: float | None, teacher_n: int | None, seed: int = 0, heldout_n: int | None = None) -> dict:
     """The facts of ``stages[index]`` starting from ``model``: its screen (when it is, or precedes, an RL stage),
-    the latest SFT stage's held-out curve, the model's and the teacher's sizes, ``pass_at_1`` as given."""
+    the latest SFT stage's held-out curve, the model's and the teacher's sizes, ``pass_at_1`` (measured on
+    ``heldout_n`` tasks) as given."""
     from rlvr.data.sources import load_task_source
     from rlvr.monitoring.screen import screen_model
     from rlvr.rollout.hf_engine import HFEngine
@@ -79,6 +80,6 @@ def measure(role_of: Callable, stages: list, index: int, model, tokenizer, cfg, 
         screen = screen_model(HFEngine(model, tokenizer), tokenizer, tasks, default_judge(), s.group_size,
                               s.temperature, s.max_new_tokens, seed)
         screen = {k: v for k, v in screen.items() if k not in ("outcomes", "by_family")}
-    return facts(role_of, stages, index, pass_at_1=pass_at_1, screen=screen,
+    return facts(role_of, stages, index, pass_at_1=pass_at_1, heldout_n=heldout_n, screen=screen,
                  sft=last_sft_curve(role_of, stages, index, run_dir, cfg.plateau_rel),
                  verifiable=verifiable(st), params=param_count(model), teacher_params=teacher_n)

@@ -4,7 +4,7 @@ A stage is seen through its stage-table role (``rlvr.stages.StageKind.plan_role`
 distil, support) and the **facts** measured on the policy it would start from (:func:`facts` builds them):
 
 =====================  ======================================================================================
-``pass_at_1``          held-out pass@1 of that policy (None: not measured)
+``pass_at_1``          held-out pass@1 of that policy (None: not measured), on ``heldout_n`` tasks (None: unknown)
 ``screen``             ``rlvr.monitoring.screen.screen_model``'s figures at the (next) RL stage's G and
                        temperature: ``p``, ``p_star``, ``signal_frac_observed``, ``entropy``, ``above_threshold``
 ``sft``                the latest SFT stage before it: ``{"plateaued": bool, "last", "best", "gain"}`` of its
@@ -22,6 +22,7 @@ stops runs. Each rule names what replaces the stage (``instead``) and where the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,11 +54,22 @@ def _no_verifier(f: dict, cfg) -> str | None:
     return "tasks of its data have no verifier or no gold answer, and no python reward: nothing can be verified"
 
 
+def wilson_lower(p: float, n: int, z: float = 1.96) -> float:
+    """The lower end of the Wilson score interval of a pass rate ``p`` measured on ``n`` tasks (95% for z = 1.96)."""
+    zz = z * z / n
+    return (p + zz / 2 - z * math.sqrt(p * (1 - p) / n + zz / (4 * n))) / (1 + zz)
+
+
 def _target_met(f: dict, cfg) -> str | None:
-    t, p1 = cfg.target, f.get("pass_at_1")
+    t, p1, n = cfg.target, f.get("pass_at_1"), f.get("heldout_n")
     if t is None or p1 is None or p1 < t:
         return None
-    return f"held-out pass@1 {p1:.3f} >= target {t:.3f}"
+    if not n:
+        return f"held-out pass@1 {p1:.3f} >= target {t:.3f}"
+    low = wilson_lower(p1, n)
+    if low < t:  # at the target by the point estimate only: as likely under it as over
+        return None
+    return f"held-out pass@1 {p1:.3f} on {n} tasks, 95% lower bound {low:.3f} >= target {t:.3f}"
 
 
 def _sft_rising(f: dict, cfg) -> str | None:
@@ -127,7 +139,8 @@ RULES: tuple[Rule, ...] = (
     Rule("no_verifier", REINFORCE, _no_verifier, "replace", _judge_pairs,
          "RLVR needs an executable reward; for prose, preference pairs judged by a probed model (RLAIF)"),
     Rule("target_met", LATER, _target_met, "skip", _nothing,
-         "stop before RL when SFT and preference alignment already meet the target"),
+         "stop before RL when SFT and preference alignment already meet the target (its 95% lower bound does: at "
+         "90.2% of 400 a 0.9 target stopped a run GRPO took to 99.0% in 45 s, docs/plan_checked.md)"),
     Rule("sft_not_plateaued", LATER, _sft_rising, "replace", _more_sft,
          "the quickstart's SFT stage run longer alone beats its three-stage recipe (99.9% vs 69.7%, hard family)"),
     Rule("sft_before_rl", REINFORCE, _below_p_star, "replace", _distil_or_more_sft,
@@ -159,7 +172,9 @@ def _figures(f: dict) -> str:
     """The measured figures a stage runs on, as one line."""
     parts = []
     if f.get("pass_at_1") is not None:
-        parts.append(f"held-out pass@1 {f['pass_at_1']:.3f}")
+        n = f.get("heldout_n")
+        parts.append(f"held-out pass@1 {f['pass_at_1']:.3f}" + (
+            f" of {n} (95% lower bound {wilson_lower(f['pass_at_1'], n):.3f})" if n else ""))
     s = f.get("screen")
     if s:
         parts.append(f"p {s['p']:.3f} (p*(G) {s['p_star']:.3f}), {s['signal_frac_observed']:.0%} of groups "

@@ -4,7 +4,7 @@ stage no rule stops runs with its figures as the reason."""
 import pytest
 
 from rlvr.config.plan import PlanConfig
-from rlvr.monitoring.plan_rules import RULES, decide, facts, sft_plateau
+from rlvr.monitoring.plan_rules import RULES, decide, facts, sft_plateau, wilson_lower
 from rlvr.monitoring.screen import p_star
 from rlvr.stages import STAGES, stage_kind
 
@@ -25,6 +25,20 @@ def test_target_met_skips_rl_and_preference_but_not_sft():
     assert decide("x", "demonstrate", f, CFG)["decision"] == "run"
     assert decide("x", "reinforce", {**f, "pass_at_1": 0.89}, CFG)["rule"] != "target_met"
     assert decide("x", "reinforce", f, PlanConfig())["decision"] == "run"  # no target: nothing is met
+
+
+def test_the_target_is_met_when_the_held_out_figures_lower_bound_meets_it():
+    # Wilson 95% lower bound by hand: p 0.9025, n 400 -> (0.9025 + 0.0048 - 1.96 * sqrt(0.9025 * 0.0975 / 400
+    # + 1.96² / 640000)) / (1 + 1.96² / 400) = 0.8695 < 0.9: at the target by the point estimate only
+    assert wilson_lower(0.9025, 400) == pytest.approx(0.8695, abs=2e-4)
+    at = {"pass_at_1": 0.9025, "heldout_n": 400, "screen": screen(0.5, 0.9)}
+    d = decide("grpo", "reinforce", at, CFG)
+    assert d["decision"] == "run" and "95% lower bound 0.869" in d["reason"]
+    # 0.95 of 400: lower bound 0.924 -> met, the bound in the reason
+    d = decide("grpo", "reinforce", {**at, "pass_at_1": 0.95}, CFG)
+    assert d["rule"] == "target_met" and "on 400 tasks, 95% lower bound 0.924 >= target 0.900" in d["reason"]
+    # 0.92 of 50 tasks: too few to say
+    assert decide("grpo", "reinforce", {**at, "pass_at_1": 0.92, "heldout_n": 50}, CFG)["decision"] == "run"
 
 
 def test_rl_below_p_star_is_replaced_by_sft_or_distillation():
