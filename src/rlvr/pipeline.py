@@ -42,6 +42,7 @@ Files are written with the umask's modes (0644 / 0755 under umask 022), so teamm
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 
@@ -250,11 +251,17 @@ def plan_decision(recipe: Recipe, index: int, prev: str | None, summary: dict, r
     if not any(role in r.roles for r in RULES):
         return decide(stage.name, role, {}, recipe.plan)
     scored = [r for r in summary["stages"] if r.get("pass_at_1") is not None]
+    teacher_pass = None
+    if recipe.plan.teacher and role == "reinforce":
+        with phase(f"planning {stage.name}: the teacher's held-out evaluation"), tempfile.TemporaryDirectory() as tmp:
+            quick = recipe.eval.model_copy(update={"k": 1, "calibration_samples": 0})
+            teacher_pass = evaluate_checkpoint(recipe.model_copy(update={"eval": quick}), recipe.plan.teacher,
+                                               Path(tmp) / "eval.json")["pass_at_1"]
     with phase(f"planning {stage.name}: screening the policy it would start from"):
         model, tok = load_model_and_tokenizer(recipe.model.model_copy(update={"lora": None}), prev)
         f = measure(lambda s: stage_kind(s).plan_role, recipe.stages, index, model, tok, recipe.plan, run_dir,
                     scored[-1]["pass_at_1"] if scored else None, teacher_params(recipe.plan.teacher), recipe.seed,
-                    heldout_n=scored[-1].get("n_tasks") if scored else None)
+                    heldout_n=scored[-1].get("n_tasks") if scored else None, teacher_pass_at_1=teacher_pass)
     dec = decide(stage.name, role, f, recipe.plan)
     dec["facts"] = f
     return dec

@@ -66,3 +66,20 @@ def test_a_missing_teacher_is_refused_before_any_work(tiny_dir, tmp_path, rlvr_c
     code, _, err = rlvr_cli("run", recipe, "--plan", "auto")
     assert code == 2 and "plan.teacher" in err and "'nowhere/big' is not a local model folder" in err
     assert "r.yaml:5" in err and not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow  # a teacher built and evaluated beside the plan (~30 s)
+def test_the_plan_measures_the_teacher_before_it_replaces_rl_by_distillation(tiny_dir, tmp_path):
+    from rlvr.models.tiny import build_tiny
+
+    teacher = tmp_path / "teacher"
+    build_tiny(teacher, size="2m", seed=3)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(run_dir=tmp_path / "run", model=tiny_dir, target=1.0).replace(
+        "screen_tasks: 4}", f"screen_tasks: 4, teacher: {teacher}}}"))
+    rlvr("plan", str(recipe), "--n-tasks", "4", "--out", str(tmp_path / "plan.json"))
+    rl = json.loads((tmp_path / "plan.json").read_text())["decisions"][1]
+    f = rl["facts"]
+    assert f["teacher_params"] >= 10 * f["params"] and f["teacher_pass_at_1"] is not None
+    # an untrained teacher solves nothing: it cannot close the student's gap, so RL is not replaced by it
+    assert f["teacher_pass_at_1"] == 0.0 and rl["rule"] != "small_with_teacher"

@@ -63,7 +63,8 @@ def last_sft_curve(role_of: Callable, stages: list, index: int, run_dir: Path, p
 
 
 def measure(role_of: Callable, stages: list, index: int, model, tokenizer, cfg, run_dir: Path,
-            pass_at_1: float | None, teacher_n: int | None, seed: int = 0, heldout_n: int | None = None) -> dict:
+            pass_at_1: float | None, teacher_n: int | None, seed: int = 0, heldout_n: int | None = None,
+            teacher_pass_at_1: float | None = None) -> dict:
     """The facts of ``stages[index]`` starting from ``model``: its screen (when it is, or precedes, an RL stage),
     the latest SFT stage's held-out curve, the model's and the teacher's sizes, ``pass_at_1`` (measured on
     ``heldout_n`` tasks) as given."""
@@ -82,4 +83,5 @@ def measure(role_of: Callable, stages: list, index: int, model, tokenizer, cfg, 
         screen = {k: v for k, v in screen.items() if k not in ("outcomes", "by_family")}
     return facts(role_of, stages, index, pass_at_1=pass_at_1, heldout_n=heldout_n, screen=screen,
                  sft=last_sft_curve(role_of, stages, index, run_dir, cfg.plateau_rel),
-                 verifiable=verifiable(st), params=param_count(model), teacher_params=teacher_n)
+                 verifiable=verifiable(st), params=param_count(model), teacher_params=teacher_n,
+                 teacher_pass_at_1=teacher_pass_at_1)

@@ -66,10 +66,18 @@ def test_sft_not_at_its_plateau_replaces_the_next_stage():
 
 
 def test_small_model_with_a_teacher_distils_and_dead_groups_leave_rl():
-    live = {"screen": screen(0.5, 0.9), "params": 1_000_000}
-    assert decide("rl", "reinforce", {**live, "teacher_params": 20_000_000}, PlanConfig(teacher="t"))["rule"] == \
-        "small_with_teacher"
+    live = {"screen": screen(0.5, 0.9), "params": 1_000_000, "pass_at_1": 0.6, "teacher_pass_at_1": 0.85}
+    d = decide("rl", "reinforce", {**live, "teacher_params": 20_000_000}, PlanConfig(teacher="t"))
+    assert d["rule"] == "small_with_teacher" and "0.850 closes >= 0.5 of the model's gap (0.600 -> needs 0.800)" in \
+        d["reason"]
     assert decide("rl", "reinforce", {**live, "teacher_params": 5_000_000}, PlanConfig(teacher="t"))["decision"] == "run"
+    # a teacher not far enough ahead caps the student: RL runs (0.733 student, 0.81 teacher: needs 0.867)
+    weak = {**live, "teacher_params": 20_000_000, "pass_at_1": 0.733, "teacher_pass_at_1": 0.81}
+    assert decide("rl", "reinforce", weak, PlanConfig(teacher="t"))["decision"] == "run"
+    assert decide("rl", "reinforce", weak, PlanConfig(teacher="t", teacher_margin=0.2))["rule"] == "small_with_teacher"
+    # the teacher's figure unknown: no size argument alone
+    unknown = {**live, "teacher_params": 20_000_000, "teacher_pass_at_1": None}
+    assert decide("rl", "reinforce", unknown, PlanConfig(teacher="t"))["decision"] == "run"
     dead = {"screen": screen(0.97, 0.02, above=True)}
     d = decide("rl", "reinforce", dead, CFG)
     assert (d["rule"], d["instead"]) == ("no_signal", "rft (rejection sampling)") and "all pass" in d["reason"]
