@@ -143,20 +143,22 @@ def recommended(name: str, decisions: list[dict]) -> str:
     return "grpo" if kept("grpo") else ("distill" if instead("grpo") == "distill" else "stop")
 
 
-def train_seconds(run_dir: Path, upto: str) -> float:
-    """Training seconds spent after the SFT checkpoint to reach ``upto``: a control's own budget, else the stages
-    after SFT up to and including ``upto`` (0 for SFT itself)."""
+def train_seconds(run_dir: Path, upto: str, with_sft: bool = False) -> float:
+    """Training seconds to reach ``upto`` from the situation's start: a control's own budget, else the stages up to
+    and including ``upto``, SFT counted only when the situation starts before it (``with_sft``)."""
     rows = json.loads((run_dir / "summary.json").read_text())["stages"]
     if upto.startswith("sft-control@"):
         return next(r["train_s"] for r in rows if r["stage"] == upto)
+    if upto == "sft" and not with_sft:
+        return 0.0
     total = 0.0
     for row in rows:
-        if row["stage"] in ("base", "sft") or "control_for" in row:
+        if row["stage"] == "base" or "control_for" in row or (row["stage"] == "sft" and not with_sft):
             continue
         total += row.get("train_s") or 0.0
         if row["stage"] == upto:
             break
-    return 0.0 if upto == "sft" else total
+    return total
 
 
 def main() -> None:
@@ -222,17 +224,38 @@ def collect(name: str, sits: dict, seeds: list[int], out: Path) -> dict:
         plan = json.loads((d / "plan.json").read_text())
         decs = [{k: x.get(k) for k in ("stage", "decision", "rule", "reason", "instead")} for x in plan["decisions"]]
         fig = {}
-        for opt, (run, _, stage) in sits[s][name]["options"].items():
-            fig[opt] = {"pass_at_1": stage_row(d / run, stage)["pass_at_1"], "train_s": train_seconds(d / run, stage)}
-        per_seed.append({"seed": s, "decisions": decs, "recommended": recommended(name, plan["decisions"]),
-                         "options": fig})
+        sit = sits[s][name]
+        for opt, (run, _, stage) in sit["options"].items():
+            row = stage_row(d / run, stage)
+            n = row.get("n_tasks") or json.loads((d / run / stage / "eval.json").read_text()).get("n_tasks")
+            fig[opt] = {"pass_at_1": row["pass_at_1"], "n_tasks": n,
+                        "train_s": train_seconds(d / run, stage, with_sft=not sit["start"])}
+        p = {"seed": s, "decisions": decs, "recommended": recommended(name, plan["decisions"]), "options": fig}
+        target = sit["plan"].get("plan", {}).get("target")
+        if target is not None:
+            p["target"] = target_check(fig, p["recommended"], target)
+        per_seed.append(p)
     means = {o: sum(p["options"][o]["pass_at_1"] for p in per_seed) / len(per_seed) for o in options}
     diffs = {o: paired_interval([p["options"][p["recommended"]]["pass_at_1"] - p["options"][o]["pass_at_1"]
                                  for p in per_seed]) for o in options}
     best = max(means, key=means.get)
     d = diffs[best]
     ok = all(p["recommended"] == best for p in per_seed) or (d["high"] is not None and d["high"] >= 0)
-    return {"per_seed": per_seed, "mean": means, "recommended_minus": diffs, "best": best, "recommended_ok": ok}
+    out = {"per_seed": per_seed, "mean": means, "recommended_minus": diffs, "best": best, "recommended_ok": ok}
+    if all("target" in p for p in per_seed):
+        out["target_ok"] = all(p["target"]["ok"] for p in per_seed)
+    return out
+
+
+def target_check(fig: dict, rec: str, target: float, slack_s: float = 5.0) -> dict:
+    """With a target, the best option is the cheapest that meets it (its 95% lower bound at least the target):
+    ``{"meets": [options], "cheapest": option, "ok": the recommended meets it within slack_s of the cheapest}``."""
+    from rlvr.monitoring.plan_rules import wilson_lower
+
+    meets = [o for o, f in fig.items() if f["n_tasks"] and wilson_lower(f["pass_at_1"], f["n_tasks"]) >= target]
+    cheapest = min(meets, key=lambda o: fig[o]["train_s"]) if meets else None
+    ok = rec in meets and fig[rec]["train_s"] <= fig[cheapest]["train_s"] + slack_s
+    return {"meets": meets, "cheapest": cheapest, "ok": ok}
 
 
 def write_md(out: Path, report: dict) -> None:
@@ -251,9 +274,17 @@ def write_md(out: Path, report: dict) -> None:
         for o in opts:
             d = sit["recommended_minus"][o]
             iv.append("—" if d["low"] is None else f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]")
+        if "target_ok" in sit:
+            for p in sit["per_seed"]:
+                t = p["target"]
+                lines.append(f"| seed {p['seed']}: meet the target (95% lower bound) | | | " + " | ".join(
+                    "yes" if o in t["meets"] else "no" for o in opts) + " |")
         lines += ["| recommended − option | | | " + " | ".join(iv) + " |", "",
                   (f"Best on the mean: {sit['best']}; the recommendation is "
-                  f"{'the best or within its interval' if sit['recommended_ok'] else 'NOT within the best option’s interval'}."), ""]
+                  f"{'the best or within its interval' if sit['recommended_ok'] else 'NOT within the best option’s interval'}."),
+                  *([(f"Against the target (the cheapest option whose 95% lower bound meets it): the recommendation "
+                     f"{'is' if sit['target_ok'] else 'is NOT'} that option on every seed.")] if "target_ok" in sit else []),
+                  ""]
     (out / "situations.md").write_text("\n".join(lines) + "\n")
 
 
