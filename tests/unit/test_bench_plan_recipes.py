@@ -79,3 +79,15 @@ def test_decisions_map_to_the_option_they_mean(name, decisions, want):
     ps = _module("plan_situations")
     decs = [{"stage": s, "decision": d, "instead": i} for s, (d, i) in decisions.items()]
     assert ps.recommended(name, decs) == want
+
+
+def test_a_target_is_judged_by_the_cheapest_option_that_meets_it_with_confidence():
+    ps = _module("plan_situations")
+    fig = {"stop": {"pass_at_1": 0.9025, "n_tasks": 400, "train_s": 0.0},   # lower bound 0.869: not met
+           "grpo": {"pass_at_1": 0.99, "n_tasks": 400, "train_s": 45.0},
+           "more sft": {"pass_at_1": 0.932, "n_tasks": 400, "train_s": 46.0}}
+    t = ps.target_check(fig, "grpo", 0.9)
+    assert t["meets"] == ["grpo", "more sft"] and t["cheapest"] == "grpo" and t["ok"]
+    assert not ps.target_check(fig, "stop", 0.9)["ok"]
+    fig["stop"]["pass_at_1"] = 0.95  # lower bound 0.924: met at no cost
+    assert ps.target_check(fig, "stop", 0.9)["ok"] and not ps.target_check(fig, "grpo", 0.9)["ok"]
