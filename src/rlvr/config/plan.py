@@ -25,8 +25,9 @@ class PlanConfig(Section):
     """The student is small when the teacher has at least this many times its parameters."""
     teacher_margin: float = Field(0.5, ge=0, le=1)
     """Distillation replaces RL for a small student only when the teacher's held-out pass@1 closes at least this
-    fraction of the student's gap to 1 (teacher >= student + margin x (1 - student)): distillation's ceiling is
-    the teacher, RL's is the verifier (docs/plan_checked.md). The plan evaluates the teacher on the held-out tasks."""
+    fraction of the student's gap to 1 (teacher >= student + margin x (1 - student)): distillation teaches what the
+    teacher solves, RL what the student's own samples find (docs/plan_checked.md). The plan evaluates the teacher
+    on the held-out tasks."""
     no_signal: float = Field(0.1, ge=0, le=1)
     """A measured share of informative groups under which RL is said to have no signal."""
     plateau_rel: float = Field(0.02, ge=0)
