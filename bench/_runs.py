@@ -53,9 +53,14 @@ def finished(run_dir: Path) -> bool:
     return (run_dir / "summary.json").exists()
 
 
+def stage_rows(run_dir: Path) -> list[dict]:
+    """A finished run's summary.json rows, one per stage and evaluation."""
+    return json.loads((run_dir / "summary.json").read_text())["stages"]
+
+
 def stage_row(run_dir: Path, stage: str) -> dict:
     """The summary.json row of ``stage`` (``base`` for the starting model's evaluation)."""
-    for st in json.loads((run_dir / "summary.json").read_text())["stages"]:
+    for st in stage_rows(run_dir):
         if st["stage"] == stage:
             return st
     raise SystemExit(f"{run_dir}/summary.json: no stage {stage}")

@@ -33,7 +33,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import finished, pool, rlvr_run, stage_row
+from _runs import finished, pool, rlvr_run, stage_row, stage_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICKSTART = ROOT / "recipes" / "quickstart.yaml"
@@ -146,7 +146,7 @@ def recommended(name: str, decisions: list[dict]) -> str:
 def train_seconds(run_dir: Path, upto: str, with_sft: bool = False) -> float:
     """Training seconds to reach ``upto`` from the situation's start: a control's own budget, else the stages up to
     and including ``upto``, SFT counted only when the situation starts before it (``with_sft``)."""
-    rows = json.loads((run_dir / "summary.json").read_text())["stages"]
+    rows = stage_rows(run_dir)
     if upto.startswith("sft-control@"):
         return next(r["train_s"] for r in rows if r["stage"] == upto)
     if upto == "sft" and not with_sft:
@@ -250,7 +250,7 @@ def collect(name: str, sits: dict, seeds: list[int], out: Path) -> dict:
 def target_check(fig: dict, rec: str, target: float, slack_s: float = 5.0) -> dict:
     """With a target, the best option is the cheapest that meets it (its 95% lower bound at least the target):
     ``{"meets": [options], "cheapest": option, "ok": the recommended meets it within slack_s of the cheapest}``."""
-    from rlvr.monitoring.plan_rules import wilson_lower
+    from rlvr.monitoring.intervals import wilson_lower
 
     meets = [o for o, f in fig.items() if f["n_tasks"] and wilson_lower(f["pass_at_1"], f["n_tasks"]) >= target]
     cheapest = min(meets, key=lambda o: fig[o]["train_s"]) if meets else None

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import pool, rlvr_run, run_env, stage_pass
+from _runs import finished, pool, rlvr_run, run_env, stage_pass, stage_rows
 
 STATISTICS = ("signal_frac_observed", "signal_frac", "entropy", "p", "adv_var", "pass_at_1")
 LABELS = {"signal_frac_observed": "signal fraction (measured)", "signal_frac": "signal fraction (expected)",
@@ -91,7 +91,7 @@ def screen(ckpts: list[Path], rl: dict, seed: int, out: Path) -> list[dict]:
 
 def run_wall_s(run_dir: Path) -> float:
     """The wall seconds a finished run's stages and evaluations took (its summary.json)."""
-    return sum(st.get("wall_s", 0.0) for st in json.loads((run_dir / "summary.json").read_text())["stages"])
+    return sum(st.get("wall_s", 0.0) for st in stage_rows(run_dir))
 
 
 def table(runs: list[dict], target: str = "gain") -> dict:
@@ -185,7 +185,7 @@ def main() -> None:
     seeds = [int(s) for s in a.seeds.split(",")]
     out = Path(a.out)
     sft_dir = out / "sft"
-    if not (sft_dir / "summary.json").exists():
+    if not finished(sft_dir):
         pool([rlvr_run(sft_recipe(recipe, sft, a.sft_steps, a.checkpoints, sft_dir), sft_dir)], 1)
     ckpt_root = sft_dir / sft["name"] / "checkpoints"
     # the step checkpoints, and the final model as the last fraction
@@ -202,7 +202,7 @@ def main() -> None:
     for step, ck in ckpts.items():
         for s in seeds:
             d = out / "rl" / f"step-{step}__seed={s}"
-            if not (d / "summary.json").exists():
+            if not finished(d):
                 jobs.append(rlvr_run(rl_recipe(recipe, rl, ck.resolve(), s, a.rl_steps, d), d))
     pool(jobs, a.parallel)
     runs = []

@@ -1,4 +1,5 @@
-"""Confidence intervals of a paired comparison: the Student t quantile and the t-interval of paired differences.
+"""Confidence intervals: the Student t quantile, the t-interval of paired differences, and the Wilson score bound
+of a pass rate.
 
 Pure Python (no scipy): the t distribution's CDF is the regularised incomplete beta function, computed by its
 continued fraction (Lentz's method), and the quantile inverts it by bisection to ~1e-12.
@@ -82,3 +83,9 @@ def paired_interval(diffs: list[float], level: float = 0.95) -> dict:
     sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
     half = t_quantile((1.0 + level) / 2.0, n - 1) * sd / math.sqrt(n)
     return {"n": n, "mean": mean, "sd": sd, "half_width": half, "low": mean - half, "high": mean + half}
+
+
+def wilson_lower(p: float, n: int, z: float = 1.96) -> float:
+    """The lower end of the Wilson score interval of a pass rate ``p`` measured on ``n`` tasks (95% for z = 1.96)."""
+    zz = z * z / n
+    return max(0.0, (p + zz / 2 - z * math.sqrt(p * (1 - p) / n + zz / (4 * n))) / (1 + zz))

@@ -23,9 +23,10 @@ stops runs. Each rule names what replaces the stage (``instead``) and where the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from rlvr.monitoring.intervals import wilson_lower
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,6 @@ def _no_verifier(f: dict, cfg) -> str | None:
     if f.get("verifiable", True):
         return None
     return "tasks of its data have no verifier or no gold answer, and no python reward: nothing can be verified"
-
-
-def wilson_lower(p: float, n: int, z: float = 1.96) -> float:
-    """The lower end of the Wilson score interval of a pass rate ``p`` measured on ``n`` tasks (95% for z = 1.96)."""
-    zz = z * z / n
-    return max(0.0, (p + zz / 2 - z * math.sqrt(p * (1 - p) / n + zz / (4 * n))) / (1 + zz))
 
 
 def _target_met(f: dict, cfg) -> str | None:

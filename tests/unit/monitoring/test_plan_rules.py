@@ -4,7 +4,8 @@ stage no rule stops runs with its figures as the reason."""
 import pytest
 
 from rlvr.config.plan import PlanConfig
-from rlvr.monitoring.plan_rules import RULES, decide, facts, sft_plateau, wilson_lower
+from rlvr.monitoring.intervals import wilson_lower
+from rlvr.monitoring.plan_rules import RULES, decide, facts, sft_plateau
 from rlvr.monitoring.screen import p_star
 from rlvr.stages import STAGES, stage_kind
 
