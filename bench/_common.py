@@ -341,6 +341,8 @@ def trl_peft(a):
 def add_trl_setting_args(ap, precision: bool = True) -> None:
     """``--trl-micro`` (TRL's rows a forward, gradient accumulation to the step), ``--trl-precision`` (unless the
     script has its own) and ``--trl-probe`` (TRL alone, the steps given: one probe of ``_trl_search.search``)."""
+    ap.add_argument("--loss-check-only", action="store_true",
+                    help="only the fixed-batch loss check (float32 and bf16), no steps: {'loss_check': ...}")
     ap.add_argument("--trl-micro", type=int, default=None,
                     help="TRL per_device_train_batch_size (gradient accumulation makes up the step; default: the "
                          "whole step in one forward)")
@@ -362,3 +364,89 @@ def probe_record(side: dict, skip: int) -> dict:
 def per_step(values: list, calls_per_step: int) -> list:
     """Per-micro-batch counts summed per optimizer step (TRL calls its loss once a micro-batch)."""
     return [sum(values[i:i + calls_per_step]) for i in range(0, len(values), calls_per_step)]
+
+
+LOSS_TOL = {"fp32": 1e-5, "bf16": 1e-2}
+"""Relative tolerance of the fixed-batch loss check: float32, and bf16 autocast on both sides."""
+GRAD_TOL = {"fp32": 1e-4, "bf16": 1e-1}
+"""Relative tolerance of the gradients (the norm of the difference over TRL's gradient norm)."""
+
+
+def fixed_batch_check(model, ours, theirs, bf16: bool = False) -> dict:
+    """rlvr's and TRL's loss and gradient on one fixed batch of ``model``.
+
+    ``ours(bf16)`` runs rlvr's step (its own forward and backward) and returns its loss; ``theirs()`` returns TRL's
+    loss tensor, backwarded here. With ``bf16`` rlvr runs its bf16 path and TRL's forward runs under the bf16
+    autocast accelerate gives it (``bf16=True``): both keep float32 weights. Returns both losses, their absolute
+    and relative difference, the gradients' relative difference and ``agree`` (within :data:`LOSS_TOL` /
+    :data:`GRAD_TOL` of the precision)."""
+    grads = lambda: torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
+    model.zero_grad(set_to_none=True)
+    mine = float(ours(bf16))
+    g_ours = grads()
+    model.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = theirs()
+    loss = loss[0] if isinstance(loss, tuple) else loss
+    loss.backward()
+    g_theirs = grads()
+    model.zero_grad(set_to_none=True)
+    other = float(loss.detach())
+    gdiff = float((g_ours - g_theirs).norm() / g_theirs.norm().clamp(min=1e-12)) \
+        if g_ours.shape == g_theirs.shape else float("inf")
+    prec = "bf16" if bf16 else "fp32"
+    diff = abs(mine - other)
+    return {"precision": prec, "rlvr_loss": mine, "trl_loss": other, "abs_diff": diff,
+            "rel_diff": diff / max(abs(other), 1e-12), "grad_rel_diff": gdiff,
+            "agree": diff <= LOSS_TOL[prec] * max(1.0, abs(other)) and gdiff <= GRAD_TOL[prec]}
+
+
+def loss_checks(model, ours, theirs) -> dict:
+    """:func:`fixed_batch_check` in float32 (its fields at the top level, as the records always had them) with the
+    bf16 check under ``bf16``."""
+    return {**fixed_batch_check(model, ours, theirs), "bf16": fixed_batch_check(model, ours, theirs, bf16=True)}
+
+
+def print_bf16_check(lc: dict) -> None:
+    """The bf16 line under a bench's float32 loss-check line."""
+    b = lc.get("bf16")
+    if b:
+        print(f"  bf16 autocast, both sides: rlvr {b['rlvr_loss']:.7g}  TRL {b['trl_loss']:.7g}  rel diff "
+              f"{b['rel_diff']:.1e}; gradients rel diff {b['grad_rel_diff']:.1e}  "
+              f"{'agree' if b['agree'] else 'DISAGREE'} (tolerance {LOSS_TOL['bf16']:g})")
+
+
+def in_child(fn, *args):
+    """``fn(*args)`` in a spawned process, its result returned (its exception re-raised here as a RuntimeError with
+    the child's traceback): the memory a step check takes (a TRL trainer and a model at a real shape) is the
+    child's and is gone with it, instead of staying in the driver's heap beside the measured workers."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    p = ctx.Process(target=_call_child, args=(fn, args, queue))
+    p.start()
+    from queue import Empty
+    try:
+        while True:
+            try:
+                ok, res = queue.get(timeout=5.0)
+                break
+            except Empty:
+                if p.exitcode is not None:  # died without a word: killed (out of memory) or crashed
+                    raise RuntimeError(f"{getattr(fn, '__name__', fn)}: its process died, exit code {p.exitcode}"
+                                       + (" (killed: out of memory?)" if p.exitcode == -9 else "")) from None
+    finally:
+        p.join()
+    if not ok:
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)} failed in its process:\n{res}")
+    return res
+
+
+def _call_child(fn, args, queue):
+    import traceback
+
+    try:
+        queue.put((True, fn(*args)))
+    except BaseException:  # noqa: BLE001 - sent to the parent
+        queue.put((False, traceback.format_exc()))

@@ -62,7 +62,9 @@ from _common import (
     fmt_row,
     heavy_modules,
     hold_baton_from_batch_fetch,
+    in_child,
     interleave,
+    loss_checks,
     machine,
     micro_tokens_arg,
     paired_ratios,
@@ -70,6 +72,7 @@ from _common import (
     per_step,
     pin_threads,
     precision_name,
+    print_bf16_check,
     probe_record,
     rlvr_lora,
     step_end_callback,
@@ -281,22 +284,12 @@ def loss_parity(a, model_dir: str, pairs: list[dict], pairs_path: str, work: str
         pc, pr, _, _ = pair_logprobs(model, data.chosen, data.rejected, tok.pad_token_id)
     g = torch.Generator().manual_seed(0)
     data.ref_logprobs = torch.stack([pc, pr], 1) + torch.randn(n, 2, generator=g)  # reference != policy
-    rec = paired_step(model, data, list(range(n)), rlvr_stage(a, pairs_path), tok.pad_token_id, False)
-    grads = lambda: torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
-    g_ours = grads()
-    model.zero_grad(set_to_none=True)
+    stage = rlvr_stage(a, pairs_path)
+    ours = lambda bf16: paired_step(model, data, list(range(n)), stage, tok.pad_token_id, bf16)["train/loss"]
     rows = [dict(trainer.train_dataset[i], ref_chosen_logps=float(data.ref_logprobs[i, 0]),
                  ref_rejected_logps=float(data.ref_logprobs[i, 1])) for i in range(n)]
-    out = trainer.compute_loss(model, trainer.data_collator(rows))
-    loss = out[0] if isinstance(out, tuple) else out
-    loss.backward()
-    g_theirs = grads()
-    model.zero_grad(set_to_none=True)
-    theirs, ours = float(loss.detach()), float(rec["train/loss"])
-    gdiff = float((g_ours - g_theirs).norm() / g_theirs.norm().clamp(min=1e-12)) \
-        if g_ours.shape == g_theirs.shape else float("inf")
-    return {"pairs": n, "beta": 0.1, "rlvr_loss": ours, "trl_loss": theirs, "abs_diff": abs(ours - theirs),
-            "grad_rel_diff": gdiff, "agree": abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs)) and gdiff <= 1e-4}
+    theirs = lambda: trainer.compute_loss(model, trainer.data_collator(rows))
+    return {"pairs": n, "beta": 0.1, **loss_checks(model, ours, theirs)}
 
 
 # ---------------------------------------------------------------- driver
@@ -325,7 +318,9 @@ def bench(a, progress=None) -> dict:
             res = interleave({trl_sides[0]: workers[trl_sides[0]]}, side_args[trl_sides[0]], timeout=a.timeout)
             return probe_record(res[trl_sides[0]], a.skip)
         say(f"DPO {a.size}: token ids checked equal" + (f", loss check on {a.check} fixed pairs" if a.check else ""))
-        parity = loss_parity(a, model_dir, pairs, pairs_path, str(work / "parity"))
+        parity = in_child(loss_parity, a, model_dir, pairs, pairs_path, str(work / "parity"))
+        if a.loss_check_only:
+            return {"loss_check": parity}
         say(f"DPO {a.size}: {a.steps + 1} steps per side, interleaved")
         res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args,
                          timeout=a.timeout)
@@ -384,6 +379,7 @@ def report(a, out: dict) -> None:
         print(f"loss on {lc['pairs']} fixed pairs (reference != policy): rlvr {lc['rlvr_loss']:.7g}  "
               f"TRL {lc['trl_loss']:.7g}  |diff| {lc['abs_diff']:.2e}; gradients |g_rlvr - g_TRL| / |g_TRL| "
               f"{lc['grad_rel_diff']:.2e}  {'agree' if lc['agree'] else 'DISAGREE'}")
+        print_bf16_check(lc)
 
 
 if __name__ == "__main__":

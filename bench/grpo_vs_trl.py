@@ -77,7 +77,9 @@ from _common import (
     fmt_row,
     heavy_modules,
     hold_baton_from_batch_fetch,
+    in_child,
     interleave,
+    loss_checks,
     machine,
     micro_tokens_arg,
     paired_ratios,
@@ -85,6 +87,7 @@ from _common import (
     per_step,
     pin_threads,
     precision_name,
+    print_bf16_check,
     probe_record,
     rlvr_lora,
     step_end_callback,
@@ -389,9 +392,7 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
                                  old_logprobs=[[0.0] * len(p) + x.tolist() for (p, _), x in zip(rows, lp)],
                                  ref_logprobs=[[0.0] * len(p) + r.tolist() for (p, _), r in zip(rows, ref)],
                                  advantages=adv)
-    met = update_minibatch(model, batch, stage, on_policy=True)
-    grad_ours = torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
-    model.zero_grad(set_to_none=True)
+    ours = lambda bf16: update_minibatch(model, batch, stage, on_policy=True, bf16=bf16)["train/loss"]
     # TRL: _compute_loss on the same rows, completions right-padded
     C = max(len(c) for _, c in rows)
     pad = lambda xs, v: [x + [v] * (C - len(x)) for x in xs]
@@ -403,16 +404,8 @@ def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per
               "ref_per_token_logps": torch.tensor(pad([r.tolist() for r in ref], 0.0)),
               "num_items_in_batch": torch.tensor(float(sum(len(c) for _, c in rows)))}
     trainer.current_gradient_accumulation_steps = 1
-    loss = trainer._compute_loss(model, inputs)
-    loss.backward()
-    grad_theirs = torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
-    model.zero_grad(set_to_none=True)
-    theirs, ours = float(loss.detach()), float(met["train/loss"])
-    gdiff = float((grad_ours - grad_theirs).norm() / grad_theirs.norm().clamp(min=1e-12)) \
-        if grad_ours.shape == grad_theirs.shape else float("inf")
-    return {"rows": len(rows), "completion_lengths": lengths, "beta": a.beta, "rlvr_loss": ours, "trl_loss": theirs,
-            "abs_diff": abs(ours - theirs), "grad_rel_diff": gdiff,
-            "agree": abs(ours - theirs) <= 1e-5 * max(1.0, abs(theirs)) and gdiff <= 1e-4}
+    return {"rows": len(rows), "completion_lengths": lengths, "beta": a.beta,
+            **loss_checks(model, ours, lambda: trainer._compute_loss(model, inputs))}
 
 
 # ---------------------------------------------------------------- driver
@@ -454,7 +447,9 @@ def bench(a, progress=None) -> dict:
         parity = None
         if not a.no_loss_check:
             say(f"GRPO {a.size}: loss check on a fixed batch")
-            parity = loss_parity(a, model_dir, tasks, plain, str(work / "parity"))
+            parity = in_child(loss_parity, a, model_dir, tasks, plain, str(work / "parity"))
+        if a.loss_check_only:
+            return {"loss_check": parity, "model_params": n_params}
         say(f"GRPO {a.size}: {a.steps + 1} steps per side, interleaved")
         trl = trl_sides(a.trl_precision)
         res = interleave({"rlvr": rlvr_worker, **trl}, (a, model_dir, n_tasks, str(work / "rlvr")), timeout=a.timeout,
@@ -520,6 +515,7 @@ def report(a, out: dict) -> None:
         print(f"loss on one fixed batch ({lc['rows']} rows, beta={lc['beta']}): rlvr {lc['rlvr_loss']:.7g}  "
               f"TRL {lc['trl_loss']:.7g}  |diff| {lc['abs_diff']:.2e}; gradients |g_rlvr - g_TRL| / |g_TRL| "
               f"{lc['grad_rel_diff']:.2e}  {'agree' if lc['agree'] else 'DISAGREE'}")
+        print_bf16_check(lc)
 
 
 if __name__ == "__main__":

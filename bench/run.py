@@ -98,6 +98,8 @@ def parse_args(argv: list[str] | None = None):
                     "replaced (repeatable; a shrunk smoke run)")
     ap.add_argument("--trl-setting", default=None, help="with --shape: PRECISION:MICRO (e.g. bf16:16), TRL's "
                     "setting as given instead of the search")
+    ap.add_argument("--loss-checks-only", action="store_true", help="with --shape: each mode's fixed-batch loss check "
+                    "only (float32 and bf16 autocast, rlvr against TRL on the same batch), no steps")
     ap.add_argument("--probe-steps", type=int, default=2, help="with --shape: steps of each TRL probe of the "
                     "setting search (the first dropped)")
     ap.add_argument("--trl-ram-cap-mb", type=float, default=24 * 1024, help="with --shape: a TRL probe whose peak "
@@ -339,6 +341,10 @@ def run_shape_mode(a, mode: str, model_dir: str, say) -> dict:
     common = ["--model-dir", model_dir, "--lora", str(rank), "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a)]
     if kind == "grpo":
         common += ["--max-new", str(a.max_new)]
+    if a.loss_checks_only:
+        mod, spell = shape_bench(kind)
+        setting = spell({"precision": "fp32", "micro": SHAPE_ROWS[kind]})  # the check's batch is its own
+        return {"loss_check": mod.bench(mod.parse_args([*common, *setting, "--loss-check-only"]), say)["loss_check"]}
     best, tried = shape_trl_setting(a, kind, common, say)
     if best is None:
         return {"error": "TRL: no setting ran within the RAM cap (" + ", ".join(
@@ -351,16 +357,24 @@ def run_shape_mode(a, mode: str, model_dir: str, say) -> dict:
 
 
 def build_shape_folder(a, work: Path) -> tuple[str, dict]:
-    """The random-init HF folder of ``--shape`` (with ``--shape-set``) both sides load, and its config."""
-    from rlvr.models.shapes import build_shape, parse_overrides
+    """The random-init HF folder of ``--shape`` (with ``--shape-set``) both sides load, and its config; built in its
+    own process (``_common.in_child``), so the driver's heap does not keep a real-shape model beside the workers."""
+    from _common import in_child
 
-    model, _ = build_shape(work / "model", a.shape, seed=0, overrides=parse_overrides(a.shape_set))
+    from rlvr.models.shapes import parse_overrides
+
+    return str(work / "model"), in_child(_build_shape, str(work / "model"), a.shape, parse_overrides(a.shape_set))
+
+
+def _build_shape(out: str, shape: str, overrides: dict) -> dict:
+    from rlvr.models.shapes import build_shape
+
+    model, _ = build_shape(Path(out), shape, seed=0, overrides=overrides)
     cfg = {k: getattr(model.config, k, None) for k in ("model_type", "hidden_size", "num_hidden_layers",
                                                        "num_attention_heads", "num_key_value_heads", "vocab_size",
                                                        "tie_word_embeddings")}
     cfg["params"] = sum(p.numel() for p in model.parameters())
-    del model
-    return str(work / "model"), cfg
+    return cfg
 
 
 RUNNERS = {"grpo": run_grpo, "dpo": run_dpo, "sft": run_sft, "verifier": run_verifier, "quickstart": run_quickstart}
@@ -399,6 +413,12 @@ def acceptance(res: dict) -> dict:
             rss = SHAPE_TARGETS["grpo_rss" if kind == "grpo" else "rss"]
             acc[f"{mode} step <= {SHAPE_TARGETS[kind]}x TRL"] = rec["ratio"] <= SHAPE_TARGETS[kind]
             acc[f"{mode} peak RSS <= {rss}x TRL"] = rec["rss_ratio"] <= rss
+        if isinstance(rec, dict):
+            lc = rec.get("loss_check") or {}
+            if "agree" in lc:
+                acc[f"{mode} fixed-batch loss equal (float32, 1e-5)"] = bool(lc["agree"])
+            if "agree" in (lc.get("bf16") or {}):
+                acc[f"{mode} fixed-batch loss equal (bf16, 1e-2)"] = bool(lc["bf16"]["agree"])
     sft = res.get("sft", {})
     if isinstance(sft, dict) and "fraction_of_peak" in sft:
         acc[f"sft >= {TARGETS['sft_fraction']:.0%} of bf16 peak"] = sft["fraction_of_peak"] >= TARGETS["sft_fraction"]
@@ -519,11 +539,15 @@ def shape_lines(res: dict) -> list[str]:
                           for t in rec.get("trl_search") or [])
         if tried:
             searched.append(f"{mode}: {tried}")
+        lc = rec.get("loss_check") or {}
+        if "ratio" not in rec and lc:
+            rows.append(f"| {mode} | loss check only |" + " |" * 6 + f" {_f(lc.get('rlvr_loss'), '.7g')} / "
+                        f"{_f(lc.get('trl_loss'), '.7g')} | {_f((lc.get('bf16') or {}).get('rel_diff'), '.1e')} |")
+            continue
         if "ratio" not in rec:
-            rows.append(f"| {mode} | failed: {str(rec.get('error') or rec.get('missing'))[:100]} |" + " |" * 7)
+            rows.append(f"| {mode} | failed: {str(rec.get('error') or rec.get('missing'))[:100]} |" + " |" * 8)
             continue
         st = rec.get("trl_setting") or {}
-        lc = rec.get("loss_check") or {}
         rw = rec.get("rows", {})
         trained = " / ".join(f"{v['trained']}/{v['of']}" for v in rw.values())
         rss = SHAPE_TARGETS["grpo_rss" if kind == "grpo" else "rss"]
@@ -531,15 +555,16 @@ def shape_lines(res: dict) -> list[str]:
                     f"{_f(rec['trl_step_s'])} | **{_f(rec['ratio'], '.2f')}** (≤ {SHAPE_TARGETS[kind]}) | "
                     f"{_f(rec['rlvr_rss_mb'], '.0f')} / {_f(rec['trl_rss_mb'], '.0f')} | "
                     f"**{_f(rec['rss_ratio'], '.2f')}** (≤ {rss}) | {trained} | "
-                    f"{_f(lc.get('rlvr_loss'), '.7g')} / {_f(lc.get('trl_loss'), '.7g')} |")
+                    f"{_f(lc.get('rlvr_loss'), '.7g')} / {_f(lc.get('trl_loss'), '.7g')} | "
+                    f"{_f((lc.get('bf16') or {}).get('rel_diff'), '.1e')} |")
     if not rows:
         return []
     shape = res.get("shape") or {}
     head = (f"Shape {(res.get('config') or {}).get('shape')}: {shape.get('params')} parameters, vocabulary "
             f"{shape.get('vocab_size')}, {shape.get('num_hidden_layers')} layers.")
     cols = ("| mode | TRL setting | rlvr step (s) | TRL step (s) | ratio | peak MB rlvr / TRL | RSS ratio | rows trained "
-            "rlvr / TRL | fixed-batch loss rlvr / TRL |")
-    return [head, "", cols, "|---|---|---:|---:|---:|---:|---:|---:|---:|", *rows, "",
+            "rlvr / TRL | fixed-batch loss rlvr / TRL (float32) | bf16 loss rel. diff |")
+    return [head, "", cols, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|", *rows, "",
             *(["TRL settings probed: " + "; ".join(searched) + ".", ""] if searched else [])]
 
 

@@ -4,7 +4,7 @@
     PYTHONPATH=src python bench/scaling.py --quick --json /tmp/scaling.json --png /tmp/scaling.png       # smoke
 
 The base (:data:`BASE`): the Qwen2.5-0.5B shape (random init, ``rlvr build-model``), LoRA r 16 (alpha 32) on the
-attention and MLP projections, 8 prompts x G 8, 128 new tokens, beta 0.04 (k3: the frozen reference's pass is in
+attention and MLP projections, 1 prompt x G 8, 128 new tokens, beta 0.04 (k3: the frozen reference's pass is in
 every step), float32, the reward of ``grpo_vs_trl.py`` (correct + spread: every group carries variance). From
 it one factor grows at a time (:data:`FACTORS`): the group size G (4 -> 64), the completion length (64 -> 1,024
 new tokens), the vocabulary (1k -> 152k ids, on the base shape cut to 4 layers: a 24-layer body would hide the
@@ -12,7 +12,7 @@ head) and the model size (1M -> the 0.5B shape, :data:`MODEL_POINTS`). ``--quick
 shapes (hidden 64, 2 layers) and short completions, a smoke test of the whole path in a few minutes.
 
 Each point is a fresh process (``--point``, its own ``build-model`` folder built in another process before it):
-``--steps`` GRPO steps of ``train_rl`` (the first a warm-up), its step time and the phases of a step
+``--steps`` GRPO steps of ``train_rl`` (the first a warm-up, unless ``--steps 1``), its step time and the phases of a step
 (``time/generate``, ``time/ref``, ``time/train``; medians of the measured steps) from its metrics, and its own
 peak RSS (``VmHWM``: imports, model, reference, optimizer state, rollout, activations). A point over
 ``--point-timeout`` seconds or out of memory is recorded as such and the curve goes on.
@@ -38,8 +38,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-BASE = {"shape": "qwen2.5-0.5b", "set": {}, "lora": 16, "prompts": 8, "group": 8, "max_new": 128, "beta": 0.04}
-"""The point every curve starts from (the issue's stated base)."""
+BASE = {"shape": "qwen2.5-0.5b", "set": {}, "lora": 16, "prompts": 1, "group": 8, "max_new": 128, "beta": 0.04}
+"""The point every curve starts from: one prompt's group a step, so that the far end of each curve (G 64, 1,024 new
+tokens: eight times the base's rows or tokens) is one step of minutes on 2 cores, not an hour."""
 
 MODEL_POINTS = {
     "1m": {"hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
@@ -61,8 +62,11 @@ FACTORS = {
     "vocab": {"key": "vocab_size", "values": [1024, 8192, 32768, 65536, 151936], "label": "vocabulary",
               "set": {"num_hidden_layers": 4}},
     "model": {"key": "model", "values": list(MODEL_POINTS), "label": "model"},
+    "training": {"key": "lora", "values": [16, 0], "label": "LoRA rank (0: full fine-tuning)"},
 }
-"""Each curve: the factor, its values, and (``set``) what its base changes first."""
+"""Each curve: the factor, its values, and (``set``) what its base changes first. ``training`` is two points, not a
+curve: the base with LoRA and with full fine-tuning (every parameter trained, float32 AdamW state, the frozen
+reference a second copy of the weights)."""
 
 QUICK_SET = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
              "intermediate_size": 128, "vocab_size": 4096}
@@ -73,6 +77,7 @@ QUICK_FACTORS = {
     "max_new": {"key": "max_new", "values": [8, 16], "label": "new tokens"},
     "vocab": {"key": "vocab_size", "values": [1024, 4096], "label": "vocabulary"},
     "model": {"key": "model", "values": list(QUICK_MODEL_POINTS), "label": "model"},
+    "training": FACTORS["training"],
 }
 
 
@@ -141,10 +146,17 @@ def fit(xs: list[float], points: list[dict]) -> dict:
     mem0 = ok[0][1]["peak_mb"]
     above = [(a, p["peak_mb"] - mem0) for a, p in ok[1:]]
     lin = _slope([(a, p["peak_mb"]) for a, p in zip(x, (p for _, p in ok))])
+    beyond = _slope([(a, p["peak_mb"] - weights_mb(p)) for a, p in zip(x, (p for _, p in ok)) if p.get("params")])
     return {"points": len(ok), "time_exponent": _round(loglog_slope(x, [p["step_s"] for _, p in ok])),
             "memory_exponent": _round(loglog_slope([a - x[0] for a, _ in above], [m for _, m in above])
                                       if len(above) >= 2 else None),
-            "memory_mb_per_unit": _round(lin, 5)}
+            "memory_mb_per_unit": _round(lin, 5), "beyond_weights_mb_per_unit": _round(beyond, 5)}
+
+
+def weights_mb(p: dict) -> float:
+    """The float32 bytes of a point's model parameters in MiB (the frozen weights, one copy: under LoRA the
+    reference is the same model with its adapters off)."""
+    return (p.get("params") or 0) * 4 / 2**20
 
 
 def _round(v, nd: int = 3):
@@ -158,8 +170,25 @@ def assemble(base: dict, quick: bool, curves: dict, info: dict | None = None) ->
         values = [v for v, _ in pts]
         xs = [params_of_point(p) if name == "model" else v for v, p in pts]
         factors[name] = {"values": values, "x": xs, "points": [{"value": v, **p} for v, p in pts],
-                         "fit": fit(xs, [p for _, p in pts])}
+                         "fit": fit(xs, [p for _, p in pts]) if name != "training"
+                         else {"points": sum("step_s" in p for _, p in pts)}}
     return {"benchmark": "scaling", "quick": quick, "base": base, "factors": factors, **(info or {})}
+
+
+def merge(results: list[dict]) -> dict:
+    """Several scaling JSONs of the same base as one: their curves side by side (a factor in two: the later one),
+    each run's command and steps kept under ``runs``."""
+    bases = {json.dumps(r["base"], sort_keys=True) for r in results}
+    if len(bases) > 1:
+        raise SystemExit(f"--from: the JSONs have different bases: {sorted(bases)}")
+    if len(results) == 1:
+        return results[0]
+    out = {**results[0], "factors": {}, "runs": []}
+    for r in results:
+        out["factors"].update(r["factors"])
+        out["runs"].append({k: r.get(k) for k in ("command", "steps", "date", "seconds")} | {"factors": list(r["factors"])})
+    out["seconds"] = sum(r.get("seconds") or 0 for r in results)
+    return out
 
 
 def params_of_point(p: dict):
@@ -181,9 +210,14 @@ def point_main(spec_path: str) -> None:
 
     a = grpo_vs_trl.parse_args(["--prompts", str(spec["prompts"]), "--group", str(spec["group"]),
                                 "--max-new", str(spec["max_new"]), "--beta", str(spec["beta"]),
-                                "--steps", str(spec["steps"]), "--skip", "1", "--lora", str(spec["lora"])])
+                                "--steps", str(spec["steps"]), "--skip", str(min(1, spec["steps"] - 1)),
+                                "--lora", str(spec["lora"])])
     n_tasks = spec["prompts"] * (spec["steps"] + 1)
-    stage = grpo_vs_trl.rlvr_stage(a, n_tasks).model_copy(update={"max_steps": spec["steps"]})
+    stage = grpo_vs_trl.rlvr_stage(a, n_tasks)
+    # the verifier-overfitting probe's twin samples (every 4th step, the first included) are a monitor's cost, not
+    # the step's: off, so that a one-step point measures the step alone
+    health = stage.health.model_copy(update={"code_tests": stage.health.code_tests.model_copy(update={"twin_every": 0})})
+    stage = stage.model_copy(update={"max_steps": spec["steps"], "health": health})
     pin_threads()
     work = Path(spec["work"])
     rl_mod.train_rl(stage, ModelConfig(path=spec["model_dir"], lora=rlvr_lora(a)), work, seed=0)
@@ -242,13 +276,15 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--png", help="draw the curves here (matplotlib)")
     ap.add_argument("--quick", action="store_true", help="shrunk shapes (hidden 64, 2 layers): a smoke test")
     ap.add_argument("--only", default="", help="comma-separated factors (group, max_new, vocab, model)")
-    ap.add_argument("--steps", type=int, default=3, help="GRPO steps per point (the first a warm-up)")
+    ap.add_argument("--steps", type=int, default=2, help="GRPO steps per point, the first a warm-up (dropped); 1: the "
+                    "one step is measured, its one-time costs included (for points whose step takes minutes)")
     ap.add_argument("--point-timeout", type=float, default=600.0, help="seconds a point may take (build excluded)")
-    ap.add_argument("--from", dest="from_json", help="no run: read a scaling JSON (with --png: draw it)")
+    ap.add_argument("--from", dest="from_json", help="no run: read scaling JSONs (comma-separated: their curves "
+                    "together; with --json: written as one; with --png: drawn)")
     ap.add_argument("--point", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if a.steps < 2:
-        ap.error(f"--steps {a.steps}: at least 2 (the first is a warm-up)")
+    if a.steps < 1:
+        ap.error(f"--steps {a.steps}: at least 1")
     try:
         a.grid = grid(a.quick, [f for f in a.only.split(",") if f])
     except ValueError as e:
@@ -313,19 +349,30 @@ def plot(res: dict, path: str) -> None:
     labels = {**{k: v["label"] for k, v in FACTORS.items()}, "model": "parameters"}
     for j, name in enumerate(names):
         f = res["factors"][name]
-        pts = [(x, p) for x, p in zip(f["x"], f["points"]) if "step_s" in p and x]
+        categorical = name == "training"  # LoRA r 16 / full: two bars' worth of points, not a curve
+        xs = list(range(len(f["x"]))) if categorical else f["x"]
+        pts = [(x, p) for x, p in zip(xs, f["points"]) if "step_s" in p and (x or categorical)]
         top, bottom = axes[0][j], axes[1][j]
         for key, style in (("step_s", "o-"), ("generate_s", "s--"), ("ref_s", "^:"), ("train_s", "v-.")):
             xy = [(x, p[key]) for x, p in pts if p.get(key)]
             if xy:
                 top.plot(*zip(*xy), style, label=key.removesuffix("_s"))
         if pts:
-            bottom.plot([x for x, _ in pts], [p["peak_mb"] for _, p in pts], "o-", color="C3")
+            bottom.plot([x for x, _ in pts], [p["peak_mb"] for _, p in pts], "o-", color="C3", label="peak RSS")
+            bottom.plot([x for x, _ in pts], [p["peak_mb"] - weights_mb(p) for _, p in pts], "s--", color="C7",
+                        label="peak - float32 weights")
+            bottom.legend(fontsize=8)
         fitted = f.get("fit", {})
-        top.set_title(f"{labels.get(name, name)} (time slope {fitted.get('time_exponent')})")
-        bottom.set_title(f"peak RSS (MiB); slope above base {fitted.get('memory_exponent')}")
+        top.set_title(labels.get(name, name) if categorical
+                      else f"{labels.get(name, name)} (time slope {fitted.get('time_exponent')})")
+        bottom.set_title("peak RSS (MiB)" if categorical
+                         else f"peak RSS (MiB); slope above base {fitted.get('memory_exponent')}")
         for ax in (top, bottom):
-            ax.set_xscale("log")
+            if categorical:
+                ax.set_xticks(xs, [f"LoRA r {v}" if v else "full" for v in f["values"]])
+                ax.set_xlim(-0.5, len(xs) - 0.5)
+            else:
+                ax.set_xscale("log")
             ax.set_xlabel(labels.get(name, name))
             ax.grid(True, which="both", alpha=0.3)
         top.set_yscale("log")
@@ -347,8 +394,8 @@ def main() -> None:
         point_main(sys.argv[sys.argv.index("--point") + 1])
         return
     a = parse_args()
-    res = json.loads(Path(a.from_json).read_text()) if a.from_json else run(a)
-    if a.json and not a.from_json:
+    res = merge([json.loads(Path(f).read_text()) for f in a.from_json.split(",")]) if a.from_json else run(a)
+    if a.json:
         write(a.json, res)
         print(f"wrote {a.json}", file=sys.stderr)
     if a.png:

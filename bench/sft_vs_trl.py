@@ -45,7 +45,9 @@ from _common import (
     end_rlvr_steps_at_metrics_line,
     heavy_modules,
     hold_baton_from_batch_fetch,
+    in_child,
     interleave,
+    loss_checks,
     machine,
     micro_tokens_arg,
     paired_ratios,
@@ -53,6 +55,7 @@ from _common import (
     per_step,
     pin_threads,
     precision_name,
+    print_bf16_check,
     probe_record,
     rlvr_lora,
     step_end_callback,
@@ -191,7 +194,6 @@ def trl_worker(baton, a, model_dir: str, n_rows: int, work: str) -> dict:
 def loss_parity(a, model_dir: str, tasks, work: str) -> dict | None:
     """TRL's token ids and completion masks of the first rows == rlvr's (checked here, in the driver); then, unless
     ``--check 0``, both losses and gradients on the first ``check`` rows."""
-    import torch
 
     from rlvr.trainers.common import sft_step
     from rlvr.trainers.sft import tokenize_demos
@@ -207,22 +209,9 @@ def loss_parity(a, model_dir: str, tasks, work: str) -> dict | None:
         return None
     n = min(a.check, len(tasks))
     model.train()
-    rec = sft_step(model, examples, list(range(n)), n, False, tok.pad_token_id, False)
-    grads = lambda: torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
-    g_ours = grads()
-    model.zero_grad(set_to_none=True)
-    out = trainer.compute_loss(model, trainer.data_collator([trainer.train_dataset[i] for i in range(n)]))
-    loss = out[0] if isinstance(out, tuple) else out
-    loss.backward()
-    g_theirs = grads()
-    model.zero_grad(set_to_none=True)
-    theirs, ours = float(loss.detach()), float(rec["train/loss"])
-    gdiff = float((g_ours - g_theirs).norm() / g_theirs.norm().clamp(min=1e-12)) \
-        if g_ours.shape == g_theirs.shape else float("inf")
-    rel = abs(ours - theirs) / max(abs(theirs), 1e-12)
-    return {"rows": n, "loss": "mean token NLL over completion tokens", "rlvr_loss": ours, "trl_loss": theirs,
-            "abs_diff": abs(ours - theirs), "rel_diff": rel, "grad_rel_diff": gdiff,
-            "agree": rel <= 1e-5 and gdiff <= 1e-4}
+    ours = lambda bf16: sft_step(model, examples, list(range(n)), n, False, tok.pad_token_id, bf16)["train/loss"]
+    theirs = lambda: trainer.compute_loss(model, trainer.data_collator([trainer.train_dataset[i] for i in range(n)]))
+    return {"rows": n, "loss": "mean token NLL over completion tokens", **loss_checks(model, ours, theirs)}
 
 
 # ---------------------------------------------------------------- driver
@@ -241,7 +230,9 @@ def bench(a, progress=None) -> dict:
             res = interleave({"trl": trl_worker}, (a, model_dir, n_rows, str(work / "trl")), timeout=a.timeout)
             return probe_record(res["trl"], a.skip)
         say(f"SFT {a.size}: token ids checked equal" + (f", loss check on {a.check} fixed rows" if a.check else ""))
-        parity = loss_parity(a, model_dir, make_tasks(max(a.check, 8)), str(work / "parity"))
+        parity = in_child(loss_parity, a, model_dir, make_tasks(max(a.check, 8)), str(work / "parity"))
+        if a.loss_check_only:
+            return {"loss_check": parity}
         say(f"SFT {a.size}: {a.steps + 1} steps per side, interleaved")
         res = interleave({"rlvr": rlvr_worker, "trl": trl_worker}, (a, model_dir, n_rows, str(work / "rlvr")),
                          alt_args={"trl": (a, model_dir, n_rows, str(work / "trl"))}, timeout=a.timeout)
@@ -281,6 +272,7 @@ def main() -> None:
     if lc:
         print(f"loss on {lc['rows']} fixed rows: rlvr {lc['rlvr_loss']:.7g}  TRL {lc['trl_loss']:.7g}  rel diff "
               f"{lc['rel_diff']:.1e}; gradients rel diff {lc['grad_rel_diff']:.1e}  {'agree' if lc['agree'] else 'DISAGREE'}")
+        print_bf16_check(lc)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))
     print(f"wrote {a.out}")

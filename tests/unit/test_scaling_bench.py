@@ -40,7 +40,8 @@ def _diff(a: dict, b: dict) -> set:
 def test_grid_changes_one_factor_at_a_time(scaling, quick):
     base = scaling.QUICK_BASE if quick else scaling.BASE
     g = scaling.grid(quick)
-    assert set(g) == {"group", "max_new", "vocab", "model"}
+    assert set(g) == {"group", "max_new", "vocab", "model", "training"}
+    assert [(spec["lora"], _diff(spec, base) <= {"lora"}) for _, spec in g["training"]] == [(16, True), (0, True)]
     for v, spec in g["group"]:
         assert _diff(spec, base) <= {"group"} and spec["group"] == v
     for v, spec in g["max_new"]:
@@ -82,6 +83,29 @@ def test_fit_reads_linear_and_quadratic_growth(scaling):
     # a failed point is left out of the fit; fewer than two measured points: no slope
     assert scaling.fit(xs, [lin[0], {"error": "killed"}, lin[2], lin[3]])["points"] == 3
     assert scaling.fit(xs[:2], [lin[0], {"error": "over the limit"}]) == {"points": 1}
+
+
+def test_fit_separates_the_weights_from_what_grows_with_the_work(scaling):
+    # a vocabulary curve whose peak is the float32 weights plus a constant: linear in V, nothing beyond the weights
+    vs = [1024, 8192, 65536]
+    pts = [{"params": 1_000_000 + 896 * v, "step_s": 1.0, "peak_mb": 300.0 + (1_000_000 + 896 * v) * 4 / 2**20}
+           for v in vs]
+    f = scaling.fit(vs, pts)
+    assert f["memory_mb_per_unit"] == pytest.approx(896 * 4 / 2**20, rel=1e-2)  # rounded to 5 places
+    assert f["beyond_weights_mb_per_unit"] == pytest.approx(0.0, abs=1e-9)
+    assert scaling.weights_mb({"params": 2**18}) == 1.0 and scaling.weights_mb({"error": "x"}) == 0.0
+
+
+def test_merge_puts_curves_of_one_base_together_and_refuses_two_bases(scaling):
+    a = scaling.assemble(scaling.BASE, False, {"group": [(4, {"params": 1, "step_s": 1.0, "peak_mb": 1.0})]},
+                         {"command": "a", "steps": 1, "seconds": 10})
+    b = scaling.assemble(scaling.BASE, False, {"vocab": [(1024, {"params": 1, "step_s": 1.0, "peak_mb": 1.0})]},
+                         {"command": "b", "steps": 2, "seconds": 5})
+    m = scaling.merge([a, b])
+    assert list(m["factors"]) == ["group", "vocab"] and m["seconds"] == 15
+    assert [r["steps"] for r in m["runs"]] == [1, 2] and m["runs"][1]["factors"] == ["vocab"]
+    with pytest.raises(SystemExit, match="different bases"):
+        scaling.merge([a, {**b, "base": scaling.QUICK_BASE}])
 
 
 def test_assemble_keeps_every_point_and_uses_parameters_as_the_model_curves_x(scaling):
