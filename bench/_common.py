@@ -204,12 +204,19 @@ def step_end_callback(baton):
     return _step_end_callback()(baton)
 
 
-def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout: float = 1800.0) -> dict:
+def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout: float = 1800.0,
+               sequential: bool = False) -> dict:
     """Run ``workers`` {side: fn(baton, *args) -> dict} in spawned processes, steps alternating.
 
-    ``alt_args`` {side: args} replaces ``args`` for that side.
+    ``alt_args`` {side: args} replaces ``args`` for that side. ``sequential``: one side after the other, each alone
+    (``interleaved`` false in its result), for a shape where the two sides' processes do not fit in memory together
+    (full fine-tuning at 0.5B: weights, gradients, AdamW state and a reference copy on each side); the times are then
+    not taken under the same load, so the machine must be quiet.
     """
     import multiprocessing as mp
+
+    if sequential and len(workers) > 1:
+        return {s: interleave({s: fn}, (alt_args or {}).get(s, args), timeout=timeout)[s] for s, fn in workers.items()}
     from queue import Empty
 
     ctx = mp.get_context("spawn")
@@ -341,6 +348,9 @@ def trl_peft(a):
 def add_trl_setting_args(ap, precision: bool = True) -> None:
     """``--trl-micro`` (TRL's rows a forward, gradient accumulation to the step), ``--trl-precision`` (unless the
     script has its own) and ``--trl-probe`` (TRL alone, the steps given: one probe of ``_trl_search.search``)."""
+    ap.add_argument("--sequential", action="store_true",
+                    help="run the sides one after the other instead of alternating steps (two real-shape full "
+                         "fine-tuning processes do not fit in memory together)")
     ap.add_argument("--loss-check-only", action="store_true",
                     help="only the fixed-batch loss check (float32 and bf16), no steps: {'loss_check': ...}")
     ap.add_argument("--trl-micro", type=int, default=None,

@@ -322,7 +322,7 @@ def bench(a, progress=None) -> dict:
         if a.loss_check_only:
             return {"loss_check": parity}
         say(f"DPO {a.size}: {a.steps + 1} steps per side, interleaved")
-        res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args,
+        res = interleave(workers, (a, model_dir, pairs_path, str(work / "rlvr")), alt_args=side_args, sequential=a.sequential,
                          timeout=a.timeout)
     finally:
         shutil.rmtree(work, ignore_errors=True)

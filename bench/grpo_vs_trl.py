@@ -453,6 +453,7 @@ def bench(a, progress=None) -> dict:
         say(f"GRPO {a.size}: {a.steps + 1} steps per side, interleaved")
         trl = trl_sides(a.trl_precision)
         res = interleave({"rlvr": rlvr_worker, **trl}, (a, model_dir, n_tasks, str(work / "rlvr")), timeout=a.timeout,
+                         sequential=a.sequential,
                          alt_args={s: (a, model_dir, plain, str(work / s)) for s in trl})
     finally:
         shutil.rmtree(work, ignore_errors=True)

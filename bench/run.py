@@ -27,8 +27,8 @@ fastest setting that fits searched (``_trl_search``: precision x micro-batch, on
 memory or over ``--trl-ram-cap-mb`` never chosen; ``--trl-setting`` skips it), then one record of the
 size-record shape below at the top level (``ratio``, ``rlvr_rss_mb``, ``trl_rss_mb``, ``rows``, ``loss_check``,
 ..., plus ``trl_setting`` and ``trl_search``). GRPO: 8 prompts x G 8, 128 new tokens, beta 0.04; DPO 32 pairs,
-SFT 32 rows a step; LoRA r 16 (alpha 32) on the attention and MLP projections on both sides; 4 measured steps
-after 1 warm-up unless ``--steps`` / ``--warmup`` say otherwise.
+SFT 32 rows a step; LoRA r 16 (alpha 32) on the attention and MLP projections on both sides; 4 steps, the first
+a warm-up (dropped), unless ``--steps`` (steps in all) / ``--warmup`` (of them dropped) say otherwise.
 
 JSON shape (``--json``)::
 
@@ -88,8 +88,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--only", default="", help=f"comma-separated sections to run ({','.join(SECTIONS)})")
     ap.add_argument("--skip", default="", help="comma-separated sections to leave out")
     ap.add_argument("--sizes", default="1m,5m", help="tiny model sizes for grpo and dpo")
-    ap.add_argument("--steps", type=int, default=None, help="measured steps per side (grpo, dpo; default 20, "
-                    "with --shape 4)")
+    ap.add_argument("--steps", type=int, default=None, help="steps per side, the warm-up included (grpo, dpo; "
+                    "default 20, with --shape 4)")
     ap.add_argument("--warmup", type=int, default=None, help="warm-up steps dropped (grpo, dpo; default 3, with "
                     "--shape 1)")
     ap.add_argument("--shape", default=None, help="run the real-shape modes on a random-init model of this shape "
@@ -98,6 +98,8 @@ def parse_args(argv: list[str] | None = None):
                     "replaced (repeatable; a shrunk smoke run)")
     ap.add_argument("--trl-setting", default=None, help="with --shape: PRECISION:MICRO (e.g. bf16:16), TRL's "
                     "setting as given instead of the search")
+    ap.add_argument("--sequential", action="store_true", help="with --shape: each mode's two sides one after the "
+                    "other, not alternating (for full fine-tuning, whose two processes do not fit in memory together)")
     ap.add_argument("--loss-checks-only", action="store_true", help="with --shape: each mode's fixed-batch loss check "
                     "only (float32 and bf16 autocast, rlvr against TRL on the same batch), no steps")
     ap.add_argument("--probe-steps", type=int, default=2, help="with --shape: steps of each TRL probe of the "
@@ -338,7 +340,8 @@ def run_shape_mode(a, mode: str, model_dir: str, say) -> dict:
     """One ``--shape`` mode (:data:`SHAPE_MODES`) on the shared folder: TRL's setting searched, then a size record
     against TRL in that setting, with ``trl_setting`` and ``trl_search`` (every setting probed)."""
     kind, rank = SHAPE_MODES[mode]
-    common = ["--model-dir", model_dir, "--lora", str(rank), "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a)]
+    common = ["--model-dir", model_dir, "--lora", str(rank), "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a),
+              *(["--sequential"] if a.sequential else [])]
     if kind == "grpo":
         common += ["--max-new", str(a.max_new)]
     if a.loss_checks_only:

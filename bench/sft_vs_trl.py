@@ -235,7 +235,8 @@ def bench(a, progress=None) -> dict:
             return {"loss_check": parity}
         say(f"SFT {a.size}: {a.steps + 1} steps per side, interleaved")
         res = interleave({"rlvr": rlvr_worker, "trl": trl_worker}, (a, model_dir, n_rows, str(work / "rlvr")),
-                         alt_args={"trl": (a, model_dir, n_rows, str(work / "trl"))}, timeout=a.timeout)
+                         alt_args={"trl": (a, model_dir, n_rows, str(work / "trl"))}, timeout=a.timeout,
+                         sequential=a.sequential)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     import statistics
