@@ -98,14 +98,23 @@ def point_spec(base: dict, factor: dict, value, model_points: dict) -> dict:
     return spec
 
 
-def grid(quick: bool = False, only: list[str] | None = None) -> dict:
-    """``{factor: [(value, spec), ...]}`` of the curves to run (``only``: those factors)."""
-    base, factors, models = (QUICK_BASE, QUICK_FACTORS, QUICK_MODEL_POINTS) if quick else (BASE, FACTORS, MODEL_POINTS)
+def grid(quick: bool = False, only: list[str] | None = None, base_set: dict | None = None) -> dict:
+    """``{factor: [(value, spec), ...]}`` of the curves to run (``only``: those factors, in that order; ``base_set``:
+    config fields of the base's model replaced first, see :func:`base_of`)."""
+    base = base_of(quick, base_set)
+    factors, models = (QUICK_FACTORS, QUICK_MODEL_POINTS) if quick else (FACTORS, MODEL_POINTS)
     bad = [f for f in only or [] if f not in factors]
     if bad:
         raise ValueError(f"unknown factor(s) {bad}: expected some of {', '.join(factors)}")
-    return {name: [(v, point_spec(base, f, v, models)) for v in f["values"]]
-            for name, f in factors.items() if not only or name in only}
+    return {name: [(v, point_spec(base, factors[name], v, models)) for v in factors[name]["values"]]
+            for name in (only or factors)}  # in the order asked for
+
+
+def base_of(quick: bool, base_set: dict | None = None) -> dict:
+    """The base the curves start from, with ``base_set`` (``--base-set KEY=VALUE``: e.g. fewer layers, to see
+    which part of a curve grows with depth) written into its model's config."""
+    base = QUICK_BASE if quick else BASE
+    return {**base, "set": {**base["set"], **(base_set or {})}} if base_set else base
 
 
 def folder_key(spec: dict) -> str:
@@ -276,6 +285,8 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--png", help="draw the curves here (matplotlib)")
     ap.add_argument("--quick", action="store_true", help="shrunk shapes (hidden 64, 2 layers): a smoke test")
     ap.add_argument("--only", default="", help="comma-separated factors (group, max_new, vocab, model)")
+    ap.add_argument("--base-set", action="append", default=[], help="KEY=VALUE: a field of the base model's config "
+                    "replaced (repeatable), e.g. num_hidden_layers=4")
     ap.add_argument("--steps", type=int, default=2, help="GRPO steps per point, the first a warm-up (dropped); 1: the "
                     "one step is measured, its one-time costs included (for points whose step takes minutes)")
     ap.add_argument("--point-timeout", type=float, default=600.0, help="seconds a point may take (build excluded)")
@@ -286,7 +297,9 @@ def parse_args(argv: list[str] | None = None):
     if a.steps < 1:
         ap.error(f"--steps {a.steps}: at least 1")
     try:
-        a.grid = grid(a.quick, [f for f in a.only.split(",") if f])
+        a.base_set = dict(kv.split("=", 1) for kv in a.base_set)
+        a.base_set = {k: int(v) if v.isdigit() else v for k, v in a.base_set.items()}
+        a.grid = grid(a.quick, [f for f in a.only.split(",") if f], a.base_set)
     except ValueError as e:
         ap.error(str(e))
     return a
@@ -316,10 +329,10 @@ def run(a) -> dict:
                 curves[name].append((value, res))
                 print(f"  {json.dumps(res)[:300]}", file=sys.stderr, flush=True)
                 if a.json:  # a long run keeps what it has
-                    write(a.json, assemble(QUICK_BASE if a.quick else BASE, a.quick, curves, info(a)))
+                    write(a.json, assemble(base_of(a.quick, a.base_set), a.quick, curves, info(a)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return assemble(QUICK_BASE if a.quick else BASE, a.quick, curves, {**info(a), "seconds": round(time.time() - t0)})
+    return assemble(base_of(a.quick, a.base_set), a.quick, curves, {**info(a), "seconds": round(time.time() - t0)})
 
 
 def info(a) -> dict:

@@ -146,3 +146,14 @@ def test_setting_search_never_picks_an_out_of_memory_or_over_the_cap(trl_search)
     assert not trl_search.is_oom("timed out after 600 s")
     none, tried = trl_search.search(grid[:1], lambda s: (_ for _ in ()).throw(MemoryError()))
     assert none is None and tried[0]["status"] == "oom"
+
+
+def test_base_set_changes_the_base_model_of_every_point(scaling):
+    g = scaling.grid(False, ["max_new", "group"], {"num_hidden_layers": 4})
+    assert list(g) == ["max_new", "group"]  # the order asked for
+    for _, spec in g["max_new"] + g["group"]:
+        assert spec["set"] == {"num_hidden_layers": 4}
+    assert scaling.base_of(False, {"num_hidden_layers": 4})["set"] == {"num_hidden_layers": 4}
+    assert scaling.base_of(False) is scaling.BASE
+    a = scaling.parse_args(["--only", "max_new", "--base-set", "num_hidden_layers=4", "--steps", "1"])
+    assert a.base_set == {"num_hidden_layers": 4} and a.steps == 1
