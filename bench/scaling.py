@@ -386,6 +386,9 @@ def plot(res: dict, path: str) -> None:
                 ax.set_xlim(-0.5, len(xs) - 0.5)
             else:
                 ax.set_xscale("log")
+                if name != "model":  # the values themselves as ticks (parameters: the log scale's own)
+                    ax.set_xticks(f["x"], [f"{v:,}" for v in f["values"]], fontsize=8)
+                    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
             ax.set_xlabel(labels.get(name, name))
             ax.grid(True, which="both", alpha=0.3)
         top.set_yscale("log")
@@ -394,7 +397,7 @@ def plot(res: dict, path: str) -> None:
     base = res["base"]
     fig.suptitle(f"rlvr GRPO step cost, one factor at a time from {base['shape']}{' (shrunk)' if base['set'] else ''}, "
                  f"LoRA r "
-                 f"{base['lora']}, {base['prompts']} prompts x G {base['group']}, {base['max_new']} new tokens",
+                 f"{base['lora']}, {base['prompts']} prompt{'s' if base['prompts'] > 1 else ''} x G {base['group']}, {base['max_new']} new tokens",
                  fontsize=10)
     fig.tight_layout()
     Path(path).parent.mkdir(parents=True, exist_ok=True)
