@@ -1,4 +1,5 @@
-"""Shared fixtures: the smallest tiny model (hidden 64, 2 layers) saved in HF format, GPU and slow markers."""
+"""Shared fixtures: the smallest tiny model (hidden 64, 2 layers) saved in HF format, bench/ modules, GPU and slow
+markers."""
 
 from __future__ import annotations
 
@@ -8,7 +9,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
+import importlib
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture(scope="module")
+def bench_import():
+    """``import_module`` for bench/'s scripts by name (``bench_import("scaling")``), bench/ on ``sys.path`` while the
+    test module runs (their own imports, ``_common`` and the rest, resolve there)."""
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module
+    finally:
+        sys.path.remove(str(BENCH))
 
 
 def pytest_addoption(parser):

@@ -3,23 +3,13 @@ and under bf16 autocast, each against its tolerance; and ``in_child``, which run
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
 
 @pytest.fixture(scope="module")
-def common():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import _common as mod
-        yield mod
-    finally:
-        sys.path.remove(str(BENCH))
+def common(bench_import):
+    return bench_import("_common")
 
 
 def _model():

@@ -3,32 +3,17 @@ of a point, the fitted slopes and the JSON assembled from point results; and _tr
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+@pytest.fixture(scope="module")
+def scaling(bench_import):
+    return bench_import("scaling")  # the driver's top level imports neither torch nor rlvr
 
 
 @pytest.fixture(scope="module")
-def scaling():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import scaling as mod  # the driver's top level imports neither torch nor rlvr
-        yield mod
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-@pytest.fixture(scope="module")
-def trl_search():
-    sys.path.insert(0, str(BENCH))
-    try:
-        import _trl_search as mod
-        yield mod
-    finally:
-        sys.path.remove(str(BENCH))
+def trl_search(bench_import):
+    return bench_import("_trl_search")
 
 
 def _diff(a: dict, b: dict) -> set:
