@@ -216,7 +216,8 @@ def interleave(workers: dict, args: tuple, alt_args: dict | None = None, timeout
     import multiprocessing as mp
 
     if sequential and len(workers) > 1:
-        return {s: interleave({s: fn}, (alt_args or {}).get(s, args), timeout=timeout)[s] for s, fn in workers.items()}
+        return {s: {**interleave({s: fn}, (alt_args or {}).get(s, args), timeout=timeout)[s], "interleaved": False}
+                for s, fn in workers.items()}
     from queue import Empty
 
     ctx = mp.get_context("spawn")
