@@ -378,7 +378,8 @@ def per_step(values: list, calls_per_step: int) -> list:
 
 
 LOSS_TOL = {"fp32": 1e-5, "bf16": 1e-2}
-"""Relative tolerance of the fixed-batch loss check: float32, and bf16 autocast on both sides."""
+"""Tolerance of the fixed-batch loss check, relative to TRL's loss (absolute below 1): float32, and bf16
+autocast on both sides."""
 GRAD_TOL = {"fp32": 1e-4, "bf16": 1e-1}
 """Relative tolerance of the gradients (the norm of the difference over TRL's gradient norm)."""
 
@@ -389,8 +390,9 @@ def fixed_batch_check(model, ours, theirs, bf16: bool = False) -> dict:
     ``ours(bf16)`` runs rlvr's step (its own forward and backward) and returns its loss; ``theirs()`` returns TRL's
     loss tensor, backwarded here. With ``bf16`` rlvr runs its bf16 path and TRL's forward runs under the bf16
     autocast accelerate gives it (``bf16=True``): both keep float32 weights. Returns both losses, their absolute
-    and relative difference, the gradients' relative difference and ``agree`` (within :data:`LOSS_TOL` /
-    :data:`GRAD_TOL` of the precision)."""
+    and relative difference, the gradients' relative difference and ``agree``: the losses within
+    :data:`LOSS_TOL` of the precision (relative to TRL's loss; absolute below a loss of 1) and the gradients
+    within :data:`GRAD_TOL`."""
     grads = lambda: torch.cat([q.grad.flatten() for q in model.parameters() if q.grad is not None])
     model.zero_grad(set_to_none=True)
     mine = float(ours(bf16))
@@ -432,12 +434,12 @@ def in_child(fn, *args):
     the child's traceback): the memory a step check takes (a TRL trainer and a model at a real shape) is the
     child's and is gone with it, instead of staying in the driver's heap beside the measured workers."""
     import multiprocessing as mp
+    from queue import Empty
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     p = ctx.Process(target=_call_child, args=(fn, args, queue))
     p.start()
-    from queue import Empty
     try:
         while True:
             try:

@@ -23,7 +23,7 @@ default here; the target is stated against it). The precompute pass happens befo
 
 Rows trained: each side counts the pairs its loss received per step (rlvr: the pairs handed to its
 step function; TRL: half the rows of the batch its ``compute_loss`` received). Peak RSS: each side's
-own process at its end (the token-id check runs in the driver, so the TRL worker imports no rlvr).
+own process at its end (the token-id check runs in a process of its own, so the TRL worker imports no rlvr).
 Loss check: both losses on the same ``check`` pairs (the first ones), with the
 same reference log-probabilities (the policy's own plus fixed offsets, so the loss is not exactly
 log 2): rlvr's ``paired_step`` and TRL's ``compute_loss`` on its collated rows, printed side by side,
@@ -262,9 +262,9 @@ def check_same_tokens(model_dir: str, pairs: list[dict], trl_ds) -> None:
 # ---------------------------------------------------------------- loss check
 
 def loss_parity(a, model_dir: str, pairs: list[dict], pairs_path: str, work: str) -> dict | None:
-    """TRL's token ids of the first pairs == rlvr's (checked here, in the driver, so that the TRL worker's
-    memory holds no rlvr import); then, unless ``--check 0``, rlvr's and TRL's DPO loss on the same pairs
-    with the same reference log-probabilities."""
+    """TRL's token ids of the first pairs == rlvr's (checked here, in a process of its own, so that the TRL
+    worker's memory holds no rlvr import); then, unless ``--check 0``, rlvr's and TRL's DPO loss on the same pairs
+    with the same reference log-probabilities, in float32 and bf16 (``_common.loss_checks``)."""
     import torch
 
     from rlvr.data.preference import PreferencePair

@@ -361,7 +361,8 @@ def pick_fastest(res: dict, sides: list[str], skip: int) -> tuple[str, dict]:
 # ---------------------------------------------------------------- loss check
 
 def loss_parity(a, model_dir: str, tasks, plain: list[dict], work: str, rows_per_prompt: int = 4) -> dict:
-    """rlvr's and TRL's GRPO loss on one fixed batch (same ids, advantages, reference logprobs)."""
+    """rlvr's and TRL's GRPO loss on one fixed batch (same ids, advantages, reference logprobs), in float32 and
+    bf16 (``_common.loss_checks``)."""
     import torch
 
     from rlvr.data.chat import encode_prompt

@@ -192,9 +192,9 @@ def trl_worker(baton, a, model_dir: str, n_rows: int, work: str) -> dict:
 # ---------------------------------------------------------------- loss check
 
 def loss_parity(a, model_dir: str, tasks, work: str) -> dict | None:
-    """TRL's token ids and completion masks of the first rows == rlvr's (checked here, in the driver); then, unless
-    ``--check 0``, both losses and gradients on the first ``check`` rows."""
-
+    """TRL's token ids and completion masks of the first rows == rlvr's (checked here, in a process of its own);
+    then, unless ``--check 0``, both losses and gradients on the first ``check`` rows, in float32 and bf16
+    (``_common.loss_checks``)."""
     from rlvr.trainers.common import sft_step
     from rlvr.trainers.sft import tokenize_demos
 
