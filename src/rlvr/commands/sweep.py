@@ -309,8 +309,9 @@ def sweep(recipe: str, vary: list[str] | None = None, seeds: int | None = 1, *, 
           steps: int | None = None, steps_stage: list[str] | None = None, parallel: int = 1,
           seed_list_text: str | None = None, sets: list[str] | None = None, keep_time_caps: bool = False,
           say=print) -> dict:
-    """Run the grid and write ``out/sweep.json``, ``sweep.md``, ``sweep.png``; returns the table (with
-    ``"ran"``: the cells run by this call, and ``"files"``). Bad input raises ConfigError before any cell runs."""
+    """Run the grid and write ``out/sweep.json``, ``sweep.md``, ``sweep.png`` (and ``sweep_curves.png``, the
+    held-out curves, when the stages log them); returns the table (with ``"ran"``: the cells run by this call, and
+    ``"files"``). Bad input raises ConfigError before any cell runs."""
     if parallel < 1:
         raise ConfigError(f"--parallel {parallel}: need at least 1")
     keys, values = parse_vary(list(vary or []))
@@ -360,7 +361,8 @@ def sweep_command(
                                         "(default: removed, so every cell runs the same steps)."),
 ) -> None:
     """Run a recipe over a grid of values x seeds, each cell its own run; table of means, per-seed values and
-    paired 95% intervals (sweep.md, sweep.json, sweep.png). Rerun the same command to resume."""
+    paired 95% intervals (sweep.md, sweep.json, sweep.png; sweep_curves.png: the held-out curves). Rerun the same
+    command to resume."""
     try:
         sweep(recipe, vary, seeds, out=out, steps=steps, steps_stage=steps_stage, parallel=parallel,
               seed_list_text=seed_list_text, sets=set_, keep_time_caps=keep_time_caps, say=typer.echo)

@@ -42,7 +42,35 @@ def read_run(run_dir: Path, stage_names: list[str]) -> dict:
            "time_cap": any(r.get("time_cap") for r in rows), "wall_s": round(sum(r.get("wall_s", 0.0) for r in rows), 2),
            "alone": bool(marker.get("alone"))}
     out.update(rl_health(run_dir, stage_names))
+    out["curve"] = heldout_curve(run_dir, stage_names)
     return out
+
+
+def _records(path: Path) -> list[dict]:
+    return [r for r in (json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()) if "event" not in r]
+
+
+def heldout_curve(run_dir: Path, stage_names: list[str]) -> list[list] | None:
+    """``[[step, pass@1], ...]``: the held-out evaluations (``eval/pass_at_1``) of the last stage that logs them,
+    in the order logged; None when no stage does (``eval_every: 0``)."""
+    for name in reversed(stage_names):
+        path = run_dir / name / "metrics.jsonl"
+        if path.exists():
+            curve = [[r["step"], r["eval/pass_at_1"]] for r in _records(path) if "eval/pass_at_1" in r]
+            if curve:
+                return curve
+    return None
+
+
+def mean_curve(curves: dict[str, list[list] | None]) -> dict | None:
+    """Seed means of held-out curves at the steps every seed with a curve evaluated (a seed that stopped early
+    shortens the curve rather than biasing its tail): ``steps``, ``mean``, ``per_seed``; None without curves."""
+    got = {s: dict((step, v) for step, v in c) for s, c in curves.items() if c}
+    if not got:
+        return None
+    steps = sorted(set.intersection(*(set(c) for c in got.values())))
+    return {"steps": steps, "mean": [sum(c[t] for c in got.values()) / len(got) for t in steps],
+            "per_seed": {s: [c[t] for t in steps] for s, c in got.items()}}
 
 
 def rl_health(run_dir: Path, stage_names: list[str]) -> dict:
@@ -51,8 +79,7 @@ def rl_health(run_dir: Path, stage_names: list[str]) -> dict:
         path = run_dir / name / "metrics.jsonl"
         if not path.exists():
             continue
-        recs = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
-        recs = [r for r in recs if "event" not in r]
+        recs = _records(path)
         if not any("rollout/zero_var_frac" in r for r in recs):
             continue
         out: dict = {"rl_stage": name, "sequences": int(sum(r.get("train/sequences", 0) for r in recs))}
@@ -99,6 +126,7 @@ def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs
         cell["wall_s"] = _mean([r.get("wall_s") for r in done])
         cell["wall_comparable"] = bool(done) and all(r["alone"] for r in done)
         cell["time_cap"] = any(r["time_cap"] for r in done)
+        cell["curve"] = mean_curve({str(s): r.get("curve") for s, r in got.items() if r})
         cells.append(cell)
     return {"keys": keys, "values": values, "seeds": seeds, "cells": cells}
 
@@ -176,6 +204,37 @@ def plot(table: dict, path: Path) -> Path | None:
     return path
 
 
+def plot_curves(table: dict, path: Path) -> Path | None:
+    """``sweep_curves.png``: each grid point's held-out pass@1 against the step (seed mean, thick; seeds, thin):
+    where the curves flatten says whether the sweep's step count was enough. None without matplotlib or when no
+    cell logged a held-out curve of two points or more."""
+    cells = [c for c in table["cells"] if c.get("curve") and len(c["curve"]["steps"]) > 1]
+    if not cells:
+        return None
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    for i, c in enumerate(cells):
+        color, cur = f"C{i % 10}", c["curve"]
+        for ys in cur["per_seed"].values():
+            ax.plot(cur["steps"], [100 * y for y in ys], color=color, lw=0.6, alpha=0.35)
+        ax.plot(cur["steps"], [100 * y for y in cur["mean"]], color=color, lw=2,
+                label=" / ".join(c["values"].values()) or "recipe")
+    ax.set_xlabel("step")
+    ax.set_ylabel("held-out pass@1 (%)")
+    ax.set_title("held-out curves: seed mean (thick), seeds (thin)")
+    ax.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _vs_label(cell: dict, key: str, d: dict) -> str:
     """``loss.type: dr_grpo vs grpo (1e-5)``: the key's last two parts, the two values, the other keys' values."""
     others = [v for k, v in cell["values"].items() if k != key]
@@ -189,5 +248,6 @@ def write_table(out_dir: Path, table: dict, header: str) -> dict[str, str]:
     write_json_atomic(out_dir / "sweep.json", table)
     write_text_atomic(out_dir / "sweep.md", header + "\n\n" + markdown(table))
     png = plot(table, out_dir / "sweep.png")
+    curves = plot_curves(table, out_dir / "sweep_curves.png")
     return {"json": str(out_dir / "sweep.json"), "markdown": str(out_dir / "sweep.md"),
-            **({"plot": str(png)} if png else {})}
+            **({"plot": str(png)} if png else {}), **({"curves": str(curves)} if curves else {})}

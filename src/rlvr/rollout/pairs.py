@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -170,6 +170,28 @@ def build_pairs(model, tokenizer, cfg: PairBuilder, judge, seed: int = 0, scorer
     return PairSet(train, heldout, stats)
 
 
+def flip_labels(pairs: list[PreferencePair], frac: float, seed: int) -> tuple[list[PreferencePair], int]:
+    """Swap chosen and rejected in exactly ``round(frac * len(pairs))`` pairs, picked by ``seed``: label noise.
+
+    The flipped pair is what a wrong annotator would hand over: its chosen/rejected scores swap with the texts,
+    its margin stays the annotator's (positive) margin, its first vote (the annotator's) stays +1 and the
+    self-consistency vote, which compares the two texts, changes sign. ``meta["label_flipped"]`` marks it. The
+    input list is not changed; returns the new list and the number flipped.
+    """
+    k = round(frac * len(pairs))
+    if k == 0:
+        return list(pairs), 0
+    picked = set(np.random.default_rng([seed, 13]).choice(len(pairs), size=k, replace=False).tolist())
+    out = []
+    for i, p in enumerate(pairs):
+        if i in picked:
+            votes = None if p.votes is None else [p.votes[0], *(-v for v in p.votes[1:])]
+            p = replace(p, chosen=p.rejected, rejected=p.chosen, chosen_score=p.rejected_score,
+                        rejected_score=p.chosen_score, votes=votes, meta={**p.meta, "label_flipped": True})
+        out.append(p)
+    return out, k
+
+
 def reward_model_scorer(path: str, batch_size: int = 64):
     """``scorer(tasks, completions) -> [float]``: a frozen reward model's score of prompt + completion."""
     import torch
@@ -237,7 +259,9 @@ def stage_pairs(pairs_cfg, model, tokenizer, judge, out_dir, seed: int = 0, reus
     if isinstance(pairs_cfg, PairsFile):
         train = load_preferences(pairs_cfg.path, pairs_cfg.system_prompt)
         held = load_preferences(pairs_cfg.heldout_path, pairs_cfg.system_prompt) if pairs_cfg.heldout_path else []
-        return train, held, {"source": pairs_cfg.path, "pairs_train": len(train), "pairs_heldout": len(held)}
+        train, flipped = flip_labels(train, pairs_cfg.label_noise, seed)
+        return train, held, {"source": pairs_cfg.path, "pairs_train": len(train), "pairs_heldout": len(held),
+                             **({"pairs_label_flipped": flipped} if pairs_cfg.label_noise else {})}
     d = Path(out_dir) / "pairs"
     if reuse and (d / "stats.json").exists():
         held = load_preference_jsonl(d / "heldout.jsonl") if (d / "heldout.jsonl").stat().st_size else []
@@ -250,6 +274,8 @@ def stage_pairs(pairs_cfg, model, tokenizer, judge, out_dir, seed: int = 0, reus
                         f"(pass rate {ps.stats['pass_rate']:.0%}: {ps.stats['tasks_all_pass']} tasks always "
                         f"pass, {ps.stats['tasks_all_fail']} always fail); use harder or easier tasks, or "
                         "more samples_per_task")
+    if pairs_cfg.label_noise:
+        ps.train, ps.stats["pairs_label_flipped"] = flip_labels(ps.train, pairs_cfg.label_noise, seed)
     write_pairs_jsonl(d / "train.jsonl", ps.train)
     write_pairs_jsonl(d / "heldout.jsonl", ps.heldout)
     write_json_atomic(d / "stats.json", ps.stats)

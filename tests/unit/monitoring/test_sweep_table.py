@@ -62,3 +62,29 @@ def test_read_run_takes_the_last_stage_row_and_the_rl_stage_health(tmp_path):
     assert r["wall_s"] == 5.0 and not r["alone"]  # no marker: not known to have run alone
     assert (r["zero_var_frac"], r["entropy"], r["kl"], r["sequences"]) == (0.25, 1.5, 0.1, 70)
     assert r["entropy_key"] == "rollout/entropy" and r["rl_stage"] == "grpo"
+
+
+def test_held_out_curves_per_cell_are_the_seed_means_at_the_steps_every_seed_evaluated(tmp_path):
+    """The curve shows where a cell's held-out figure flattens: the last stage that logs eval/pass_at_1."""
+    from rlvr.monitoring.sweep_table import plot_curves
+
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "metrics.jsonl").write_text(json.dumps({"step": 5, "eval/pass_at_1": 0.9}) + "\n")
+    (tmp_path / "summary.json").write_text(json.dumps({"stages": [{"stage": "rl", "pass_at_1": 0.5}]}))
+    (tmp_path / "rl").mkdir()
+    rows = [{"step": 0, "eval/pass_at_1": 0.2}, {"step": 1, "rollout/zero_var_frac": 0.5},
+            {"step": 10, "eval/pass_at_1": 0.4}, {"step": 20, "eval/pass_at_1": 0.5}]
+    (tmp_path / "rl" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_run(tmp_path, ["sft", "rl"])["curve"] == [[0, 0.2], [10, 0.4], [20, 0.5]]
+    runs = {(("a",), 0): {**run(0.5), "curve": [[0, 0.2], [10, 0.4], [20, 0.5]]},
+            (("a",), 1): {**run(0.3), "curve": [[0, 0.2], [10, 0.2]]},      # stopped before step 20
+            (("b",), 0): run(0.2), (("b",), 1): run(0.2)}                       # no curve logged
+    t = build_table(["k"], [["a", "b"]], [0, 1], runs)
+    a, b = t["cells"]
+    assert a["curve"]["steps"] == [0, 10] and a["curve"]["mean"] == pytest.approx([0.2, 0.3])
+    assert a["curve"]["per_seed"] == {"0": [0.2, 0.4], "1": [0.2, 0.2]}
+    assert b["curve"] is None
+    pytest.importorskip("matplotlib")
+    assert plot_curves(t, tmp_path / "curves.png") == tmp_path / "curves.png"
+    assert (tmp_path / "curves.png").stat().st_size > 1000
+    assert plot_curves(build_table(["k"], [["b"]], [0, 1], runs), tmp_path / "none.png") is None

@@ -102,3 +102,40 @@ def test_no_pairs_is_a_clear_error(tmp_path):
         return [Verdict(0.0, False, "wrong", {}, 0.0) for _ in comps]
     with pytest.raises(DataError, match="found no \\(chosen, rejected\\) pair on 4 tasks"):
         stage_pairs(cfg, model, tok, always_wrong, tmp_path)
+
+
+def test_label_noise_flips_exactly_that_fraction_of_training_pairs_only(tmp_path):
+    """A controlled label-noise study: round(frac x train pairs) swapped, seeded, held-out pairs kept true."""
+    from rlvr.config.preference import PairsFile
+    from rlvr.data.preference import PreferencePair, write_pairs_jsonl
+    from rlvr.rollout.pairs import flip_labels
+
+    pairs = [PreferencePair("p", f"good{i}", f"bad{i}", id=str(i), margin=1.0, chosen_score=1.0,
+                            rejected_score=0.0, votes=[1, 1 if i % 2 else -1]) for i in range(10)]
+    out, n = flip_labels(pairs, 0.3, seed=4)
+    assert n == 3 and len(out) == 10
+    flipped = [p for p in out if p.chosen.startswith("bad")]
+    assert len(flipped) == 3 and all(p.meta["label_flipped"] for p in flipped)
+    for p in flipped:   # the annotator believes its wrong label: scores swap, the margin stays its margin
+        i = int(p.id)
+        assert (p.chosen, p.rejected) == (f"bad{i}", f"good{i}")
+        assert (p.chosen_score, p.rejected_score, p.margin) == (0.0, 1.0, 1.0)
+        assert p.votes == [1, -pairs[i].votes[1]]
+    assert [p.chosen for p in pairs] == [f"good{i}" for i in range(10)]        # the input is not mutated
+    assert [p.id for p in flip_labels(pairs, 0.3, seed=4)[0] if p.chosen.startswith("bad")] \
+        == [p.id for p in flipped]                                            # deterministic by seed
+    assert flip_labels(pairs, 0.0, seed=4)[1] == 0 and flip_labels(pairs, 1.0, seed=4)[1] == 10
+    # from a pairs file: the training pairs flip, the held-out ones (which measure the truth) do not
+    write_pairs_jsonl(tmp_path / "train.jsonl", pairs)
+    write_pairs_jsonl(tmp_path / "held.jsonl", pairs[:4])
+    cfg = PairsFile(path=str(tmp_path / "train.jsonl"), heldout_path=str(tmp_path / "held.jsonl"), label_noise=0.5)
+    tr, he, stats = stage_pairs(cfg, None, None, None, tmp_path / "run", seed=1)
+    assert sum(p.chosen.startswith("bad") for p in tr) == 5 == stats["pairs_label_flipped"]
+    assert not any(p.chosen.startswith("bad") for p in he)
+
+
+def test_label_noise_outside_0_1_is_refused():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="label_noise"):
+        PairBuilder(label_noise=1.5)
