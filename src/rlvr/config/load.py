@@ -42,6 +42,9 @@ def override_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...], sour
     defaults. Each one is validated in turn, so list items it adds get their defaults before the next."""
     for ov in overrides:
         full = recipe.model_dump(mode="json")
+        for stage, dumped in zip(recipe.stages, full["stages"]):
+            if hasattr(stage, "unfill_variant_defaults"):   # defaults that follow a variant: re-derived below
+                stage.unfill_variant_defaults(dumped)
         apply_override(full, ov)
         recipe = validate_recipe(full, f"{source} with --set {ov}")
     return recipe

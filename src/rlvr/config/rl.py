@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from rlvr.config.agent import RolloutConfig
 from rlvr.config.base import Section, typed_union
@@ -323,6 +323,12 @@ class SamplingConfig(Section):
     @classmethod
     def _positive_temperature(cls, value: float) -> float:
         return positive_temperature(value)
+
+    @field_validator("dynamic_sampling", mode="before")
+    @classmethod
+    def _yaml_off(cls, value):
+        """YAML reads an unquoted ``off`` (``--set ...dynamic_sampling=off``) as False: it means "off"."""
+        return "off" if value is False else value
     row_seeds: bool = False
     """Seed each sample by (step seed, row index): samples do not depend on how the batch is split across
     workers (the Ray backend always does this; set it for a single-process run to compare with one)."""
@@ -468,11 +474,30 @@ class RLStage(Section):
                                  "penalties)")
         if self.residual.enabled and not self.residual.teacher:
             raise ValueError("residual.enabled needs residual.teacher: a local model folder (the teacher)")
+        filled = set()
         if self.sampling.dynamic_sampling is None:
             default = "off" if multi else self.loss.default_dynamic_sampling
             self.sampling = self.sampling.model_copy(update={"dynamic_sampling": default})
+            filled.add("dynamic_sampling")
         if self.loss.default_overlong and not multi and not any(t.name == "overlong" for t in self.rewards):
             self.rewards = [*self.rewards, RewardTerm(name="overlong")]
+            filled.add("overlong")
+        self._variant_filled = frozenset(filled)
         return self
+
+    _variant_filled: frozenset = PrivateAttr(default=frozenset())
+    """What ``_variant_defaults`` filled in (not the recipe): a ``--set`` that switches the loss re-derives them."""
+
+    def unfill_variant_defaults(self, dumped: dict) -> dict:
+        """``dumped`` (this stage's ``model_dump``) without the values the loss variant filled in, so that an
+        override applied to it and validated again gets the defaults of the loss it then names (``--set
+        stages.rl.loss.type=dapo`` on a GRPO recipe turns DAPO's dynamic sampling on, and back); values the recipe
+        or an earlier override set are kept."""
+        if "dynamic_sampling" in self._variant_filled:
+            dumped["sampling"]["dynamic_sampling"] = None
+        if "overlong" in self._variant_filled:
+            at = max(i for i, t in enumerate(dumped["rewards"]) if t.get("name") == "overlong")
+            dumped["rewards"] = [t for i, t in enumerate(dumped["rewards"]) if i != at]
+        return dumped
     correction: MismatchCorrection = MismatchCorrection()
     """Sampler/trainer mismatch correction (on by default; see docs/scaling.md)."""

@@ -38,6 +38,31 @@ def test_overrides_keep_defaults_and_switch_variants():
     assert st.loss.type == "dapo" and st.loss.eps_high == 0.3 and st.loss.eps_low == 0.2
 
 
+def test_switching_the_loss_by_override_brings_the_new_losses_defaults_and_drops_the_old_ones(tmp_path):
+    """A default a loss variant fills in (DAPO: dynamic sampling on correctness, the overlong term) follows the loss
+    a --set switches to, as if the recipe had named it; what the recipe or an override set explicitly stays."""
+    p = tmp_path / "r.yaml"
+    p.write_text("stages:\n  - type: rl\n    name: rl\n    loss: {type: grpo}\n")
+    dapo = load_recipe(p, ["stages.rl.loss.type=dapo"]).stages[0]
+    assert dapo.sampling.dynamic_sampling == "correct" and [t.name for t in dapo.rewards] == ["correct", "overlong"]
+    assert load_recipe(p, ["stages.rl.loss={type: dapo}"]).stages[0].sampling.dynamic_sampling == "correct"
+    back = load_recipe(p, ["stages.rl.loss.type=dapo", "stages.rl.loss.type=grpo"]).stages[0]
+    assert back.sampling.dynamic_sampling == "off" and [t.name for t in back.rewards] == ["correct"]
+    # from a DAPO recipe to GRPO, and the other overrides of the same stage keep the variant's defaults
+    p.write_text("stages:\n  - type: rl\n    name: rl\n    loss: {type: dapo}\n")
+    grpo = load_recipe(p, ["stages.rl.optim.lr=3e-5", "stages.rl.loss.type=grpo"]).stages[0]
+    assert grpo.sampling.dynamic_sampling == "off" and [t.name for t in grpo.rewards] == ["correct"]
+    assert load_recipe(p, ["stages.rl.optim.lr=3e-5"]).stages[0].sampling.dynamic_sampling == "correct"
+    # an explicit choice is the user's: it survives the switch either way
+    keep = load_recipe(p, ["stages.rl.sampling.dynamic_sampling=off", "stages.rl.loss.type=grpo",
+                           "stages.rl.loss.type=dapo"]).stages[0]
+    assert keep.sampling.dynamic_sampling == "off" and [t.name for t in keep.rewards] == ["correct", "overlong"]
+    p.write_text("stages:\n  - type: rl\n    name: rl\n    loss: {type: dapo}\n    rewards: [{name: correct}, "
+                 "{name: overlong, weight: 0.5}]\n")
+    listed = load_recipe(p, ["stages.rl.loss.type=grpo"]).stages[0]
+    assert [(t.name, t.weight) for t in listed.rewards] == [("correct", 1.0), ("overlong", 0.5)]
+
+
 def test_bad_override_syntax_and_unknown_stage_name():
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         apply_override({}, "stages.sft")
