@@ -23,7 +23,7 @@ from pathlib import Path
 
 import typer
 
-from rlvr.config.load import apply_override, load_recipe, validate_recipe
+from rlvr.config.load import load_recipe, overridden_dump, validate_recipe
 from rlvr.config.recipe import Recipe
 from rlvr.config.saved import config_diff, load_saved
 from rlvr.errors import ConfigError, Interrupted, RlvrError, listing
@@ -154,9 +154,8 @@ def with_overrides(recipe: Recipe, overrides: list[str], flag: str) -> Recipe:
     """``recipe`` with each ``KEY=VALUE`` applied and validated in turn, as ``--set`` does; an error names the flag,
     the override and the key (:func:`rlvr.config.load.explain`)."""
     for ov in overrides:
-        full = recipe.model_dump(mode="json")
         try:
-            apply_override(full, ov)
+            full = overridden_dump(recipe, ov)
         except ConfigError as e:
             raise ConfigError(f"{flag} {ov}: {str(e).removeprefix(f'--set {ov.partition(chr(61))[0]}: ')}") from None
         recipe = validate_recipe(full, f"{flag} {ov}")

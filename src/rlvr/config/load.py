@@ -41,13 +41,21 @@ def override_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...], sour
     """Apply ``--set`` overrides on top of the resolved recipe, so a partial override keeps the other
     defaults. Each one is validated in turn, so list items it adds get their defaults before the next."""
     for ov in overrides:
-        full = recipe.model_dump(mode="json")
-        for stage, dumped in zip(recipe.stages, full["stages"]):
-            if hasattr(stage, "unfill_variant_defaults"):   # defaults that follow a variant: re-derived below
-                stage.unfill_variant_defaults(dumped)
-        apply_override(full, ov)
+        full = overridden_dump(recipe, ov)
         recipe = validate_recipe(full, f"{source} with --set {ov}")
     return recipe
+
+
+def overridden_dump(recipe: Recipe, override: str) -> dict[str, Any]:
+    """The resolved ``recipe`` as a dict with one ``KEY=VALUE`` applied, ready to validate: the values a stage's
+    variant filled in (not the recipe) are left out first, so that validating re-derives them for the variant the
+    override may switch to (``--set stages.rl.loss.type=dapo`` brings DAPO's dynamic sampling)."""
+    full = recipe.model_dump(mode="json")
+    for stage, dumped in zip(recipe.stages, full["stages"]):
+        if hasattr(stage, "unfill_variant_defaults"):
+            stage.unfill_variant_defaults(dumped)
+    apply_override(full, override)
+    return full
 
 
 def validate_recipe(raw: dict[str, Any], source: str = "<dict>", text: str = "") -> Recipe:

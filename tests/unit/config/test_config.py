@@ -46,6 +46,11 @@ def test_switching_the_loss_by_override_brings_the_new_losses_defaults_and_drops
     dapo = load_recipe(p, ["stages.rl.loss.type=dapo"]).stages[0]
     assert dapo.sampling.dynamic_sampling == "correct" and [t.name for t in dapo.rewards] == ["correct", "overlong"]
     assert load_recipe(p, ["stages.rl.loss={type: dapo}"]).stages[0].sampling.dynamic_sampling == "correct"
+    # rlvr sweep resolves its cells the same way (it compares a cell's saved config with this)
+    from rlvr.commands.sweep import with_overrides
+
+    swept = with_overrides(load_recipe(p), ["stages.rl.loss.type=dapo"], "--vary")
+    assert swept.model_dump() == load_recipe(p, ["stages.rl.loss.type=dapo"]).model_dump()
     back = load_recipe(p, ["stages.rl.loss.type=dapo", "stages.rl.loss.type=grpo"]).stages[0]
     assert back.sampling.dynamic_sampling == "off" and [t.name for t in back.rewards] == ["correct"]
     # from a DAPO recipe to GRPO, and the other overrides of the same stage keep the variant's defaults
