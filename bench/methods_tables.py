@@ -2,7 +2,7 @@
 
 Each sweep's ``sweep.json`` (written by ``rlvr sweep``) becomes one markdown table (per grid point: the held-out
 pass@1 mean and per seed, the paired difference to the reference value with its 95% t-interval, end-of-run
-health, trained sequences and steps) with the compute the sweep spent (its cells' wall-clock seconds, each cell
+health, groups sampled, sequences trained and steps) with the compute the sweep spent (its cells' wall-clock seconds, each cell
 on one thread: CPU-core minutes). The tables are printed; ``--json`` keeps them (paths outside the sweep
 directory are written relative to it); ``--img-dir`` copies each sweep's held-out curves
 (``sweep_curves.png``) as ``methods_NAME_curves.png``.
@@ -37,14 +37,16 @@ def table_markdown(t: dict) -> str:
     keys = t["keys"]
     head = [*(k.split(".")[-1] if k.split(".")[-1] != "type" else ".".join(k.split(".")[-2:]) for k in keys),
             "pass@1 % (mean)", f"per seed ({', '.join(map(str, t['seeds']))})",
-            *(f"Δ vs {v[0]} (pp, 95% CI)" for v in t["values"]), "zero-var", "entropy", "trained seqs", "steps"]
+            *(f"Δ vs {v[0]} (pp, 95% CI)" for v in t["values"]), "zero-var", "entropy", "groups sampled",
+            "trained seqs", "steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in t["cells"]:
         num = (lambda x, f: "-" if x is None else format(x, f))
         row = [*c["values"].values(), f"**{fmt_pct(c['mean'])}**",
                " / ".join(fmt_pct(v) for v in c["per_seed"].values()),
                *(fmt_delta(c["vs_first"].get(k)) for k in keys), num(c["zero_var_frac"], ".2f"),
-               num(c["entropy"], ".3f"), num(c["sequences"], ".0f"), num(c["steps"], ".0f")]
+               num(c["entropy"], ".3f"), num(c.get("groups_drawn"), ".0f"), num(c["sequences"], ".0f"),
+               num(c["steps"], ".0f")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 

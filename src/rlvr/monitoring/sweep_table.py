@@ -6,8 +6,9 @@ one (the equal-time SFT control's rows and the starting model's ``base`` row are
 result). The end-of-run training health is the last logged value, in the last stage whose ``metrics.jsonl`` logs
 ``rollout/zero_var_frac`` (an RL stage), of ``rollout/zero_var_frac`` (fraction of groups whose rewards are all
 equal), ``rollout/entropy`` (else ``policy/entropy``; nats per token) and ``kl/ref`` (absent when the stage logs
-no KL to a reference). Compute is the stages' training seconds (``train_s``, held-out evaluations excluded) and
-the sequences that RL stage trained on (``train/sequences`` summed over its steps).
+no KL to a reference). Compute is the stages' training seconds (``train_s``, held-out evaluations excluded), the
+sequences that RL stage trained on (``train/sequences`` summed over its steps) and the groups it sampled
+(``rollout/groups_drawn`` summed: dynamic sampling draws more than it trains).
 """
 
 from __future__ import annotations
@@ -82,13 +83,14 @@ def rl_health(run_dir: Path, stage_names: list[str]) -> dict:
         recs = _records(path)
         if not any("rollout/zero_var_frac" in r for r in recs):
             continue
-        out: dict = {"rl_stage": name, "sequences": int(sum(r.get("train/sequences", 0) for r in recs))}
+        out: dict = {"rl_stage": name, "sequences": int(sum(r.get("train/sequences", 0) for r in recs)),
+                     "groups_drawn": int(sum(r.get("rollout/groups_drawn", 0) for r in recs)) or None}
         for col, keys in HEALTH_KEYS.items():
             key = next((k for k in keys if any(k in r for r in recs)), None)
             out[col] = next(r[key] for r in reversed(recs) if key in r) if key else None
             out[f"{col}_key"] = key
         return out
-    return {"rl_stage": None, "sequences": None, **{c: None for c in HEALTH_KEYS}}
+    return {"rl_stage": None, "sequences": None, "groups_drawn": None, **{c: None for c in HEALTH_KEYS}}
 
 
 def _mean(xs: list) -> float | None:
@@ -120,7 +122,7 @@ def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs
                      and got[s]["pass_at_1"] is not None and runs[(ref, s)]["pass_at_1"] is not None]
             diffs = [a - b for a, b in pairs]
             cell["vs_first"][key] = {"reference": values[i][0], "diffs": diffs, **paired_interval(diffs)}
-        for col in ("zero_var_frac", "entropy", "kl", "steps", "train_s", "sequences"):
+        for col in ("zero_var_frac", "entropy", "kl", "steps", "train_s", "sequences", "groups_drawn"):
             cell[col] = _mean([r.get(col) for r in done])
         cell["steps_per_seed"] = {str(s): r["steps"] for s, r in got.items() if r}
         cell["wall_s"] = _mean([r.get("wall_s") for r in done])

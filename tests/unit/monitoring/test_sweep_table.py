@@ -55,12 +55,13 @@ def test_read_run_takes_the_last_stage_row_and_the_rl_stage_health(tmp_path):
     (tmp_path / "grpo").mkdir()
     rows = [{"step": 0, "event": "start"},
             {"step": 1, "rollout/zero_var_frac": 0.5, "rollout/entropy": 2.0, "kl/ref": 0.1, "train/sequences": 30},
-            {"step": 2, "rollout/zero_var_frac": 0.25, "rollout/entropy": 1.5, "train/sequences": 40}]
+            {"step": 2, "rollout/zero_var_frac": 0.25, "rollout/entropy": 1.5, "train/sequences": 40,
+             "rollout/groups_drawn": 12}]
     (tmp_path / "grpo" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = read_run(tmp_path, ["sft", "grpo"])
     assert r["pass_at_1"] == 0.25 and r["stage"] == "grpo" and r["steps"] == 7 and r["train_s"] == 4.0
     assert r["wall_s"] == 5.0 and not r["alone"]  # no marker: not known to have run alone
-    assert (r["zero_var_frac"], r["entropy"], r["kl"], r["sequences"]) == (0.25, 1.5, 0.1, 70)
+    assert (r["zero_var_frac"], r["entropy"], r["kl"], r["sequences"], r["groups_drawn"]) == (0.25, 1.5, 0.1, 70, 12)
     assert r["entropy_key"] == "rollout/entropy" and r["rl_stage"] == "grpo"
 
 
