@@ -32,20 +32,25 @@ def fmt_delta(d: dict | None) -> str:
     return f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
+OPTIONAL = [("zero-var", "zero_var_frac", ".2f"), ("entropy", "entropy", ".3f"),
+            ("groups sampled", "groups_drawn", ".0f"), ("trained seqs", "sequences", ".0f")]
+"""The RL health and compute columns: (header, cell key, format); a column no cell has is left out."""
+
+
 def table_markdown(t: dict) -> str:
-    """One row per grid point: values, mean, per seed, each key's paired difference, health, compute."""
+    """One row per grid point: values, mean, per seed, each key's paired difference, the RL health and compute
+    columns some cell has (a preference sweep has none), steps."""
     keys = t["keys"]
+    cols = [c for c in OPTIONAL if any(cell.get(c[1]) is not None for cell in t["cells"])]
     head = [*(k.split(".")[-1] if k.split(".")[-1] != "type" else ".".join(k.split(".")[-2:]) for k in keys),
             "pass@1 % (mean)", f"per seed ({', '.join(map(str, t['seeds']))})",
-            *(f"Δ vs {v[0]} (pp, 95% CI)" for v in t["values"]), "zero-var", "entropy", "groups sampled",
-            "trained seqs", "steps"]
+            *(f"Δ vs {v[0]} (pp, 95% CI)" for v in t["values"]), *(h for h, _, _ in cols), "steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in t["cells"]:
         num = (lambda x, f: "-" if x is None else format(x, f))
         row = [*c["values"].values(), f"**{fmt_pct(c['mean'])}**",
                " / ".join(fmt_pct(v) for v in c["per_seed"].values()),
-               *(fmt_delta(c["vs_first"].get(k)) for k in keys), num(c["zero_var_frac"], ".2f"),
-               num(c["entropy"], ".3f"), num(c.get("groups_drawn"), ".0f"), num(c["sequences"], ".0f"),
+               *(fmt_delta(c["vs_first"].get(k)) for k in keys), *(num(c.get(k), f) for _, k, f in cols),
                num(c["steps"], ".0f")]
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
