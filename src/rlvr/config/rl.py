@@ -485,6 +485,9 @@ class RLStage(Section):
         self._variant_filled = frozenset(filled)
         return self
 
+    correction: MismatchCorrection = MismatchCorrection()
+    """Sampler/trainer mismatch correction (on by default; see docs/scaling.md)."""
+
     _variant_filled: frozenset = PrivateAttr(default=frozenset())
     """What ``_variant_defaults`` filled in (not the recipe): a ``--set`` that switches the loss re-derives them."""
 
@@ -499,5 +502,3 @@ class RLStage(Section):
             at = max(i for i, t in enumerate(dumped["rewards"]) if t.get("name") == "overlong")
             dumped["rewards"] = [t for i, t in enumerate(dumped["rewards"]) if i != at]
         return dumped
-    correction: MismatchCorrection = MismatchCorrection()
-    """Sampler/trainer mismatch correction (on by default; see docs/scaling.md)."""
