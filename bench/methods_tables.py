@@ -1,7 +1,7 @@
 """The method tables of docs/methods.md, from the `rlvr sweep` directories that measured them.
 
 Each sweep's ``sweep.json`` (written by ``rlvr sweep``) becomes one markdown table (per grid point: the held-out
-pass@1 mean and per seed, the paired difference to the reference value with its 95% t-interval, end-of-run
+pass@1 (or the sweep's ``--metric``) mean and per seed, the paired difference to the reference value with its 95% t-interval, end-of-run
 health, groups sampled, sequences trained and steps) with the compute the sweep spent (its cells' wall-clock seconds, each cell
 on one thread: CPU-core minutes). The tables are printed; ``--json`` keeps them (paths outside the sweep
 directory are written relative to it); ``--img-dir`` copies each sweep's held-out curves
@@ -17,6 +17,8 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+
+from rlvr.monitoring.sweep_table import metric_label
 
 
 def fmt_pct(x: float | None) -> str:
@@ -43,7 +45,7 @@ def table_markdown(t: dict) -> str:
     keys = t["keys"]
     cols = [c for c in OPTIONAL if any(cell.get(c[1]) is not None for cell in t["cells"])]
     head = [*(k.split(".")[-1] if k.split(".")[-1] != "type" else ".".join(k.split(".")[-2:]) for k in keys),
-            "pass@1 % (mean)", f"per seed ({', '.join(map(str, t['seeds']))})",
+            f"{metric_label(t.get('metric', 'pass_at_1'))} % (mean)", f"per seed ({', '.join(map(str, t['seeds']))})",
             *(f"Δ vs {v[0]} (pp, 95% CI)" for v in t["values"]), *(h for h, _, _ in cols), "steps"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in t["cells"]:

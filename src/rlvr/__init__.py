@@ -106,9 +106,10 @@ def verify(tasks: str, completions: str, out: str, *, workers: int = 2, timeout_
 def sweep(recipe: str, vary: dict[str, list] | list[str] | None = None, *, seeds: int = 1, out: str,
           steps: int | None = None, steps_stage: list[str] | None = None, parallel: int = 1,
           seed_list: list[int] | None = None, set: list[str] | None = None,  # noqa: A002
-          keep_time_caps: bool = False, quiet: bool = False) -> dict:
+          keep_time_caps: bool = False, metric: str = "pass_at_1", quiet: bool = False) -> dict:
     """Run a recipe over a grid like ``rlvr sweep`` (docs/sweep.md): ``vary`` maps each dotted key (as in
-    ``--set``) to its values (or is a list of ``"KEY=V1,V2"`` texts); seeds 0..seeds-1 (or ``seed_list``).
+    ``--set``) to its values (or is a list of ``"KEY=V1,V2"`` texts); seeds 0..seeds-1 (or ``seed_list``);
+    ``metric`` the held-out figure tabled (``pass_at_1``, ``pass_at_K_sampled`` or ``mean_score``).
     Writes ``out/sweep.json``, ``sweep.md``, ``sweep.png`` and returns the table (``cells``: per grid point
     ``per_seed``, ``mean``, ``vs_first`` intervals, health and compute; ``ran``: the cells this call ran).
     Bad input raises :class:`rlvr.errors.ConfigError` before any cell runs."""
@@ -121,7 +122,7 @@ def sweep(recipe: str, vary: dict[str, list] | list[str] | None = None, *, seeds
         vary = [f"{k}=" + ",".join(v if isinstance(v, str) else json.dumps(v) for v in vals) for k, vals in vary.items()]
     return _sweep(recipe, list(vary or []), seeds, out=out, steps=steps, steps_stage=steps_stage, parallel=parallel,
                   seed_list_text=",".join(map(str, seed_list)) if seed_list is not None else None, sets=set,
-                  keep_time_caps=keep_time_caps, say=(lambda _: None) if quiet else print)
+                  keep_time_caps=keep_time_caps, metric=metric, say=(lambda _: None) if quiet else print)
 
 
 import rlvr.envs  # noqa: E402,F401  (registers the built-in environments' task generators with rlvr.data)

@@ -95,6 +95,8 @@ def test_grid_runs_resumes_and_tables_the_cells_own_evaluations(recipe, tmp_path
     (["--vary", "stages.grpo.loss.type"], "expected KEY=V1,V2"),
     (["--vary", "stages.grpo.loss.type=grpo,dr_grpo", "--seeds", "0"], "--seeds 0: need at least 1 seed"),
     (["--vary", "stages.grpo.loss.type=grpo,dr_grpo", "--steps-stage", "sft", "--steps", "3"], "--steps-stage sft"),
+    (["--vary", "stages.grpo.loss.type=grpo,dr_grpo", "--metric", "pass_at_4_sampled"], "set --set eval.k=4"),
+    (["--vary", "stages.grpo.loss.type=grpo,dr_grpo", "--metric", "pass@4"], "expected pass_at_1, pass_at_K_sampled"),
 ])
 def test_bad_input_is_one_line_before_any_cell(recipe, tmp_path, rlvr_cli, args, needle):
     out = tmp_path / "out"

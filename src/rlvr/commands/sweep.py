@@ -27,7 +27,7 @@ from rlvr.config.load import load_recipe, overridden_dump, validate_recipe
 from rlvr.config.recipe import Recipe
 from rlvr.config.saved import config_diff, load_saved
 from rlvr.errors import ConfigError, Interrupted, RlvrError, listing
-from rlvr.monitoring.sweep_table import MARKER, build_table, markdown, read_run, write_table
+from rlvr.monitoring.sweep_table import MARKER, METRICS, build_table, markdown, metric_label, read_run, write_table
 
 RESERVED = ("seed", "run_dir")
 """Keys a sweep sets itself: the seed of each cell and its run directory."""
@@ -209,6 +209,18 @@ def check_cells(cells: list[Cell], recipe: Recipe, recipes: dict, source: str, o
                               "since it ran; sweep into a new --out, or remove that directory")
 
 
+def check_metric(metric: str, recipes: dict) -> None:
+    """``--metric`` names a figure the cells' evaluation writes: ``pass_at_K_sampled`` needs ``eval.k`` >= K at
+    every grid point."""
+    if not METRICS.match(metric):
+        raise ConfigError(f"--metric {metric!r}: expected pass_at_1, pass_at_K_sampled (K <= eval.k) or mean_score")
+    m = re.match(r"^pass_at_([0-9]+)_sampled$", metric)
+    for sets, r in recipes.items():
+        if m and int(m.group(1)) > r.eval.k:
+            raise ConfigError(f"--metric {metric}: the evaluation draws eval.k = {r.eval.k} samples a task"
+                              f"{f' at {sets}' if sets else ''}; set --set eval.k={m.group(1)} (or more)")
+
+
 def cell_status(d: Path) -> str:
     """``done`` (its run finished: marker and summary.json), ``resume`` (a run started there) or ``fresh``."""
     if (d / MARKER).exists() and (d / "summary.json").exists():
@@ -307,7 +319,7 @@ def _pool(recipe_path: str, pending: list, running: dict, keys: list[str], out: 
 def sweep(recipe: str, vary: list[str] | None = None, seeds: int | None = 1, *, out: str,
           steps: int | None = None, steps_stage: list[str] | None = None, parallel: int = 1,
           seed_list_text: str | None = None, sets: list[str] | None = None, keep_time_caps: bool = False,
-          say=print) -> dict:
+          metric: str = "pass_at_1", say=print) -> dict:
     """Run the grid and write ``out/sweep.json``, ``sweep.md``, ``sweep.png`` (and ``sweep_curves.png``, the
     held-out curves, when the stages log them); returns the table (with ``"ran"``: the cells run by this call, and
     ``"files"``). Bad input raises ConfigError before any cell runs."""
@@ -319,6 +331,7 @@ def sweep(recipe: str, vary: list[str] | None = None, seeds: int | None = 1, *, 
     shared = [*(sets or []), *steps_overrides(base, keys, steps, steps_stage, keep_time_caps)]
     outp = Path(out)
     cells, recipes = plan_cells(base, keys, values, seed_values, shared, outp)
+    check_metric(metric, recipes)
     check_cells(cells, base, recipes, recipe, outp)
     todo = [(c, cell_status(outp / c.name)) for c in cells]
     for c, st in todo:
@@ -329,10 +342,10 @@ def sweep(recipe: str, vary: list[str] | None = None, seeds: int | None = 1, *, 
     stage_names = [s.name for s in base.stages]
     runs = {(c.point, c.seed): read_run(outp / c.name, stage_names) for c in cells
             if cell_status(outp / c.name) == "done"}
-    table = build_table(keys, values, seed_values, runs)
+    table = build_table(keys, values, seed_values, runs, metric)
     table.update(recipe=recipe, parallel=parallel, shared_overrides=shared,
                  cells_dirs={c.name: {"values": dict(zip(keys, c.point)), "seed": c.seed} for c in cells})
-    head = (f"# sweep of {Path(recipe).name}\n\nHeld-out pass@1 of each cell's last stage (its own evaluation); "
+    head = (f"# sweep of {Path(recipe).name}\n\nHeld-out {metric_label(metric)} of each cell's last stage (its own evaluation); "
             f"Δ: paired difference to the key's first value over seeds {seed_values}, 95% t-interval (n-1 df). "
             "Wall time marked * is not comparable (the cell ran beside others, or was resumed).")
     table["files"] = write_table(outp, table, head)
@@ -356,6 +369,8 @@ def sweep_command(
                                  "(1: one after another in this process; only then is wall time comparable)."),
     out: str = typer.Option(..., "--out", help="Sweep directory: one run directory per cell, and the table."),
     set_: list[str] | None = typer.Option(None, "--set", help="An override every cell shares (repeatable)."),
+    metric: str = typer.Option("pass_at_1", "--metric", help="The held-out figure tabled: pass_at_1 (greedy), "
+                               "pass_at_K_sampled (K of eval.k samples at eval.temperature) or mean_score."),
     keep_time_caps: bool = typer.Option(False, "--keep-time-caps", metavar="", help="Keep the stages' max_minutes "
                                         "(default: removed, so every cell runs the same steps)."),
 ) -> None:
@@ -364,7 +379,8 @@ def sweep_command(
     command to resume."""
     try:
         sweep(recipe, vary, seeds, out=out, steps=steps, steps_stage=steps_stage, parallel=parallel,
-              seed_list_text=seed_list_text, sets=set_, keep_time_caps=keep_time_caps, say=typer.echo)
+              seed_list_text=seed_list_text, sets=set_, keep_time_caps=keep_time_caps, metric=metric,
+              say=typer.echo)
     except Interrupted as e:
         typer.secho(f"stopped: {e}; rerun the same command to resume the sweep", fg="yellow", err=True)
         raise typer.Exit(130) from None

@@ -1,7 +1,8 @@
 """The table of a sweep (``rlvr sweep``): each run's figures read from its run directory, the grid's means,
 per-seed values and paired 95% intervals, written as ``sweep.json``, ``sweep.md`` and ``sweep.png``.
 
-A run's held-out figure is its own evaluation: the pass@1 of the last stage row of its ``summary.json`` that has
+A run's held-out figure is its own evaluation: the table's metric (greedy ``pass_at_1`` by default; or a sampled
+``pass_at_K_sampled``, or the scorer's ``mean_score``) of the last stage row of its ``summary.json`` that has
 one (the equal-time SFT control's rows and the starting model's ``base`` row are not stages of the recipe's
 result). The end-of-run training health is the last logged value, in the last stage whose ``metrics.jsonl`` logs
 ``rollout/zero_var_frac`` (an RL stage), of ``rollout/zero_var_frac`` (fraction of groups whose rewards are all
@@ -15,10 +16,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 from rlvr.data.jsonl import write_json_atomic, write_text_atomic
 from rlvr.monitoring.intervals import paired_interval
+
+METRICS = re.compile(r"^(pass_at_1|pass_at_[0-9]+_sampled|mean_score)$")
+"""The held-out figures a sweep can table: those a stage row of ``summary.json`` holds."""
 
 MARKER = "sweep_cell.json"
 """Written into a run directory by the sweep once its run finished: the cell's values, seed, wall time and
@@ -37,11 +42,12 @@ def read_run(run_dir: Path, stage_names: list[str]) -> dict:
     summary = json.loads((run_dir / "summary.json").read_text())
     rows = [r for r in summary["stages"] if r["stage"] in stage_names]
     scored = [r for r in rows if r.get("pass_at_1") is not None]
+    figures = {k: v for k, v in scored[-1].items() if METRICS.match(k)} if scored else {}
     marker = json.loads((run_dir / MARKER).read_text()) if (run_dir / MARKER).exists() else {}
     out = {"pass_at_1": scored[-1]["pass_at_1"] if scored else None, "stage": scored[-1]["stage"] if scored else None,
            "steps": sum(r.get("steps", 0) for r in rows), "train_s": round(sum(r.get("train_s", 0.0) for r in rows), 2),
            "time_cap": any(r.get("time_cap") for r in rows), "wall_s": round(sum(r.get("wall_s", 0.0) for r in rows), 2),
-           "alone": bool(marker.get("alone"))}
+           "alone": bool(marker.get("alone")), "figures": figures}
     out.update(rl_health(run_dir, stage_names))
     out["curve"] = heldout_curve(run_dir, stage_names)
     return out
@@ -98,9 +104,21 @@ def _mean(xs: list) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs: dict) -> dict:
+def metric_label(metric: str) -> str:
+    """``pass@1``, ``pass@8 (sampled)``, ``mean score``: how a table names its metric."""
+    m = re.match(r"^pass_at_([0-9]+)(_sampled)?$", metric)
+    return f"pass@{m.group(1)}{' (sampled)' if m.group(2) else ''}" if m else metric.replace("_", " ")
+
+
+def figure(run: dict, metric: str) -> float | None:
+    """A run's held-out ``metric`` (``pass_at_1`` also from a run read without figures)."""
+    return run.get("figures", {}).get(metric, run.get("pass_at_1") if metric == "pass_at_1" else None)
+
+
+def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs: dict,
+                metric: str = "pass_at_1") -> dict:
     """The sweep's table. ``runs``: ``(point, seed) -> read_run(...)`` for the finished runs, a point being the
-    tuple of each key's value. Per point: ``per_seed`` pass@1, their ``mean``, for each key whose value is not the
+    tuple of each key's value. Per point: ``per_seed`` values of ``metric`` (:data:`METRICS`), their ``mean``, for each key whose value is not the
     key's first the paired difference to the point with the first value (same other values; pairs by seed) and
     its t-interval (:func:`rlvr.monitoring.intervals.paired_interval`), the seed means of the health and compute
     columns, and ``wall_comparable`` (every seed's run ran alone)."""
@@ -110,16 +128,16 @@ def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs
     for point in itertools.product(*values):
         got = {s: runs.get((point, s)) for s in seeds}
         done = [r for r in got.values() if r is not None]
-        per_seed = {str(s): (r["pass_at_1"] if r else None) for s, r in got.items()}
+        per_seed = {str(s): (figure(r, metric) if r else None) for s, r in got.items()}
         cell = {"values": dict(zip(keys, point)), "per_seed": per_seed, "mean": _mean(list(per_seed.values())),
                 "runs": len(done), "vs_first": {}}
         for i, key in enumerate(keys):
             if point[i] == values[i][0]:
                 continue
             ref = (*point[:i], values[i][0], *point[i + 1:])
-            pairs = [(got[s]["pass_at_1"], runs[(ref, s)]["pass_at_1"]) for s in seeds
-                     if got[s] is not None and runs.get((ref, s)) is not None
-                     and got[s]["pass_at_1"] is not None and runs[(ref, s)]["pass_at_1"] is not None]
+            pairs = [(figure(got[s], metric), figure(runs[(ref, s)], metric)) for s in seeds
+                     if got[s] is not None and runs.get((ref, s)) is not None]
+            pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
             diffs = [a - b for a, b in pairs]
             cell["vs_first"][key] = {"reference": values[i][0], "diffs": diffs, **paired_interval(diffs)}
         for col in ("zero_var_frac", "entropy", "kl", "steps", "train_s", "sequences", "groups_drawn"):
@@ -130,7 +148,7 @@ def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs
         cell["time_cap"] = any(r["time_cap"] for r in done)
         cell["curve"] = mean_curve({str(s): r.get("curve") for s, r in got.items() if r})
         cells.append(cell)
-    return {"keys": keys, "values": values, "seeds": seeds, "cells": cells}
+    return {"keys": keys, "values": values, "seeds": seeds, "metric": metric, "cells": cells}
 
 
 def _pct(x: float | None) -> str:
@@ -155,7 +173,7 @@ def _delta(d: dict | None) -> str:
 def markdown(table: dict) -> str:
     """The table as markdown: one row per grid point."""
     keys, seeds = table["keys"], table["seeds"]
-    head = [*(f"`{k}`" for k in keys), "pass@1 mean", f"per seed ({', '.join(map(str, seeds))})",
+    head = [*(f"`{k}`" for k in keys), f"{metric_label(table.get('metric', 'pass_at_1'))} mean", f"per seed ({', '.join(map(str, seeds))})",
             *(f"Δ vs `{k}={v[0]}` (pp, 95% CI)" for k, v in zip(keys, table["values"])),
             "zero-var", "entropy", "KL", "steps", "train s", "trained seqs", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -188,7 +206,7 @@ def plot(table: dict, path: Path) -> Path | None:
         if c["mean"] is not None:
             ax.scatter([100 * c["mean"]], [y], color="tab:blue", marker="D", s=40, zorder=3)
     ax.set_yticks(range(len(cells)), labels)
-    ax.set_xlabel("held-out pass@1 (%): seeds (grey), mean (blue)")
+    ax.set_xlabel(f"held-out {metric_label(table.get('metric', 'pass_at_1'))} (%): seeds (grey), mean (blue)")
     ax.invert_yaxis()
     rows = [(_vs_label(c, k, d), d) for c in cells for k, d in c["vs_first"].items()]
     for y, (_, d) in enumerate(rows):

@@ -45,6 +45,26 @@ def test_a_missing_seed_is_left_out_of_the_pairs():
     assert "one seed: no interval" in markdown(t)
 
 
+def test_a_sampled_metric_is_tabled_and_paired_like_pass_at_1(tmp_path):
+    """``--metric pass_at_8_sampled``: the per-seed values, means and pairs are that figure of each run's summary
+    row, not its greedy pass@1."""
+    def sampled(p1, p8):
+        return {**run(p1), "figures": {"pass_at_1": p1, "pass_at_8_sampled": p8}}
+
+    runs = {(("a",), 0): sampled(0.5, 0.7), (("a",), 1): sampled(0.5, 0.8),
+            (("b",), 0): sampled(0.9, 0.75), (("b",), 1): sampled(0.1, 0.95)}
+    t = build_table(["k"], [["a", "b"]], [0, 1], runs, "pass_at_8_sampled")
+    assert t["metric"] == "pass_at_8_sampled"
+    assert t["cells"][1]["per_seed"] == {"0": 0.75, "1": 0.95}
+    assert t["cells"][1]["vs_first"]["k"]["diffs"] == pytest.approx([0.05, 0.15])
+    assert "pass@8 (sampled) mean" in markdown(t)
+    summary = {"stages": [{"stage": "rl", "pass_at_1": 0.5, "pass_at_1_sampled": 0.4, "pass_at_8_sampled": 0.7,
+                           "mean_score": 0.55, "ece_agreement": 0.1, "wall_s": 1.0}]}
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    r = read_run(tmp_path, ["rl"])
+    assert r["figures"] == {"pass_at_1": 0.5, "pass_at_1_sampled": 0.4, "pass_at_8_sampled": 0.7, "mean_score": 0.55}
+
+
 def test_read_run_takes_the_last_stage_row_and_the_rl_stage_health(tmp_path):
     summary = {"stages": [
         {"stage": "base", "pass_at_1": 0.9, "wall_s": 1.0},
