@@ -52,6 +52,7 @@ from rlvr.config.recipe import Recipe, with_system_prompt
 from rlvr.console import Heartbeat, detail, phase
 from rlvr.data.jsonl import append_jsonl, write_json_atomic, write_text_atomic
 from rlvr.models.prompt_format import checkpoint_format
+from rlvr.run_lock import run_dir_lock
 from rlvr.stages import stage_kind
 
 
@@ -135,11 +136,11 @@ def _run_stages(recipe: Recipe, resume: bool, judge, only: str | None, init_path
         dist.barrier()  # every rank has read the state before rank 0 writes it
         if not dist.is_main:
             return _follow(recipe, resume, only, init_path, state, dist)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(run_dir, recipe, resume, changes)
-    recipe = with_eval_scoring(with_system_prompt(recipe))
-    with checkpoint_format(run_format(recipe)):  # every checkpoint of the run carries prompt_format.json
-        return _stages_in_order(recipe, resume, judge, only, init_path, state, state_path, run_dir, dist)
+    with run_dir_lock(run_dir):  # one run at a time in a run directory
+        save_config(run_dir, recipe, resume, changes)
+        recipe = with_eval_scoring(with_system_prompt(recipe))
+        with checkpoint_format(run_format(recipe)):  # every checkpoint of the run carries prompt_format.json
+            return _stages_in_order(recipe, resume, judge, only, init_path, state, state_path, run_dir, dist)
 
 
 def run_format(recipe: Recipe) -> dict:

@@ -53,7 +53,8 @@ def encode_example(tokenizer, task: Task, completion: str, max_length: int | Non
 
 
 def encode_demos(tasks, tokenizer, max_length: int, what: str = "SFT") -> list[tuple[list[int], list[int]]]:
-    """``(input_ids, loss_mask)`` of each task's demonstration; a task without one is an error naming it."""
+    """``(input_ids, loss_mask)`` of each task's demonstration, cut to ``max_length`` (:func:`cut_demos`); a task
+    without one is an error naming it."""
     from rlvr.errors import DataError
 
     out = []
@@ -61,7 +62,37 @@ def encode_demos(tasks, tokenizer, max_length: int, what: str = "SFT") -> list[t
         if not t.solution:
             raise DataError(f"{what} task {t.id!r} has no demonstration ('completion', 'solution', or a final "
                             "assistant turn in 'messages')")
-        out.append(encode_example(tokenizer, t, t.solution, max_length))
+        out.append(encode_example(tokenizer, t, t.solution))
+    return cut_demos(out, list(tasks), max_length, what)
+
+
+def cut_demos(examples: list, tasks: list, max_length: int, what: str) -> list[tuple[list[int], list[int]]]:
+    """The demonstrations cut to their first ``max_length`` tokens. One that keeps no completion token would train
+    on nothing: that is an error naming how many, the longest and the length that fits them all; one that loses
+    the end of its completion (its last tokens, the end of sequence with them) is counted in a warning."""
+    from rlvr.errors import DataError
+
+    empty, short, longest = 0, 0, (0, None)
+    out = []
+    for (ids, mask), t in zip(examples, tasks):
+        cut_ids, cut_mask = ids[:max_length], mask[:max_length]
+        if len(ids) > longest[0]:
+            longest = (len(ids), t)
+        if sum(mask) and not sum(cut_mask):
+            empty += 1
+        elif sum(cut_mask) < sum(mask):
+            short += 1
+        out.append((cut_ids, cut_mask))
+    where = f"{what}: max_length {max_length}"
+    fits = f"the longest is {longest[0]} tokens (task {getattr(longest[1], 'id', '?')!r}): raise max_length to fit"
+    if empty:
+        raise DataError(f"{where}: {empty} of {len(out)} demonstrations keep no completion token (their prompt "
+                        f"fills the length), so they would train on nothing; {fits}")
+    if short:
+        import sys
+
+        print(f"warning: {where}: {short} of {len(out)} demonstrations lose the end of their completion (the "
+              f"model never sees it finish); {fits}", file=sys.stderr, flush=True)
     return out
 
 

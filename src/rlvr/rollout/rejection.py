@@ -44,7 +44,7 @@ def select_verified(groups: list[int], texts: list[str], lengths: list[int], pas
 def rejection_sample(engine, tokenizer, tasks, judge, sampling, keep: str, max_per_task: int | None,
                      max_length: int, seed: int) -> tuple[list[tuple[list[int], list[int]]], dict]:
     """Sample ``sampling.group_size`` completions per task with ``engine``, verify, filter -> ``(examples,
-    metrics)``; examples are ``(ids, loss_mask)`` truncated to ``max_length``."""
+    metrics)``; examples are ``(ids, loss_mask)`` cut to ``max_length`` (``data.chat.cut_demos``)."""
     ro = collect(engine, tokenizer, tasks, judge, sampling, [RewardTerm()], seed=seed)
     G = ro.group_size
     n = len(ro.texts)
@@ -53,10 +53,11 @@ def rejection_sample(engine, tokenizer, tasks, judge, sampling, keep: str, max_p
     finished = [r != "length" for r in ro.finish_reason]
     rows = select_verified(groups, ro.texts, [len(c) for c in ro.completion_ids], passed, finished, keep,
                            max_per_task)
-    examples = []
-    for i in rows:
-        p, c = ro.prompt_ids[i], ro.completion_ids[i]
-        examples.append(((p + c)[:max_length], ([0] * len(p) + [1] * len(c))[:max_length]))
+    from rlvr.data.chat import cut_demos
+
+    full = [(ro.prompt_ids[i] + ro.completion_ids[i], [0] * len(ro.prompt_ids[i]) + [1] * len(ro.completion_ids[i]))
+            for i in rows]
+    examples = cut_demos(full, [tasks[groups[i]] for i in rows], max_length, "rejection-sampled SFT")
     solved = len({groups[i] for i in rows})
     distinct = len({(groups[i], ro.texts[i].strip()) for i in range(n) if passed[i] and finished[i]})
     met = {"sample/pass_rate": sum(passed) / max(1, n), "sample/tasks_solved": solved / max(1, len(tasks)),

@@ -12,7 +12,7 @@ from pathlib import Path
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.sft import SFTStage
-from rlvr.data.chat import encode_demos
+from rlvr.data.chat import cut_demos, encode_demos
 from rlvr.data.order import data_order
 from rlvr.data.sources import load_task_source
 from rlvr.monitoring.heldout import SFTHeldout
@@ -32,7 +32,7 @@ from rlvr.trainers.optimizer import over_seconds
 from rlvr.trainers.variants import sft_loss_kwargs
 
 
-def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
+def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool", what: str = "SFT"):
     """``(ids, loss_mask)`` per demonstration; environment tasks are laid out turn by turn with the real
     observations, exactly as a closed-loop rollout (rollout/multiturn.py); the others as one completion
     (``data.chat.encode_demos``, shared with the held-out loss)."""
@@ -41,10 +41,10 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool"):
     for t in tasks:
         if t.kind == "env" and t.solution:
             template = template or TurnTemplate(tokenizer, tool_role)
-            examples.append(demo_example(tokenizer, t, tool_role, max_length, template=template))
+            examples.append(demo_example(tokenizer, t, tool_role, None, template=template))
         else:
-            examples.extend(encode_demos([t], tokenizer, max_length))
-    return examples
+            examples.extend(encode_demos([t], tokenizer, 1 << 30, what))
+    return cut_demos(examples, list(tasks), max_length, what)
 
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
@@ -56,7 +56,7 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     next). ``lr_over`` ``(steps, seconds)``: the schedule of ``steps`` steps laid over ``seconds`` of training time
     (a stage its time budget ends, :func:`rlvr.trainers.optimizer.over_seconds`)."""
     out, model, tok = load_policy(run_dir, stage.name, model_cfg, init_path, seed)
-    examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length)
+    examples = tokenize_demos(load_task_source(stage.data), tok, stage.max_length, what=f"stages.{stage.name}")
     opt, sched = build_optimizer(model, stage.optim, stage.max_steps)
     heldout = SFTHeldout(stage, tok, out, model_cfg.train_bf16)  # held-out loss, keep-best, early stop
     run = open_stage(stage, out, model, tok, opt, sched, stage.max_steps, checkpoint=find_checkpoint(out, resume),

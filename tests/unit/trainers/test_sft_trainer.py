@@ -92,3 +92,29 @@ def test_a_stage_that_runs_its_steps_reports_no_time_cap(tiny_dir, tmp_path, cap
     res = train_sft(stage(max_steps=2, max_minutes=60, save_every=0), ModelConfig(path=tiny_dir), tmp_path / "r")
     assert res.steps == 2 and "time_cap" not in Path(res.metrics_path).read_text()
     assert "max_minutes" not in capsys.readouterr().out
+
+
+def test_demos_cut_to_nothing_by_max_length_are_refused_before_training(tiny_dir, tmp_path):
+    """A prompt longer than max_length leaves no completion token to learn from: the stage trained on nothing
+    (loss 0.000) until it refused. The error names the field, the count and the length that fits."""
+    from rlvr.errors import DataError
+
+    long = stage(max_length=8)  # add2 prompts are longer than 8 tokens: every completion is cut away
+    with pytest.raises(DataError, match=r"max_length 8: 64 of 64 demonstrations keep no completion token"):
+        train_sft(long, ModelConfig(path=tiny_dir), tmp_path / "a", seed=1)
+    assert not (tmp_path / "a" / "sft" / "metrics.jsonl").exists()
+
+
+def test_demos_whose_completion_is_cut_are_counted_in_a_warning(tiny_dir, tmp_path, capsys):
+    from rlvr.data.chat import encode_demos
+    from rlvr.data.arithmetic import generate
+    from rlvr.models.load import load_model_and_tokenizer
+
+    _, tok = load_model_and_tokenizer(ModelConfig(path=tiny_dir))
+    tasks = generate(["add2"], 4, seed=0)
+    full = encode_demos(tasks, tok, 10_000)
+    cut = min(sum(1 - m for m in mask) + 1 for _, mask in full)  # every prompt fits, no completion does whole
+    got = encode_demos(tasks, tok, cut, "SFT (stages.sft.max_length)")
+    assert all(len(ids) <= cut and sum(mask) >= 1 for ids, mask in got)
+    err = capsys.readouterr().err
+    assert "4 of 4 demonstrations lose the end of their completion" in err and f"max_length {cut}" in err
