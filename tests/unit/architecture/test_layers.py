@@ -1,6 +1,6 @@
 """The import layers of ../shared/DESIGN.md ("Layers"), kept by walking every module's imports.
 
-    errors, config, hooks, console -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
+    errors, config, hooks, console, run_lock -> data -> envs -> verifiers -> models -> rollout -> monitoring -> trainers
       -> distributed -> accel -> stages -> pipeline -> commands -> cli   (losses/, advantages/: torch only, leaves)
 
 A module may import its own layer or a lower one. Imports inside functions count too (a lazy import of a
@@ -19,7 +19,7 @@ ROOT = Path(rlvr.__file__).resolve().parent
 ORDER = ["errors", "config", "data", "envs", "verifiers", "models", "rollout", "monitoring", "trainers",
          "distributed", "accel", "stages", "pipeline", "commands", "cli"]
 RANK = {name: i for i, name in enumerate(ORDER)}
-RANK["config"] = RANK["hooks"] = RANK["console"] = RANK["omp_wait"] = RANK["errors"]
+RANK["config"] = RANK["hooks"] = RANK["console"] = RANK["omp_wait"] = RANK["run_lock"] = RANK["errors"]
 # the lowest layer holds these (hooks: the slots the accelerations fill; console: full-width console, heartbeat;
 # omp_wait: the OpenMP wait policy, set before torch loads)
 ACCEL_IMPORTERS = {"accel", "pipeline", "commands", "cli"}
