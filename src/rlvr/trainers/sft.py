@@ -36,6 +36,7 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool", w
     """``(ids, loss_mask)`` per demonstration; environment tasks are laid out turn by turn with the real
     observations, exactly as a closed-loop rollout (rollout/multiturn.py); the others as one completion
     (``data.chat.encode_demos``, shared with the held-out loss)."""
+    tasks = list(tasks)
     template = None
     examples = []
     for t in tasks:
@@ -44,7 +45,7 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool", w
             examples.append(demo_example(tokenizer, t, tool_role, None, template=template))
         else:
             examples.extend(encode_demos([t], tokenizer, 1 << 30, what))
-    return cut_demos(examples, list(tasks), max_length, what)
+    return cut_demos(examples, tasks, max_length, what)
 
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,
