@@ -41,29 +41,27 @@ def encode_completion(tokenizer, completion: str, add_end: bool = True) -> list[
     return ids + [end_of_turn_id(tokenizer)] if add_end else ids
 
 
-def encode_example(tokenizer, task: Task, completion: str, max_length: int | None = None):
-    """``(input_ids, loss_mask)`` for prompt + completion; loss_mask is 1 on completion tokens only."""
+def encode_example(tokenizer, task: Task, completion: str):
+    """``(input_ids, loss_mask)`` for prompt + completion, whole; loss_mask is 1 on completion tokens only."""
     p = encode_prompt(tokenizer, task)
     c = encode_completion(tokenizer, completion)
-    ids = p + c
-    mask = [0] * len(p) + [1] * len(c)
-    if max_length is not None:
-        ids, mask = ids[:max_length], mask[:max_length]
-    return ids, mask
+    return p + c, [0] * len(p) + [1] * len(c)
+
+
+def solution_example(tokenizer, task: Task, what: str = "SFT") -> tuple[list[int], list[int]]:
+    """``(input_ids, loss_mask)`` of the task's demonstration, whole; a task without one is an error naming it."""
+    from rlvr.errors import DataError
+
+    if not task.solution:
+        raise DataError(f"{what} task {task.id!r} has no demonstration ('completion', 'solution', or a final "
+                        "assistant turn in 'messages')")
+    return encode_example(tokenizer, task, task.solution)
 
 
 def encode_demos(tasks, tokenizer, max_length: int, what: str = "SFT") -> list[tuple[list[int], list[int]]]:
-    """``(input_ids, loss_mask)`` of each task's demonstration, cut to ``max_length`` (:func:`cut_demos`); a task
-    without one is an error naming it."""
-    from rlvr.errors import DataError
-
-    out = []
-    for t in tasks:
-        if not t.solution:
-            raise DataError(f"{what} task {t.id!r} has no demonstration ('completion', 'solution', or a final "
-                            "assistant turn in 'messages')")
-        out.append(encode_example(tokenizer, t, t.solution))
-    return cut_demos(out, list(tasks), max_length, what)
+    """``(input_ids, loss_mask)`` of each task's demonstration, cut to ``max_length`` (:func:`cut_demos`)."""
+    tasks = list(tasks)
+    return cut_demos([solution_example(tokenizer, t, what) for t in tasks], tasks, max_length, what)
 
 
 def cut_demos(examples: list, tasks: list, max_length: int, what: str) -> list[tuple[list[int], list[int]]]:

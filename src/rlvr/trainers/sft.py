@@ -12,7 +12,7 @@ from pathlib import Path
 from rlvr.config.eval import EvalConfig
 from rlvr.config.model import ModelConfig
 from rlvr.config.sft import SFTStage
-from rlvr.data.chat import cut_demos, encode_demos
+from rlvr.data.chat import cut_demos, solution_example
 from rlvr.data.order import data_order
 from rlvr.data.sources import load_task_source
 from rlvr.monitoring.heldout import SFTHeldout
@@ -35,7 +35,8 @@ from rlvr.trainers.variants import sft_loss_kwargs
 def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool", what: str = "SFT"):
     """``(ids, loss_mask)`` per demonstration; environment tasks are laid out turn by turn with the real
     observations, exactly as a closed-loop rollout (rollout/multiturn.py); the others as one completion
-    (``data.chat.encode_demos``, shared with the held-out loss)."""
+    (``data.chat.solution_example``, as the held-out loss encodes them), then cut to ``max_length``
+    (``data.chat.cut_demos``)."""
     tasks = list(tasks)
     template = None
     examples = []
@@ -44,7 +45,7 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool", w
             template = template or TurnTemplate(tokenizer, tool_role)
             examples.append(demo_example(tokenizer, t, tool_role, None, template=template))
         else:
-            examples.extend(encode_demos([t], tokenizer, 1 << 30, what))
+            examples.append(solution_example(tokenizer, t, what))
     return cut_demos(examples, tasks, max_length, what)
 
 
