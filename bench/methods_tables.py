@@ -34,8 +34,8 @@ def fmt_delta(d: dict | None) -> str:
     return f"{100 * d['mean']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
 
 
-OPTIONAL = [("zero-var", "zero_var_frac", ".2f"), ("entropy", "entropy", ".3f"),
-            ("groups sampled", "groups_drawn", ".0f"), ("trained seqs", "sequences", ".0f")]
+OPTIONAL = [("zero-var", "zero_var_frac", ".2f"), ("entropy", "entropy", ".3f"), ("cut", "truncated", ".1%"),
+            ("length", "length", ".1f"), ("groups sampled", "groups_drawn", ".0f"), ("trained seqs", "sequences", ".0f")]
 """The RL health and compute columns: (header, cell key, format); a column no cell has is left out."""
 
 

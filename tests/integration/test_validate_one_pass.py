@@ -109,3 +109,18 @@ def test_eval_and_generate_refuse_text_the_tokenizer_cannot_encode(rlvr_cli, tmp
     extra = ["--out", tmp_path / "o.jsonl"] if cmd == "generate" else []
     err = refused(rlvr_cli, cmd, "--model", tiny_dir, "--tasks", tasks, *extra)
     assert f"{tasks}:2: field 'prompt': character '−' (U+2212)" in err, err
+
+
+def test_sft_demonstrations_max_length_cuts_are_found_before_any_stage_runs(rlvr_cli, tmp_path, tiny_dir):
+    """A later SFT stage whose max_length leaves its demonstrations no completion token is refused by validate
+    (and so before the stages in front of it run), naming the key, its line and the length that fits; one that
+    only cuts their ends is a warning."""
+    p = recipe(tmp_path, tiny_dir, "{type: grpo, data: {families: [add2], n: 4}}",
+               "{type: sft, max_length: 8, data: {families: [add2], n: 6}}")
+    err = refused(rlvr_cli, "validate", p)
+    assert "r.yaml:8: stages.1.max_length: the 6 demonstrations of stages.1.data: max_length 8: 6 of 6" in err, err
+    assert "keep no completion token" in err and "raise max_length to fit" in err
+    p = recipe(tmp_path, tiny_dir, "{type: sft, max_length: 12, data: {families: [add2], n: 6}}")
+    code, out, err = rlvr_cli("validate", p)
+    assert code == 0, (out, err)
+    assert "stages.0.max_length" in " ".join((out + err).split()) and "lose the end of their completion" in out + err

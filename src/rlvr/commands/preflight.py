@@ -8,7 +8,8 @@ functions importable, and held-out safety: evaluation tasks marked ``split: trai
 marked ``split: heldout``, and evaluation prompts that also occur in a stage's training tasks (by a
 hash of the prompt's content), tasks their kind's verifier cannot judge (where they are judged: the
 held-out tasks, the data of a stage scored by the verifier), and text the model's tokenizer cannot encode
-(``rlvr.data.encodable``). Each problem names its key, the recipe file and the key's line.
+(``rlvr.data.encodable``), and SFT demonstrations that ``max_length`` cuts (to nothing: an error; short of their
+end: a warning). Each problem names its key, the recipe file and the key's line.
 
 The checks are the list :data:`CHECKS`, each a function of the :class:`DryRun` returning every problem it
 finds, so none hides another. When the recipe's schema itself fails, :mod:`rlvr.commands.preflight_raw`
@@ -356,6 +357,38 @@ def check_text(dry: DryRun) -> list[Problem]:
     return out
 
 
+def check_demo_lengths(dry: DryRun) -> list[Problem]:
+    """Demonstrations an SFT stage's ``max_length`` cuts, encoded with the model's tokenizer as the stage will: to
+    no completion token (an error: they would train on nothing) or short of their end (a warning)."""
+    if dry.tokenizer is None:
+        return []
+    from rlvr.data.chat import demo_cuts
+
+    out: list[Problem] = []
+    for i, st in enumerate(dry.recipe.stages):
+        if not stage_kind(st).demonstrations or (dry.only is not None and st.type != dry.only):
+            continue
+        for name in ("data", "heldout"):
+            tasks = [t for t in dry.tasks.get(f"stages.{i}.{name}", []) if t.solution]
+            if not tasks:
+                continue
+            what = f"the {len(tasks)} demonstrations of stages.{i}.{name}"
+            _, error, warning = _try(out, f"stages.{i}.{name}", lambda tasks=tasks, what=what: demo_cuts(
+                _encoded_once(tasks, dry.tokenizer, what), tasks, st.max_length, what)) or (None, None, None)
+            out += [Problem(f"stages.{i}.max_length", m, warning=m is warning) for m in (error, warning) if m]
+    return out
+
+
+def _encoded_once(tasks: list, tokenizer, what: str) -> list:
+    """``demo_examples`` of ``tasks``, each distinct demonstration encoded once (a draw with replacement repeats
+    problems)."""
+    from rlvr.trainers.sft import demo_examples
+
+    distinct = {(t.id, repr(t.solution)): t for t in tasks}
+    encoded = dict(zip(distinct, demo_examples(list(distinct.values()), tokenizer, what=what)))
+    return [encoded[(t.id, repr(t.solution))] for t in tasks]
+
+
 def check_plan(dry: DryRun) -> list[Problem]:
     """The plan's teacher (``plan.teacher``) is a local model folder."""
     t = dry.recipe.plan.teacher
@@ -370,6 +403,7 @@ CHECKS: list[Callable[[DryRun], list[Problem]]] = [
     check_plan,
     lambda d: check_tasks(d.recipe, d),
     check_text,
+    check_demo_lengths,
 ]
 """The dry run, one function per concern, each returning every problem it finds (none stops the others);
 later checks read what earlier ones loaded (the tokenizer, the tasks). A new check is one entry here."""

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from rlvr.config.base import Section, typed_union
 
 # The built-in arithmetic families (rlvr.data.arithmetic.FAMILIES defines them; a test keeps both equal).
-ARITHMETIC_FAMILIES: tuple[str, ...] = ("add2", "add3", "mul21", "mul31", "mul2")
+ARITHMETIC_FAMILIES: tuple[str, ...] = ("add2", "add3", "mul21", "mul31", "mul2", "mul81", "mul121")
 
 
 class ArithmeticTeacher(Section):
@@ -38,7 +38,8 @@ class BuiltinArithmetic(Section):
 
     type: Literal["builtin"] = "builtin"
     families: list[str] = Field(["add2"], min_length=1)
-    """Families to draw from: add2, add3, mul21, mul31, mul2 (easy -> hard)."""
+    """Families to draw from: add2, add3, mul21, mul31, mul2, mul81, mul121 (easy -> hard; mul81 and mul121
+    multiply 8 and 12 digits by one, with worked solutions of ~95 and ~135 tokens)."""
     weights: list[float] | None = None
     """Sampling weight per family (same order as ``families``); equal when omitted."""
     n: int = Field(2000, ge=1)

@@ -6,6 +6,8 @@ Families (easy -> hard):
   mul21  2-digit x 1-digit          (difficulty 3; only ~80 held-out problems)
   mul31  3-digit x 1-digit          (difficulty 3)
   mul2   2-digit x 2-digit          (difficulty 4)
+  mul81  8-digit x 1-digit          (difficulty 5; worked solutions of ~95 tokens)
+  mul121 12-digit x 1-digit         (difficulty 6; worked solutions of ~135 tokens: the long-output family)
 
 Worked solutions go digit by digit from the right, carrying explicitly, then give the answer in
 ``\\boxed{}`` (what the math verifier reads), e.g. ``47+85`` -> ``7+5=12, 4+8+1=13. \\boxed{132}``.
@@ -47,6 +49,8 @@ FAMILIES: dict[str, Family] = {
     "mul21": Family("mul21", "*", 2, 1, 3),
     "mul31": Family("mul31", "*", 3, 1, 3),
     "mul2": Family("mul2", "*", 2, 2, 4),
+    "mul81": Family("mul81", "*", 8, 1, 5),
+    "mul121": Family("mul121", "*", 12, 1, 6),
 }
 
 

@@ -65,11 +65,25 @@ def encode_demos(tasks, tokenizer, max_length: int, what: str = "SFT") -> list[t
 
 
 def cut_demos(examples: list, tasks: list, max_length: int, what: str) -> list[tuple[list[int], list[int]]]:
-    """The demonstrations cut to their first ``max_length`` tokens. One that keeps no completion token would train
-    on nothing: that is an error naming how many, the longest and the length that fits them all; one that loses
-    the end of its completion (its last tokens, the end of sequence with them) is counted in a warning."""
+    """The demonstrations cut to their first ``max_length`` tokens (:func:`demo_cuts`): one that keeps no completion
+    token is an error (it would train on nothing), those that lose the end of their completion are a warning."""
     from rlvr.errors import DataError
 
+    out, error, warning = demo_cuts(examples, tasks, max_length, what)
+    if error:
+        raise DataError(error)
+    if warning:
+        import sys
+
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
+    return out
+
+
+def demo_cuts(examples: list, tasks: list, max_length: int,
+              what: str) -> tuple[list[tuple[list[int], list[int]]], str | None, str | None]:
+    """``(cut, error, warning)``: the demonstrations cut to their first ``max_length`` tokens; the error when some
+    keep no completion token (how many, the longest, the length that fits them all), the warning when some lose
+    the end of their completion (their last tokens, the end of sequence with them); each None when there is none."""
     empty, short, longest = 0, 0, (0, None)
     out = []
     for (ids, mask), t in zip(examples, tasks):
@@ -83,15 +97,11 @@ def cut_demos(examples: list, tasks: list, max_length: int, what: str) -> list[t
         out.append((cut_ids, cut_mask))
     where = f"{what}: max_length {max_length}"
     fits = f"the longest is {longest[0]} tokens (task {getattr(longest[1], 'id', '?')!r}): raise max_length to fit"
-    if empty:
-        raise DataError(f"{where}: {empty} of {len(out)} demonstrations keep no completion token (their prompt "
-                        f"fills the length), so they would train on nothing; {fits}")
-    if short:
-        import sys
-
-        print(f"warning: {where}: {short} of {len(out)} demonstrations lose the end of their completion (the "
-              f"model never sees it finish); {fits}", file=sys.stderr, flush=True)
-    return out
+    error = (f"{where}: {empty} of {len(out)} demonstrations keep no completion token (their prompt fills the "
+             f"length), so they would train on nothing; {fits}") if empty else None
+    warning = (f"{where}: {short} of {len(out)} demonstrations lose the end of their completion (the model never "
+               f"sees it finish); {fits}") if short else None
+    return out, error, warning
 
 
 def check_prompt_lengths(tasks, tokenizer, model, max_new_tokens: int, where: str) -> None:

@@ -7,7 +7,8 @@ one (the equal-time SFT control's rows and the starting model's ``base`` row are
 result). The end-of-run training health is the last logged value, in the last stage whose ``metrics.jsonl`` logs
 ``rollout/zero_var_frac`` (an RL stage), of ``rollout/zero_var_frac`` (fraction of groups whose rewards are all
 equal), ``rollout/entropy`` (else ``policy/entropy``; nats per token) and ``kl/ref`` (absent when the stage logs
-no KL to a reference). Compute is the stages' training seconds (``train_s``, held-out evaluations excluded), the
+no KL to a reference); over all its steps, the mean share of sampled completions cut at the token budget
+(``rollout/truncation_rate``, column ``cut``) and their mean length in tokens (``rollout/length_mean``). Compute is the stages' training seconds (``train_s``, held-out evaluations excluded), the
 sequences that RL stage trained on (``train/sequences`` summed over its steps) and the groups it sampled
 (``rollout/groups_drawn`` summed: dynamic sampling draws more than it trains).
 """
@@ -32,6 +33,10 @@ whether it ran alone."""
 HEALTH_KEYS = {"zero_var_frac": ("rollout/zero_var_frac",), "entropy": ("rollout/entropy", "policy/entropy"),
                "kl": ("kl/ref",)}
 """Table column -> the metric keys it reads (the first one logged), from the last RL stage's metrics.jsonl."""
+
+RUN_MEAN_KEYS = {"truncated": "rollout/truncation_rate", "length": "rollout/length_mean"}
+"""Table column -> the metric it averages over every step of the last RL stage (what the budget cut, and how long
+the samples ran: the figures of a length-control method)."""
 
 
 def read_run(run_dir: Path, stage_names: list[str]) -> dict:
@@ -95,8 +100,11 @@ def rl_health(run_dir: Path, stage_names: list[str]) -> dict:
             key = next((k for k in keys if any(k in r for r in recs)), None)
             out[col] = next(r[key] for r in reversed(recs) if key in r) if key else None
             out[f"{col}_key"] = key
+        for col, key in RUN_MEAN_KEYS.items():
+            out[col] = _mean([r.get(key) for r in recs])
         return out
-    return {"rl_stage": None, "sequences": None, "groups_drawn": None, **{c: None for c in HEALTH_KEYS}}
+    return {"rl_stage": None, "sequences": None, "groups_drawn": None, **{c: None for c in HEALTH_KEYS},
+            **{c: None for c in RUN_MEAN_KEYS}}
 
 
 def _mean(xs: list) -> float | None:
@@ -140,7 +148,7 @@ def build_table(keys: list[str], values: list[list[str]], seeds: list[int], runs
             pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
             diffs = [a - b for a, b in pairs]
             cell["vs_first"][key] = {"reference": values[i][0], "diffs": diffs, **paired_interval(diffs)}
-        for col in ("zero_var_frac", "entropy", "kl", "steps", "train_s", "sequences", "groups_drawn"):
+        for col in ("zero_var_frac", "entropy", "kl", *RUN_MEAN_KEYS, "steps", "train_s", "sequences", "groups_drawn"):
             cell[col] = _mean([r.get(col) for r in done])
         cell["steps_per_seed"] = {str(s): r["steps"] for s, r in got.items() if r}
         cell["wall_s"] = _mean([r.get("wall_s") for r in done])
@@ -175,13 +183,14 @@ def markdown(table: dict) -> str:
     keys, seeds = table["keys"], table["seeds"]
     head = [*(f"`{k}`" for k in keys), f"{metric_label(table.get('metric', 'pass_at_1'))} mean", f"per seed ({', '.join(map(str, seeds))})",
             *(f"Δ vs `{k}={v[0]}` (pp, 95% CI)" for k, v in zip(keys, table["values"])),
-            "zero-var", "entropy", "KL", "steps", "train s", "trained seqs", "wall s"]
+            "zero-var", "entropy", "KL", "cut", "length", "steps", "train s", "trained seqs", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in table["cells"]:
         wall = _num(c["wall_s"], ".0f")
         row = [*c["values"].values(), _pct(c["mean"]), " / ".join(_pct(v) for v in c["per_seed"].values()),
                *(_delta(c["vs_first"].get(k)) for k in keys), _num(c["zero_var_frac"], ".2f"),
-               _num(c["entropy"]), _num(c["kl"], ".4f"), _num(c["steps"], ".0f") + (" (time cap)" if c["time_cap"] else ""),
+               _num(c["entropy"]), _num(c["kl"], ".4f"), _pct(c.get("truncated")), _num(c.get("length"), ".1f"),
+               _num(c["steps"], ".0f") + (" (time cap)" if c["time_cap"] else ""),
                _num(c["train_s"], ".1f"), _num(c["sequences"], ".0f"), wall if c["wall_comparable"] or wall == "-" else wall + "*"]
         lines.append("| " + " | ".join(str(x) for x in row) + " |")
     return "\n".join(lines) + "\n"

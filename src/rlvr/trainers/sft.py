@@ -33,11 +33,16 @@ from rlvr.trainers.variants import sft_loss_kwargs
 
 
 def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool", what: str = "SFT"):
-    """``(ids, loss_mask)`` per demonstration; environment tasks are laid out turn by turn with the real
-    observations, exactly as a closed-loop rollout (rollout/multiturn.py); the others as one completion
-    (``data.chat.solution_example``, as the held-out loss encodes them), then cut to ``max_length``
+    """``(ids, loss_mask)`` per demonstration (:func:`demo_examples`), cut to ``max_length``
     (``data.chat.cut_demos``)."""
     tasks = list(tasks)
+    return cut_demos(demo_examples(tasks, tokenizer, tool_role, what), tasks, max_length, what)
+
+
+def demo_examples(tasks: list, tokenizer, tool_role: str = "tool", what: str = "SFT") -> list:
+    """``(ids, loss_mask)`` per demonstration, whole: environment tasks laid out turn by turn with the real
+    observations, exactly as a closed-loop rollout (rollout/multiturn.py); the others as one completion
+    (``data.chat.solution_example``, as the held-out loss encodes them)."""
     template = None
     examples = []
     for t in tasks:
@@ -46,7 +51,7 @@ def tokenize_demos(tasks, tokenizer, max_length: int, tool_role: str = "tool", w
             examples.append(demo_example(tokenizer, t, tool_role, None, template=template))
         else:
             examples.append(solution_example(tokenizer, t, what))
-    return cut_demos(examples, tasks, max_length, what)
+    return examples
 
 
 def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed: int = 0,

@@ -104,3 +104,15 @@ def test_teacher_option_of_the_builtin_source():
         BuiltinArithmetic(teacher={"families": ["mul9"]})
     with pytest.raises(ValidationError, match="extra|not permitted|rat"):
         BuiltinArithmetic(teacher={"rat": 0.5})
+
+
+def test_long_families_write_one_step_per_digit_hand_worked():
+    # 12-digit x 1-digit: twelve carried steps from the right, then the product
+    t = make_task("mul121", 365117016338, 5)
+    assert t.solution == ("8*5=40, 3*5+4=19, 3*5+1=16, 6*5+1=31, 1*5+3=8, 0*5+0=0, 7*5+0=35, 1*5+3=8, 1*5+0=5, "
+                          "5*5+0=25, 6*5+2=32, 3*5+3=18. \\boxed{1825585081690}")
+    assert t.gold == {"answer": str(365117016338 * 5)} and t.prompt == "365117016338*5=?"
+    held = generate(["mul81", "mul121"], 500, split="heldout", seed=1)
+    assert {len(t.prompt) for t in held if t.family == "mul81"} == {len("12345678*9=?")}
+    assert all(boxed(t.solution) == t.gold["answer"] for t in held)
+    assert min(len(t.solution) for t in held if t.family == "mul121") > 110  # long outputs for a byte model

@@ -74,15 +74,22 @@ def test_read_run_takes_the_last_stage_row_and_the_rl_stage_health(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     (tmp_path / "grpo").mkdir()
     rows = [{"step": 0, "event": "start"},
-            {"step": 1, "rollout/zero_var_frac": 0.5, "rollout/entropy": 2.0, "kl/ref": 0.1, "train/sequences": 30},
+            {"step": 1, "rollout/zero_var_frac": 0.5, "rollout/entropy": 2.0, "kl/ref": 0.1, "train/sequences": 30,
+             "rollout/truncation_rate": 0.5, "rollout/length_mean": 100.0},
             {"step": 2, "rollout/zero_var_frac": 0.25, "rollout/entropy": 1.5, "train/sequences": 40,
-             "rollout/groups_drawn": 12}]
+             "rollout/groups_drawn": 12, "rollout/truncation_rate": 0.25, "rollout/length_mean": 90.0},
+            {"step": 2, "eval/pass_at_1": 0.25}]
     (tmp_path / "grpo" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     r = read_run(tmp_path, ["sft", "grpo"])
     assert r["pass_at_1"] == 0.25 and r["stage"] == "grpo" and r["steps"] == 7 and r["train_s"] == 4.0
     assert r["wall_s"] == 5.0 and not r["alone"]  # no marker: not known to have run alone
     assert (r["zero_var_frac"], r["entropy"], r["kl"], r["sequences"], r["groups_drawn"]) == (0.25, 1.5, 0.1, 70, 12)
     assert r["entropy_key"] == "rollout/entropy" and r["rl_stage"] == "grpo"
+    # over the whole stage, not its last step: (0.5 + 0.25) / 2 of the samples cut, (100 + 90) / 2 tokens long
+    assert (r["truncated"], r["length"]) == (0.375, 95.0)
+    table = build_table(["k"], [["a"]], [0], {(("a",), 0): r})
+    assert (table["cells"][0]["truncated"], table["cells"][0]["length"]) == (0.375, 95.0)
+    assert "| a | 25.0% | 25.0% | (reference) | 0.25 | 1.500 | 0.1000 | 37.5% | 95.0 | 7 |" in markdown(table)
 
 
 def test_held_out_curves_per_cell_are_the_seed_means_at_the_steps_every_seed_evaluated(tmp_path):
