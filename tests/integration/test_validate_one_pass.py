@@ -124,3 +124,21 @@ def test_sft_demonstrations_max_length_cuts_are_found_before_any_stage_runs(rlvr
     code, out, err = rlvr_cli("validate", p)
     assert code == 0, (out, err)
     assert "stages.0.max_length" in " ".join((out + err).split()) and "lose the end of their completion" in out + err
+
+
+def test_a_token_budget_that_cuts_or_punishes_the_worked_solutions_is_a_warning(rlvr_cli, tmp_path, tiny_dir):
+    """mul31's worked solutions are 35-41 tokens with the end of turn: a 30-token budget cuts every right
+    answer; DAPO's overlong term (added by the loss) at 44 tokens ramps from 36, where most of them end."""
+    p = recipe(tmp_path, tiny_dir,
+               "{type: grpo, name: a, sampling: {max_new_tokens: 30}, data: {families: [mul31], n: 50}}",
+               "{type: dapo, name: b, sampling: {max_new_tokens: 44}, data: {families: [mul31], n: 50}}",
+               "{type: grpo, name: c, sampling: {max_new_tokens: 64}, rewards: [{name: correct}, {name: overlong}], "
+               "data: {families: [mul31], n: 50}}")
+    code, out, err = rlvr_cli("validate", p)
+    text = " ".join((out + err).split())
+    assert code == 0, text
+    assert "stages.0.sampling.max_new_tokens: 100% of the worked solutions of stages.0.data" in text, text
+    assert "are longer than the budget of 30 tokens: their right answers are cut and score nothing" in text
+    assert "stages.1.rewards.1: the overlong term's ramp starts at 36 tokens" in text, text
+    assert "stages.1.sampling.max_new_tokens" not in text  # 44 holds every answer
+    assert "stages.2." not in text  # a ramp from 52 tokens is beyond every answer

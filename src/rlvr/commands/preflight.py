@@ -8,8 +8,9 @@ functions importable, and held-out safety: evaluation tasks marked ``split: trai
 marked ``split: heldout``, and evaluation prompts that also occur in a stage's training tasks (by a
 hash of the prompt's content), tasks their kind's verifier cannot judge (where they are judged: the
 held-out tasks, the data of a stage scored by the verifier), and text the model's tokenizer cannot encode
-(``rlvr.data.encodable``), and SFT demonstrations that ``max_length`` cuts (to nothing: an error; short of their
-end: a warning). Each problem names its key, the recipe file and the key's line.
+(``rlvr.data.encodable``), SFT demonstrations that ``max_length`` cuts (to nothing: an error; short of their
+end: a warning), and an RL stage's token budget that cuts its tasks' worked solutions or an overlong ramp they
+reach (warnings). Each problem names its key, the recipe file and the key's line.
 
 The checks are the list :data:`CHECKS`, each a function of the :class:`DryRun` returning every problem it
 finds, so none hides another. When the recipe's schema itself fails, :mod:`rlvr.commands.preflight_raw`
@@ -379,6 +380,42 @@ def check_demo_lengths(dry: DryRun) -> list[Problem]:
     return out
 
 
+def check_answer_budget(dry: DryRun) -> list[Problem]:
+    """An RL stage's token budget against the lengths of its tasks' worked solutions (where they have them), in
+    the model's tokens with the end of turn: right answers longer than ``sampling.max_new_tokens`` are cut and
+    score nothing, and right answers that reach an overlong term's ramp (the last ``buffer`` tokens of the
+    budget) are punished for their length, so a short wrong answer can outscore a long right one — the run
+    learns to stop early (docs/methods.md, long outputs). Warnings: the recipe may mean it."""
+    if dry.tokenizer is None:
+        return []
+    from rlvr.data.chat import encode_completion
+
+    out: list[Problem] = []
+    for i, st in enumerate(dry.recipe.stages):
+        budget = getattr(getattr(st, "sampling", None), "max_new_tokens", None)
+        if budget is None or (dry.only is not None and st.type != dry.only):
+            continue
+        sols = sorted({t.solution for t in dry.tasks.get(f"stages.{i}.data", []) if t.solution and t.kind != "env"})
+        if not sols:
+            continue
+        lengths = sorted(len(encode_completion(dry.tokenizer, s)) for s in sols[:: max(1, len(sols) // 4000)])
+        share = (lambda n: sum(x > n for x in lengths) / len(lengths))
+        what = f"of the worked solutions of stages.{i}.data (longest {lengths[-1]} tokens)"
+        if share(budget) > 0:
+            out.append(Problem(f"stages.{i}.sampling.max_new_tokens", f"{share(budget):.0%} {what} are longer than "
+                               f"the budget of {budget} tokens: their right answers are cut and score nothing",
+                               warning=True))
+        for j, term in enumerate(getattr(st, "rewards", None) or []):
+            start = budget - (term.buffer if term.buffer is not None else budget // 5)
+            if term.name == "overlong" and term.weight and start < budget and share(start) > 0:
+                out.append(Problem(f"stages.{i}.rewards.{j}", f"the overlong term's ramp starts at {start} tokens "
+                                   f"and {share(start):.0%} {what} reach it: right answers are punished for their "
+                                   "length and a short wrong answer can outscore them, so the run learns to stop "
+                                   "early; raise sampling.max_new_tokens above the answers or set the term's "
+                                   "weight to 0", warning=True))
+    return out
+
+
 def _encoded_once(tasks: list, tokenizer, what: str) -> list:
     """``demo_examples`` of ``tasks``, each distinct demonstration encoded once (a draw with replacement repeats
     problems)."""
@@ -404,6 +441,7 @@ CHECKS: list[Callable[[DryRun], list[Problem]]] = [
     lambda d: check_tasks(d.recipe, d),
     check_text,
     check_demo_lengths,
+    check_answer_budget,
 ]
 """The dry run, one function per concern, each returning every problem it finds (none stops the others);
 later checks read what earlier ones loaded (the tokenizer, the tasks). A new check is one entry here."""
