@@ -67,9 +67,12 @@ def compute(t: dict) -> dict:
             "train_core_min": round(train / 60, 1)}
 
 
-def relative(t: dict, root: Path) -> dict:
-    """The table with the sweep directory's own paths written relative to it (no machine paths kept)."""
-    text = json.dumps(t).replace(str(root.resolve()) + "/", "").replace(str(root) + "/", "")
+def relative(t: dict, root: Path, repo: Path | None = None) -> dict:
+    """The table with the sweep directory's own paths written relative to it, and the paths inside the repository
+    (``repo``, default the working directory: the recipe) relative to that (no machine paths kept)."""
+    text = json.dumps(t)
+    for base in (root.resolve(), root, (repo or Path.cwd()).resolve()):
+        text = text.replace(str(base) + "/", "")
     return json.loads(text)
 
 

@@ -37,3 +37,11 @@ def test_a_directory_without_a_sweep_is_named(tmp_path, bench_import, capsys):
     with pytest.raises(SystemExit):
         mt.main(["--sweep", f"x={tmp_path}"])
     assert "sweep.json not found" in capsys.readouterr().err
+
+
+def test_paths_of_the_sweep_and_of_the_repository_are_written_relative(tmp_path, bench_import):
+    relative = bench_import("methods_tables").relative
+
+    sweep, repo = tmp_path / "runs" / "s", tmp_path / "repo"
+    t = {"cells": [{"dir": f"{sweep.resolve()}/a__seed=0"}], "recipe": f"{repo.resolve()}/recipes/x.yaml"}
+    assert relative(t, sweep, repo) == {"cells": [{"dir": "a__seed=0"}], "recipe": "recipes/x.yaml"}
