@@ -9,8 +9,9 @@ result). The end-of-run training health is the last logged value, in the last st
 equal), ``rollout/entropy`` (else ``policy/entropy``; nats per token) and ``kl/ref`` (absent when the stage logs
 no KL to a reference); over all its steps, the mean share of sampled completions cut at the token budget
 (``rollout/truncation_rate``, column ``cut``) and their mean length in tokens (``rollout/length_mean``). Compute
-is the stages' training seconds (``train_s``, held-out evaluations excluded), the sequences that RL stage trained on (``train/sequences`` summed over its steps) and the groups it sampled
-(``rollout/groups_drawn`` summed: dynamic sampling draws more than it trains).
+is the stages' training seconds (``train_s``, held-out evaluations excluded), the sequences that RL stage trained
+on (``train/sequences`` summed over its steps) and the groups it sampled (``rollout/groups_drawn`` summed: dynamic
+sampling draws more than it trains).
 """
 
 from __future__ import annotations
