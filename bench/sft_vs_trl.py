@@ -80,7 +80,8 @@ def parse_args(argv: list[str] | None = None):
                     help="rlvr's model.autocast_bf16 (train: bf16 autocast of the training forwards)")
     ap.add_argument("--rlvr-micro-tokens", default="auto",
                     help="rlvr's model.micro_tokens: auto (the CPU token budget), N tokens, or none")
-    ap.add_argument("--rlvr-micro", type=int, default=None, help="rlvr micro_batch_size (default --batch)")
+    ap.add_argument("--rlvr-micro", type=int, default=None,
+                    help="rlvr micro_batch_size (default: rlvr's own, the step cut by model.micro_tokens)")
     ap.add_argument("--check", type=int, default=8, help="rows in the fixed-batch loss check (0: none)")
     ap.add_argument("--out", default=str(RESULTS / "sft_vs_trl.json"))
     add_model_args(ap)
@@ -108,7 +109,7 @@ def rlvr_stage(a, n_rows: int):
 
     return SFTStage(name="rlvr", data=BuiltinArithmetic(families=FAMILIES, n=n_rows, split="train", seed=0),
                     optim=OptimConfig(lr=LR, warmup_steps=0, schedule="constant", max_grad_norm=1.0),
-                    max_steps=a.steps + 1, batch_size=a.batch, micro_batch_size=a.rlvr_micro or a.batch,
+                    max_steps=a.steps + 1, batch_size=a.batch, micro_batch_size=a.rlvr_micro,
                     max_length=MAX_LENGTH, save_every=0, eval_every=0, log_every=1)
 
 

@@ -70,7 +70,7 @@ def micro_batch_divides(cls, micro: int, info) -> int:
     docs state, and memory per forward, what the recipe says.) A micro-batch at least the batch is one
     micro-batch of the whole batch (``rlvr validate`` warns)."""
     batch = info.data.get("batch_size")
-    if batch is not None and micro < batch and batch % micro:
+    if micro is not None and batch is not None and micro < batch and batch % micro:
         divisors = [d for d in range(1, batch + 1) if batch % d == 0]
         raise ValueError(f"micro_batch_size {micro} does not divide batch_size {batch} (micro-batches of "
                          f"{micro} and a last one of {batch % micro}); use a divisor of {batch}: "

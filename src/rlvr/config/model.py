@@ -90,7 +90,8 @@ class ModelConfig(Section):
     """Trade compute for memory on large models."""
     micro_tokens: int | Literal["auto"] | None = "auto"
     """Most padded tokens in one training micro-batch (the RL update and its reference / old-logprob passes, the
-    preference step and its reference cache; a single longer row excepted): a bound on activation memory, paid
+    preference step and its reference cache, an SFT step whose ``micro_batch_size`` is unset; a single longer
+    row excepted): a bound on activation memory, paid
     for in speed (smaller GEMMs, prompts no longer shared across a cut). ``auto``: on the CPU, tokens x hidden
     size x layers <= 1024 x 256 x 6 (1024 tokens of the 5m tiny model, 3072 of the 1m; ``rlvr.data.collate``),
     none on other devices; an integer: that many tokens; ``null``: none (the fastest; the activations grow with

@@ -50,8 +50,11 @@ class SFTStage(Section):
     A stage it cuts before ``max_steps`` says so (console, summary.json: steps done of planned)."""
     batch_size: BatchSize = Field(64)
     """Sequences per optimizer step."""
-    micro_batch_size: BatchSize = Field(64)
-    """Sequences per forward pass (accumulation = batch_size / micro_batch_size)."""
+    micro_batch_size: BatchSize | None = None
+    """Sequences per forward pass (accumulation = batch_size / micro_batch_size). ``null`` (the default): the
+    step's batch cut by ``model.micro_tokens`` (on the CPU a budget of tokens x hidden size x layers, one row at
+    a time at a 0.5B shape, 6,144 tokens at the 1m tiny model; on a GPU none: the whole batch); a
+    number: that many sequences, the token budget not applied. The gradient does not depend on the cutting."""
     _micro_batch_divides = field_validator("micro_batch_size")(micro_batch_divides)
     max_length: int = Field(256, ge=2)
     """Truncate prompt+completion to this many tokens."""

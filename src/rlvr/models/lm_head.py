@@ -136,10 +136,26 @@ class _LinearHead(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, weight, bias, targets, spec):
         step, vocab_spec = spec[0], spec[1:]
-        parts = [_vocab(F.linear(h[s:s + step], weight, bias), targets[s:s + step], *vocab_spec)
-                 for s in range(0, h.shape[0], step)]
+        frozen = _frozen_head(ctx.needs_input_grad, vocab_spec[2])
+        parts, slopes = [], []
+        for s in range(0, h.shape[0], step):
+            z = F.linear(h[s:s + step], weight, bias)
+            if not frozen:
+                parts.append(_vocab(z, targets[s:s + step], *vocab_spec))
+                continue
+            z = z.detach().requires_grad_(True)
+            with torch.enable_grad():
+                out = _vocab(z, targets[s:s + step], *vocab_spec)
+                (gz,) = torch.autograd.grad(out[0].sum(), [z])  # row i's lp depends on row i's logits only
+            slopes.append(gz @ weight.to(gz.dtype))  # d lp_i / d h_i, [n, hidden]
+            parts.append(tuple(None if t is None else t.detach() for t in out))
+            del z, gz
         lp, ent, top = (torch.cat(c) if c[0] is not None else None for c in zip(*parts))
-        ctx.save_for_backward(h, weight, bias, targets)
+        if frozen:  # the backward is g_lp * slope: no logits recomputed, h and W not kept
+            ctx.save_for_backward(torch.cat(slopes))
+        else:
+            ctx.save_for_backward(h, weight, bias, targets)
+        ctx.frozen = frozen
         ctx.spec = spec
         dev = h.device.type
         ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
@@ -152,6 +168,9 @@ class _LinearHead(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g_lp, g_ent, _g_top):
+        if ctx.frozen:
+            (slope,) = ctx.saved_tensors
+            return (g_lp[:, None] * slope).to(slope.dtype), None, None, None, None
         h, weight, bias, targets = ctx.saved_tensors
         step, vocab_spec = ctx.spec[0], ctx.spec[1:]
         want_h, want_w, want_b = ctx.needs_input_grad[:3]
@@ -180,6 +199,15 @@ class _LinearHead(torch.autograd.Function):
                 grad_b += gz.sum(0).to(bias.dtype)
             del z, gz
         return grad_h, grad_w, grad_b, None, None
+
+
+def _frozen_head(needs_grad: tuple, entropy: str | None) -> bool:
+    """Whether only ``h`` needs a gradient and only the logprobs carry one (a head frozen, as under LoRA, with
+    no entropy bonus): then :class:`_LinearHead` computes ``d lp / d h`` with each chunk's forward (one
+    ``[n, V] x [V, hidden]`` product while the logits exist) and its backward is a product by ``g_lp``, instead
+    of recomputing the logits and their gradient (two such products)."""
+    want_h, want_w, want_b = needs_grad[:3]
+    return want_h and not want_w and not want_b and entropy != "grad"
 
 
 def head_logprobs(head, h: Tensor, targets: Tensor, temperature: float = 1.0, truncation: Truncation = NONE,

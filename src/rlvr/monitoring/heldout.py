@@ -81,7 +81,7 @@ class SFTHeldout:
             return {}
         return {
             "heldout/loss": heldout_loss(
-                model, self.examples, self.pad_id, self.stage.micro_batch_size, self.bf16
+                model, self.examples, self.pad_id, self.stage.micro_batch_size or self.stage.batch_size, self.bf16
             )
         }
 

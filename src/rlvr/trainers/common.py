@@ -32,7 +32,7 @@ import torch
 
 from rlvr import hooks
 from rlvr.console import detail, phase, say
-from rlvr.data.collate import pad_batch
+from rlvr.data.collate import micro_token_budget, pad_batch
 from rlvr.data.packing import pack_rows, packed_batch
 from rlvr.errors import Interrupted
 from rlvr.losses.sft import sft_loss_from_nll
@@ -107,13 +107,19 @@ def accumulate(micros: list[list[int]], forward, total_rows: int) -> dict:
     return agg
 
 
-def micro_batches(examples, idx: list[int], micro: int, bucketing: bool, packing: bool = False):
+def micro_batches(examples, idx: list[int], micro: int, bucketing: bool, packing: bool = False,
+                  budget: int | None = None):
     """Split a step's examples into micro-batches of row indices (sorted by length first when bucketing).
+
+    ``budget`` (padded tokens, ``rlvr.data.collate.micro_token_budget``): a micro-batch holds at most
+    ``budget // longest`` rows (at least one), the longest being the step's longest example (or packed row).
 
     ``packing``: the examples are first packed into rows no longer than the step's longest example
     (``data.packing.pack_rows``, first-fit decreasing), and a micro-batch takes up to ``micro`` packed
     rows (so at most ``micro`` x the longest example's tokens, the unpacked bound); it is returned as the
     flat list of its examples, which :func:`sft_step` packs again into the same rows."""
+    if budget is not None and idx:
+        micro = max(1, min(micro, budget // max(len(examples[i][0]) for i in idx)))
     if packing and idx:
         lengths = [len(examples[i][0]) for i in idx]
         rows = [[idx[j] for j in row] for row in pack_rows(lengths, max(lengths))]
@@ -146,11 +152,13 @@ def packing_supported(model) -> bool:
     return ok
 
 
-def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_id: int, bf16: bool,
-             loss_kwargs: dict | None = None, packing: bool = False) -> dict:
+def sft_step(model, examples, idx, micro_batch_size: int | None, bucketing: bool, pad_id: int, bf16: bool,
+             loss_kwargs: dict | None = None, packing: bool = False, micro_tokens: int | str | None = "auto") -> dict:
     """Forward/backward over micro-batches of ``examples[idx]`` (``(ids, loss_mask)`` pairs); the loss is the
     token mean over the whole step's batch (SFT, and the SFT update of rejection sampling / distillation).
     ``loss_kwargs``: the SFT variant's options for ``losses.sft.sft_loss`` (``variants.sft_loss_kwargs``).
+    ``micro_batch_size`` None: the whole step, cut by the token budget ``micro_tokens`` (``model.micro_tokens``);
+    a number: that many rows a micro-batch.
 
     ``packing`` (see :func:`micro_batches`): a micro-batch whose rows hold several examples is forwarded
     packed (``data.packing.packed_batch``: positions restart at each example, ``attention_mask=None`` so
@@ -174,7 +182,9 @@ def sft_step(model, examples, idx, micro_batch_size: int, bucketing: bool, pad_i
             pos = position_ids_from_mask(att)
         nll_sum, _, met = sft_loss_from_nll(*token_nll(model, ids, att, lm, bf16, pos), **(loss_kwargs or {}))
         return nll_sum / max(1, total_tokens), {k: v for k, v in met.items() if k == "sft/trimmed_frac"}
-    met = accumulate(micro_batches(examples, idx, micro_batch_size, bucketing, packing), forward, len(idx))
+    budget = micro_token_budget(model, micro_tokens) if micro_batch_size is None else None
+    micros = micro_batches(examples, idx, micro_batch_size or len(idx), bucketing, packing, budget)
+    met = accumulate(micros, forward, len(idx))
     return {**met, "train/tokens": total_tokens}
 
 

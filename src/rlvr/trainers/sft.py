@@ -82,7 +82,8 @@ def train_sft(stage: SFTStage, model_cfg: ModelConfig, run_dir: str | Path, seed
     while not run.done() and not heldout.stopped:
         idx = data_order(len(examples), seed, data_offset + run.step, stage.batch_size)
         rec = sft_step(model, examples, idx, stage.micro_batch_size, stage.bucketing, tok.pad_token_id,
-                       model_cfg.train_bf16, sft_loss_kwargs(stage.loss), packing=stage.packing)
+                       model_cfg.train_bf16, sft_loss_kwargs(stage.loss), packing=stage.packing,
+                       micro_tokens=model_cfg.micro_tokens)
         rec["train/grad_norm"] = optimizer_step(model, opt, sched, stage.optim.max_grad_norm, rec["train/loss"])
         log_step(run, rec, info=f"loss {rec['train/loss']:.3f}", ids=[f"row {i}" for i in idx])
     extra = {}

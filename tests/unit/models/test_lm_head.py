@@ -239,3 +239,37 @@ def test_final_hidden_states_skip_the_logits_and_equal_the_whole_forwards(big_vo
         finally:
             hook.remove()
     assert torch.equal(split, whole) and not calls  # the head never ran
+
+
+@pytest.mark.parametrize("trunc", [Truncation(), Truncation(top_p=0.9, top_k=50)])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_frozen_head_gradient_is_computed_with_the_forward(trunc, bf16):
+    """A frozen head (LoRA) with only the logprobs differentiable: the chunked path's gradient w.r.t. the hidden
+    states equals the full-logits computation's, and its backward creates nothing of the vocabulary's size (the
+    slope d lp / d h was taken while each chunk's logits existed: no recomputation)."""
+    from rlvr.models.lm_head import head_logprobs
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 3000, bias=True).requires_grad_(False)
+    h = torch.randn(23, 16, requires_grad=True)
+    tgt = torch.randint(0, 3000, (23,))
+    w = torch.linspace(-1, 1, 23)
+
+    def run(chunk, entropy):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = head_logprobs(head, h, tgt, 0.8, trunc, entropy=entropy, hits=True, chunk=chunk)
+        loss = (out.logprobs * w).sum()
+        with LargestTensor() as mode:
+            (g,) = torch.autograd.grad(loss, [h])
+        return out, g, mode.largest
+
+    full, g_full, _ = run(10_000, "detached")  # one chunk: plain autograd through the kept logits
+    for entropy in (None, "detached"):
+        part, g_part, largest = run(4, entropy)
+        rel = 1e-2 if bf16 else 1e-5
+        assert_close(part.logprobs.detach(), full.logprobs.detach(), rel)
+        if entropy:
+            assert_close(part.entropy, full.entropy, rel)
+        assert torch.equal(part.hits, full.hits)
+        assert_close(g_part, g_full, rel)
+        assert largest <= h.numel(), largest  # the backward is g_lp * slope: [23, 16]

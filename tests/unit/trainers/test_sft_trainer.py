@@ -55,6 +55,38 @@ def test_accumulation_split_gives_same_weights(tiny_dir, tmp_path):
         assert torch.allclose(wa[k], wb[k], atol=1e-5), k
 
 
+def test_default_micro_batch_is_cut_by_the_token_budget(tiny_dir, tmp_path, monkeypatch):
+    """``micro_batch_size`` unset: the step is cut by ``model.micro_tokens`` with the whole-batch gradient; a
+    number given is taken as rows, the budget unread."""
+    from rlvr.trainers import common
+
+    seen = []
+    real = common.accumulate
+    monkeypatch.setattr(common, "accumulate", lambda micros, fwd, n: seen.append(micros) or real(micros, fwd, n))
+    whole = train_sft(stage(max_steps=2, save_every=0), ModelConfig(path=tiny_dir), tmp_path / "a", seed=2)
+    assert [len(m) for m in seen] == [1, 1]
+    seen.clear()
+    cut = train_sft(stage(max_steps=2, save_every=0, micro_batch_size=None),
+                    ModelConfig(path=tiny_dir, micro_tokens=40), tmp_path / "b", seed=2)
+    assert len(seen) == 2 and all(len(m) > 1 for m in seen)  # two steps, each cut
+    wa, wb = weights(whole.checkpoint), weights(cut.checkpoint)
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-5), k
+    seen.clear()
+    train_sft(stage(max_steps=1, save_every=0, micro_batch_size=8), ModelConfig(path=tiny_dir, micro_tokens=40),
+              tmp_path / "c", seed=2)
+    assert [len(m) for m in seen] == [1]  # 8 rows given: one forward, the budget not applied
+
+
+@pytest.mark.parametrize("budget, expected", [(None, [[0, 1, 2, 3]]), (80, [[0, 1], [2, 3]]),
+                                              (30, [[0], [1], [2], [3]]), (200, [[0, 1, 2, 3]])])
+def test_micro_batches_take_budget_over_longest_rows(budget, expected):
+    from rlvr.trainers.common import micro_batches
+
+    examples = [([1] * n, [1] * n) for n in (10, 20, 30, 40)]
+    assert micro_batches(examples, [3, 1, 0, 2], 4, True, budget=budget) == expected
+
+
 def test_loss_falls_and_checkpoints_are_pruned(tiny_dir, tmp_path):
     res = train_sft(stage(max_steps=12, save_every=3), ModelConfig(path=tiny_dir), tmp_path / "r", seed=0)
     losses = [r["train/loss"] for r in map(json.loads, open(res.metrics_path)) if "train/loss" in r]
