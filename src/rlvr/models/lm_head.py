@@ -9,7 +9,8 @@ the temperature, then the log-softmax gathered at the target (of the top-k / top
 sampling truncated it), the entropy and whether the target is the argmax. With a gradient each chunk's
 logits are freed after the forward and recomputed in the backward (a plain ``nn.Linear`` head by
 :class:`_LinearHead`, which accumulates the weight's gradient in one buffer; any other head under
-``torch.utils.checkpoint``), so
+``torch.utils.checkpoint``; a frozen head whose only differentiable output is the logprob keeps each chunk's slope
+``d lp / d h`` instead and recomputes nothing), so
 the memory of the step grows with the chunk (``logit_chunk x V``), never with ``tokens x V``; the values
 and gradients are the unchunked computation's (``tests/unit/models/test_lm_head.py``). The cost is the head's
 matmul once more in the backward, paid only when there is more than one chunk (a micro-batch that fits in one
