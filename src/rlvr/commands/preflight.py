@@ -140,7 +140,7 @@ def check_batches(i: int, st: Any, distributed: Any = None, earlier: frozenset =
     what the stages before it produce, e.g. a reward model)."""
     out = []
     pre = f"stages.{i}"
-    if hasattr(st, "batch_size") and st.micro_batch_size > st.batch_size:
+    if hasattr(st, "batch_size") and (st.micro_batch_size or 0) > st.batch_size:
         out.append(
             Problem(
                 f"{pre}.micro_batch_size",

@@ -27,6 +27,7 @@ import torch
 
 from rlvr.data.jsonl import umask_mode
 from rlvr.errors import RlvrError
+from rlvr.models.merged_save import save_merged
 from rlvr.models.prompt_format import write_format
 
 STEP_PREFIX = "step-"
@@ -182,7 +183,8 @@ def merged_copy(model):
 def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[str, Any] | None = None,
                            prompt_format: dict | None = None) -> Path:
     """Save an HF-format model + tokenizer atomically. A peft model is saved merged (loads with
-    ``AutoModelForCausalLM``) and its LoRA adapter beside it in ``adapter/`` (loads with peft, or as a
+    ``AutoModelForCausalLM``; written one merged weight at a time where the adapters merge by addition,
+    :mod:`rlvr.models.merged_save`) and its LoRA adapter beside it in ``adapter/`` (loads with peft, or as a
     starting point ``model.path: .../adapter``). ``prompt_format.json`` goes in the same write: ``prompt_format``,
     else the run's (:func:`rlvr.models.prompt_format.checkpoint_format`), else none."""
     assert_finite_weights(model, Path(out_dir))
@@ -191,8 +193,9 @@ def save_pretrained_atomic(model, tokenizer, out_dir: str | Path, extra: dict[st
         if is_lora(m):
             m.save_pretrained(tmp / ADAPTER_DIR, safe_serialization=True)
             write_format(tmp / ADAPTER_DIR, tokenizer, prompt_format)  # the adapter folder alone keeps it too
-            m = merged_copy(m)
-        m.save_pretrained(tmp, safe_serialization=True)
+            m = None if save_merged(m, tmp) else merged_copy(m)  # streamed: one merged weight at a time
+        if m is not None:
+            m.save_pretrained(tmp, safe_serialization=True)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
             write_format(tmp, tokenizer, prompt_format)

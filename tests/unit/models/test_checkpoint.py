@@ -3,6 +3,7 @@ half-written (temp) directories are never listed."""
 
 import random
 
+import pytest
 import torch
 
 from rlvr.models.checkpoint import latest_checkpoint, list_checkpoints, load_training_state, save_training_checkpoint
@@ -37,11 +38,11 @@ def test_round_trip_and_pruning(tmp_path):
     assert torch.rand(1) == expect_torch and random.random() == expect_py   # RNG restored to the save point
 
 
-def _lora_model(tiny_dir):
+def _lora_model(tiny_dir, dtype="float32"):
     from rlvr.config.model import LoraConfig, ModelConfig
     from rlvr.models.load import load_model_and_tokenizer
 
-    model, tok = load_model_and_tokenizer(ModelConfig(path=tiny_dir, lora=LoraConfig(r=4, alpha=8)))
+    model, tok = load_model_and_tokenizer(ModelConfig(path=tiny_dir, dtype=dtype, lora=LoraConfig(r=4, alpha=8)))
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # peft starts B at zero: give the adapters a delta to merge
         for name, p in model.named_parameters():
@@ -80,5 +81,57 @@ def test_a_lora_checkpoint_loads_as_the_merged_model(tiny_dir, tmp_path):
     model, tok = _lora_model(tiny_dir)
     expected = copy.deepcopy(model).merge_and_unload().state_dict()
     save_pretrained_atomic(model, tok, tmp_path / "ckpt")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").state_dict()
+    assert all(torch.equal(loaded[k], expected[k]) for k in loaded)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bf16: W += delta (float32) rounds once, as peft's merge
+def test_a_lora_save_streams_the_merge_and_writes_what_the_merged_copy_writes(tiny_dir, tmp_path, monkeypatch, dtype):
+    """The merged checkpoint of a plain LoRA model is written one merged weight at a time, without the merged
+    copy: the same tensors (bit for bit), names and config as saving ``merge_and_unload()`` of a full copy."""
+    import copy
+
+    from safetensors.torch import load_file
+
+    from rlvr.models import checkpoint
+    from rlvr.models.checkpoint import save_pretrained_atomic
+
+    model, tok = _lora_model(tiny_dir, dtype)
+    copy.deepcopy(model).merge_and_unload().save_pretrained(tmp_path / "ref", safe_serialization=True)
+
+    def no_copy(_):
+        raise AssertionError("merged_copy called")
+
+    monkeypatch.setattr(checkpoint, "merged_copy", no_copy)
+    save_pretrained_atomic(model, tok, tmp_path / "ckpt")
+    got, want = load_file(tmp_path / "ckpt" / "model.safetensors"), load_file(tmp_path / "ref" / "model.safetensors")
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    cfg = lambda d: {k: v for k, v in __import__("json").loads((d / "config.json").read_text()).items()
+                     if k != "transformers_version"}
+    assert cfg(tmp_path / "ckpt") == cfg(tmp_path / "ref")
+    assert (tmp_path / "ckpt" / "generation_config.json").exists() == (tmp_path / "ref" / "generation_config.json").exists()
+
+
+def test_a_lora_merge_that_is_not_an_addition_takes_the_merged_copy(tiny_dir, tmp_path):
+    """DoRA rescales the merged weight by a learned magnitude: not streamed, saved through the merged copy,
+    and what loads is the merged model."""
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.models.checkpoint import save_pretrained_atomic
+    from rlvr.models.merged_save import merge_plan
+    from rlvr.models.load import load_model_and_tokenizer
+    from rlvr.config.model import LoraConfig, ModelConfig
+
+    model, tok = load_model_and_tokenizer(ModelConfig(path=tiny_dir, lora=LoraConfig(r=4, alpha=8)))
+    assert merge_plan(model) is not None
+    from peft import LoraConfig as PeftLora, get_peft_model
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir)
+    dora = get_peft_model(base, PeftLora(r=4, lora_alpha=8, use_dora=True, target_modules=["q_proj", "v_proj"]))
+    assert merge_plan(dora) is None
+    expected = copy.deepcopy(dora).merge_and_unload().state_dict()
+    save_pretrained_atomic(dora, tok, tmp_path / "ckpt")
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "ckpt").state_dict()
     assert all(torch.equal(loaded[k], expected[k]) for k in loaded)
