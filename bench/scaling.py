@@ -98,16 +98,22 @@ def point_spec(base: dict, factor: dict, value, model_points: dict) -> dict:
     return spec
 
 
-def grid(quick: bool = False, only: list[str] | None = None, base_set: dict | None = None) -> dict:
+def grid(quick: bool = False, only: list[str] | None = None, base_set: dict | None = None,
+         values: list[str] | None = None) -> dict:
     """``{factor: [(value, spec), ...]}`` of the curves to run (``only``: those factors, in that order; ``base_set``:
-    config fields of the base's model replaced first, see :func:`base_of`)."""
+    config fields of the base's model replaced first, see :func:`base_of`; ``values``: only the points of these
+    values, as written in the factor's list)."""
     base = base_of(quick, base_set)
     factors, models = (QUICK_FACTORS, QUICK_MODEL_POINTS) if quick else (FACTORS, MODEL_POINTS)
     bad = [f for f in only or [] if f not in factors]
     if bad:
         raise ValueError(f"unknown factor(s) {bad}: expected some of {', '.join(factors)}")
-    return {name: [(v, point_spec(base, factors[name], v, models)) for v in factors[name]["values"]]
-            for name in (only or factors)}  # in the order asked for
+    out = {name: [(v, point_spec(base, factors[name], v, models)) for v in factors[name]["values"]
+                  if not values or str(v) in values] for name in (only or factors)}  # in the order asked for
+    empty = [name for name, pts in out.items() if not pts]
+    if empty:
+        raise ValueError(f"--values {','.join(values or [])}: no point of {', '.join(empty)} has one of them")
+    return out
 
 
 def base_of(quick: bool, base_set: dict | None = None) -> dict:
@@ -287,6 +293,7 @@ def parse_args(argv: list[str] | None = None):
     ap.add_argument("--only", default="", help="comma-separated factors (group, max_new, vocab, model)")
     ap.add_argument("--base-set", action="append", default=[], help="KEY=VALUE: a field of the base model's config "
                     "replaced (repeatable), e.g. num_hidden_layers=4")
+    ap.add_argument("--values", default="", help="comma-separated: only the points of these values (e.g. 128,1024)")
     ap.add_argument("--steps", type=int, default=2, help="GRPO steps per point, the first a warm-up (dropped); 1: the "
                     "one step is measured, its one-time costs included (for points whose step takes minutes)")
     ap.add_argument("--point-timeout", type=float, default=600.0, help="seconds a point may take (build excluded)")
@@ -299,7 +306,7 @@ def parse_args(argv: list[str] | None = None):
     try:
         a.base_set = dict(kv.split("=", 1) for kv in a.base_set)
         a.base_set = {k: int(v) if v.isdigit() else v for k, v in a.base_set.items()}
-        a.grid = grid(a.quick, [f for f in a.only.split(",") if f], a.base_set)
+        a.grid = grid(a.quick, [f for f in a.only.split(",") if f], a.base_set, [v for v in a.values.split(",") if v])
     except ValueError as e:
         ap.error(str(e))
     return a

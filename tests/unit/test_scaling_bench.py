@@ -142,3 +142,13 @@ def test_base_set_changes_the_base_model_of_every_point(scaling):
     assert scaling.base_of(False) is scaling.BASE
     a = scaling.parse_args(["--only", "max_new", "--base-set", "num_hidden_layers=4", "--steps", "1"])
     assert a.base_set == {"num_hidden_layers": 4} and a.steps == 1
+
+
+def test_values_pick_points_of_a_curve_and_a_value_no_curve_has_is_refused(scaling):
+    g = scaling.grid(False, ["max_new"], None, ["128", "1024"])
+    assert [v for v, _ in g["max_new"]] == [128, 1024]
+    assert [spec["max_new"] for _, spec in g["max_new"]] == [128, 1024]
+    with pytest.raises(ValueError, match="--values 7"):
+        scaling.grid(False, ["max_new"], None, ["7"])
+    with pytest.raises(SystemExit):
+        scaling.parse_args(["--only", "group", "--values", "3"])
