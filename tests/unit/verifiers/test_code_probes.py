@@ -137,3 +137,22 @@ def test_control_the_stash_reader_finds_a_stash_left_in_its_own_process():
     read = READ_STASH.strip("`\n").removeprefix("python").replace("def answer():", "def read():")
     both = f"```python\n{stash}\n{read}\ndef answer():\n    stash()\n    return read()\n```"
     assert CodeVerifier(timeout_s=10.0).verify(probe.task, both).outcome == "pass"
+
+
+def test_a_stash_does_not_reach_the_next_candidate_under_the_fallback_isolation():
+    """Without bubblewrap (``isolation: rlimits``, as root): an earlier correct candidate leaves its answer in
+    files, env, builtins, a SysV segment and a loopback daemon; the next one, run the same way, finds none of it
+    (the runner unshares network and IPC, and mounts a private /tmp, for each candidate)."""
+    import os
+
+    from rlvr.verifiers.probes.code import _stasher
+
+    iso = detect_isolation("rlimits")
+    if os.geteuid() != 0 or not (iso.unshare.get("net") and iso.unshare.get("tmp")):
+        pytest.skip("the fallback's namespaces need root and a kernel that allows them")
+    probe = BY_NAME["stash_for_next_candidate"]
+    secret = int(probe.task.gold["tests"].split("==")[1])
+    verifier = CodeVerifier(timeout_s=10.0, isolation="rlimits")
+    assert verifier.verify(probe.task, _stasher(secret)).outcome == "pass"
+    verdict = verifier.verify(probe.task, probe.completion)
+    assert verdict.reward == 0.0 and verdict.outcome == "wrong", verdict

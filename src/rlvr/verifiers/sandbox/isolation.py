@@ -5,7 +5,7 @@ Levels, strongest first:
                /tmp) and the candidate under its own unprivileged uid (RLIMIT_NPROC enforced)
   bwrap        bubblewrap through an unprivileged user namespace (not root: no uid switch, no NPROC cap)
   rlimits+uid  no bubblewrap; rlimits + own unprivileged uid; as root the runner also unshares the
-               network (loopback down) and mounts a private /tmp where the kernel allows it
+               network (loopback down) and IPC, and mounts a private /tmp where the kernel allows it
   rlimits      rlimits only (not root, no bubblewrap): weakest; the candidate runs as the caller's uid
 Anything below ``bwrap+uid`` is logged as a loud warning once per process.
 """
@@ -208,7 +208,7 @@ print(json.dumps(_unshare(8)))
 
 
 def _fallback_unshare(python: str) -> dict:
-    """As root, ask a throwaway runner which unshares (network, private /tmp) the kernel allows."""
+    """As root, ask a throwaway runner which unshares (network, IPC, private /tmp) the kernel allows."""
     from rlvr.verifiers.sandbox import launch
 
     ok, out = _try([python, "-s", "-B", "-c", _PROBE_UNSHARE, launch.runner_source(with_main=False)])
@@ -285,7 +285,7 @@ def isolation_report(mode: str = "auto") -> dict:
     d["namespaces"] = (
         ["mount", "pid", "net", "ipc", "uts", "cgroup"] + ([] if d["root"] else ["user"])
         if iso.uses_bwrap
-        else [k for k in ("net", "tmp") if iso.unshare.get(k)]
+        else [k for k in ("net", "ipc", "tmp") if iso.unshare.get(k)]
     )
     d["network"] = (
         "none (own network namespace)" if iso.uses_bwrap or iso.unshare.get("net") else "host network"

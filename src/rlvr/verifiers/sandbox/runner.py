@@ -31,12 +31,14 @@ _MS_RDONLY, _MS_REMOUNT, _MS_BIND = 1, 32, 4096
 
 
 def _unshare(tmpfs_mb, keep=()):
-    """As root without bubblewrap: private network (loopback down) and private /tmp, /var/tmp, /dev/shm;
-    the directories in ``keep`` (the interpreter's, when it lives under them) stay visible, read-only."""
+    """As root without bubblewrap: private network (loopback down), private SysV / POSIX IPC (shared memory,
+    semaphores and message queues outlive their creator: an earlier candidate's would reach the next) and
+    private /tmp, /var/tmp, /dev/shm; the directories in ``keep`` (the interpreter's, when it lives under them)
+    stay visible, read-only."""
     import ctypes
 
     libc = ctypes.CDLL(None, use_errno=True)
-    done = {"net": libc.unshare(_CLONE_NEWNET) == 0, "tmp": False}
+    done = {"net": libc.unshare(_CLONE_NEWNET) == 0, "ipc": libc.unshare(_CLONE_NEWIPC) == 0, "tmp": False}
     if libc.unshare(_CLONE_NEWNS) == 0 and libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) == 0:
         held = _hold(keep)
         opts = b"size=%dm,mode=1777" % tmpfs_mb
