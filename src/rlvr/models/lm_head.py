@@ -12,7 +12,7 @@ logits are freed after the forward and recomputed in the backward (a plain ``nn.
 ``torch.utils.checkpoint``; a frozen head whose only differentiable output is the logprob keeps each chunk's slope
 ``d lp / d h`` instead and recomputes nothing), so
 the memory of the step grows with the chunk (``logit_chunk x V``), never with ``tokens x V``; the values
-and gradients are the unchunked computation's (``tests/unit/models/test_lm_head.py``). The cost is the head's
+and gradients are the unchunked computation's (``tests/unit/models/test_lm_head.py``). The cost (recomputing path) is the head's
 matmul once more in the backward, paid only when there is more than one chunk (a micro-batch that fits in one
 chunk, as any of the tiny models' does, keeps its logits for the backward as an unchunked forward would).
 

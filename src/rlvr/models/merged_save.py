@@ -5,8 +5,8 @@ merged weight at once: at the Qwen2.5-0.5B shape with LoRA on the attention and 
 on top of the live model, in every final checkpoint, ``best/`` save and merged evaluation. :func:`save_merged`
 writes the same ``model.safetensors`` without it: the file's header is laid out from the base weights' shapes
 and dtypes (a merged weight has its base weight's), then each tensor is written in turn, an adapted layer's
-merged weight computed just before it is written (the addition peft's merge does, ``W + get_delta_weight``, so
-the bytes are the merged copy's) and freed after. The extra memory is one layer's weight.
+merged weight computed just before it is written (peft's own merge op on a copy of one weight,
+``W += get_delta_weight``, so the bytes are the merged copy's) and freed after. The extra memory is one layer's weight.
 
 The names are the merged model's (``….q_proj.base_layer.weight`` → ``….q_proj.weight``, the adapters' own
 tensors left out) and tied weights are dropped as transformers' ``save_pretrained`` drops them; ``config.json``
