@@ -3,7 +3,8 @@ grows: time and peak memory of each, one process, the same fixed batch.
 
     PYTHONPATH=src python bench/micro_tokens_ab.py --model-dir models/qwen05b --budgets auto,512,1200,2400
 
-The batch: ``--rows`` rows of a ``--prompt``-token prompt and ``--completion`` sampled-looking tokens (random ids),
+The batch: ``--rows`` rows, each ``--group`` of them sharing a ``--prompt``-token prompt (a GRPO group), and
+``--completion`` sampled-looking tokens (random ids),
 advantages spread over [-1, 1], the reference logprobs taken from the policy (on-policy: ratio 1). For each budget
 (``auto``: ``rlvr.data.collate.micro_token_budget``'s scaling; N: N padded tokens), ``--reps`` times in turn: the
 reference pass (``update.reference_logprobs``, no gradient; under LoRA the policy with its adapters off) and the
@@ -11,6 +12,8 @@ update's forward and backward (``rl.update_minibatch``; gradients zeroed after i
 repetition sees the same weights), after one untimed warm-up of both in the first budget. Reports the
 micro-batches each budget cuts, the median seconds of each phase, and how far each budget's first repetition
 raised the process's peak RSS (budgets run in the order given, smallest first: the peak only grows).
+``--share-prompts on,off`` repeats every budget with a group's prompt forwarded once per pass
+(``rlvr.models.prefix_share``, the default) and with whole rows.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ def parse_args(argv=None):
     ap.add_argument("--lora", type=int, default=16, help="LoRA rank (0: full fine-tuning)")
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--prompt", type=int, default=24)
+    ap.add_argument("--group", type=int, default=8, help="rows that share one prompt")
+    ap.add_argument("--share-prompts", default="on", help="on, off or on,off (rlvr.models.prefix_share)")
     ap.add_argument("--completion", type=int, default=128)
     ap.add_argument("--budgets", default="auto,512,1200,2400", help="comma-separated: auto or tokens")
     ap.add_argument("--reps", type=int, default=2)
@@ -48,6 +53,7 @@ def main(argv=None) -> dict:
     from rlvr.config.model import LoraConfig, ModelConfig
     from rlvr.config.rl import RLStage
     from rlvr.data.collate import TokenBatch, micro_token_budget
+    from rlvr.models import prefix_share
     from rlvr.models.load import load_model_and_tokenizer
     from rlvr.trainers.rl import update_minibatch
     from rlvr.trainers.update import reference_logprobs, update_micro_batches
@@ -56,7 +62,10 @@ def main(argv=None) -> dict:
     model, tok = load_model_and_tokenizer(ModelConfig(path=a.model_dir, lora=lora))
     model.train()
     g = torch.Generator().manual_seed(0)
-    rows = [torch.randint(10, tok.vocab_size, (a.prompt + a.completion,), generator=g).tolist() for _ in range(a.rows)]
+    prompts = [torch.randint(10, tok.vocab_size, (a.prompt,), generator=g).tolist()
+               for _ in range(-(-a.rows // a.group))]
+    rows = [prompts[i // a.group] + torch.randint(10, tok.vocab_size, (a.completion,), generator=g).tolist()
+            for i in range(a.rows)]
     mask = [[0] * a.prompt + [1] * a.completion for _ in rows]
     zeros = [[0.0] * len(r) for r in rows]
     batch = TokenBatch.from_rows(rows, mask, tok.pad_token_id, old_logprobs=zeros, ref_logprobs=zeros,
@@ -69,8 +78,9 @@ def main(argv=None) -> dict:
     update_minibatch(model, batch, stage, on_policy=True, micro_tokens=first if first == "auto" else int(first))
     model.zero_grad(set_to_none=True)
     out = {"model_dir": Path(a.model_dir).name, "lora": a.lora, "rows": a.rows, "tokens_per_row": len(rows[0]),
-           "budgets": {}}
-    for b in a.budgets.split(","):
+           "prompt": a.prompt, "group": a.group, "budgets": {}}
+    for b, share in [(b, sh) for b in a.budgets.split(",") for sh in a.share_prompts.split(",")]:
+        prefix_share.ENABLED = share == "on"
         budget = b if b == "auto" else int(b)
         micros = update_micro_batches(model, batch, list(range(a.rows)), a.rows, budget)
         before = peak_rss_mb()["peak_mb"]
@@ -89,8 +99,9 @@ def main(argv=None) -> dict:
         rec = {"tokens": micro_token_budget(model, budget), "micro_batches": len(micros),
                "ref_s": round(statistics.median(ref_s), 2), "update_s": round(statistics.median(upd_s), 2),
                "peak_growth_mb": round(growth, 1)}
-        out["budgets"][b] = rec
-        print(f"budget {b}: {json.dumps(rec)}", flush=True)
+        name = b if a.share_prompts == "on" else f"{b} share_prompts={share}"
+        out["budgets"][name] = rec
+        print(f"budget {name}: {json.dumps(rec)}", flush=True)
     out["peak_mb"] = peak_rss_mb()["peak_mb"]
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))

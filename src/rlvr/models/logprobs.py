@@ -21,6 +21,7 @@ import torch
 
 from rlvr import hooks
 from rlvr.models.lm_head import HeadOut, head_logprobs, split_head
+from rlvr.models.prefix_share import PrefixCache
 from rlvr.models.truncation import NONE, Truncation
 
 
@@ -53,7 +54,8 @@ def autocast_ctx(enabled: bool, device_type: str = "cpu"):
 
 def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0,
                    with_entropy: bool = False, bf16: bool = False, entropy_grad: bool = False,
-                   wanted: torch.Tensor | None = None, packed: bool | None = None, truncation: Truncation = NONE):
+                   wanted: torch.Tensor | None = None, packed: bool | None = None, truncation: Truncation = NONE,
+                   prefix: PrefixCache | None = None):
     """``(logprobs [B, T], entropy [B, T] or None)`` of each token given its prefix.
 
     ``truncation`` (top-k / top-p of the sampling): the logprobs are those of the renormalised truncated
@@ -68,11 +70,13 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     computed). The logits are never materialised for the whole batch: the model's body gives the hidden
     states, and the output projection runs with the log-softmax in chunks of tokens (``rlvr.models.lm_head``).
     Models the ``forward`` hook supports (``rlvr.hooks``; the accelerations' padding-free packed forward) take
-    it for the body (``packed``: None = when supported).
+    it for the body (``packed``: None = when supported). On the HF path, ``prefix`` (a pass's
+    :class:`rlvr.models.prefix_share.PrefixCache`) runs the prefix the rows share (a group's prompt) once and
+    each row's continuation against its cached keys and values.
     """
     out, where = selected_logprobs(model, input_ids, attention_mask, temperature,
                                    "grad" if entropy_grad else "detached" if with_entropy else None,
-                                   bf16=bf16, wanted=wanted, packed=packed, truncation=truncation)
+                                   bf16=bf16, wanted=wanted, packed=packed, truncation=truncation, prefix=prefix)
     n, shape = input_ids.numel(), input_ids.shape
     logprobs = torch.zeros(n, dtype=torch.float32, device=input_ids.device).index_put((where,), out.logprobs)
     entropy = None
@@ -85,7 +89,8 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
 def selected_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                       temperature: float = 1.0, entropy: str | None = None, hits: bool = False, bf16: bool = False,
                       wanted: torch.Tensor | None = None, packed: bool | None = None, truncation: Truncation = NONE,
-                      position_ids: torch.Tensor | None = None) -> tuple[HeadOut, torch.Tensor]:
+                      position_ids: torch.Tensor | None = None,
+                      prefix: PrefixCache | None = None) -> tuple[HeadOut, torch.Tensor]:
     """``(HeadOut, where [M])``: :func:`rlvr.models.lm_head.head_logprobs` of the M tokens that have a real
     predecessor (and are ``wanted``), ``where`` their flat index in ``[B*T]``. ``attention_mask`` None: every
     token is real, ``position_ids`` as given (SFT's packed rows; the HF forward then)."""
@@ -98,7 +103,7 @@ def selected_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tens
             h, targets, where = hooks.HOOKS.forward.packed_states(model, input_ids, attention_mask, wanted)
             head = model.lm_head
         else:
-            h, targets, where, head = _body_states(model, input_ids, attention_mask, wanted, position_ids)
+            h, targets, where, head = _body_states(model, input_ids, attention_mask, wanted, position_ids, prefix)
         out = head_logprobs(head, h, targets, temperature, truncation, entropy, hits)
     M = where.numel()
     if out.logprobs.shape[0] != M:  # rows the packed forward rounded up (their outputs are not read)
@@ -117,12 +122,15 @@ def token_nll(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | Non
     return -out.logprobs, out.hits
 
 
-def _body_states(model, input_ids, attention_mask, wanted, position_ids):
+def _body_states(model, input_ids, attention_mask, wanted, position_ids, prefix=None):
     """The HF path of :func:`selected_logprobs`: ``(h [M, hidden], targets [M], where [M], head)`` from the
     decoder's last hidden states (:func:`rlvr.models.lm_head.split_head`), or, for a model that cannot be
-    split, its full logits' rows with an identity head."""
+    split, its full logits' rows with an identity head. Given ``prefix`` (and default positions), the rows'
+    shared prefix comes from the cache and the decoder runs their continuations only."""
     att = attention_mask if attention_mask is not None else torch.ones_like(input_ids)
-    if position_ids is None:
+    if position_ids is not None:
+        prefix = None  # explicit positions: packed SFT rows, not a group's continuations
+    else:
         position_ids = position_ids_from_mask(att)
     ok = att[:, 1:].bool() & att[:, :-1].bool()
     if wanted is not None:
@@ -132,11 +140,18 @@ def _body_states(model, input_ids, attention_mask, wanted, position_ids):
     where = src + 1
     split = split_head(model)
     kw = {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids, "use_cache": False}
+    cont = None
     if split is not None:
         dec, head = split
-        hs = dec(**kw).last_hidden_state
+        if prefix is not None:
+            cont = prefix.continuation(dec, input_ids, att, position_ids, wanted)
+        hs = cont[0] if cont is not None else dec(**kw).last_hidden_state
     else:
         hs, head = model(**kw).logits, _identity
+    if cont is not None:  # hidden states from position S on: the predecessors' indices in [B, T - S]
+        S = cont[1]
+        src = src - (src // T + 1) * S
+        T = T - S
     rows = hs.reshape(B * T, hs.shape[-1]).index_select(0, src)
     return rows, input_ids.reshape(-1).index_select(0, where), where, head
 

@@ -144,6 +144,18 @@ def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return y.mul_(w) if x.dtype == torch.float32 else w * y.to(x.dtype)
 
 
+def distinct_rows(key: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """``(first [U], inv [B])`` of the rows of ``key [B, K]``: the first row of each distinct one and each row's
+    distinct one (``key[first][inv] == key``); ``first`` None when all ``B`` rows differ."""
+    uniq, inv = torch.unique(key, dim=0, return_inverse=True)
+    B, U = key.shape[0], uniq.shape[0]
+    if U == B:
+        return None, inv
+    first = torch.full((U,), B, dtype=torch.long, device=key.device).scatter_reduce_(
+        0, inv, torch.arange(B, device=key.device), "amin")
+    return first, inv
+
+
 class FastDecoder:
     """KV-cached forward over a left-padded batch; returns last-position logits ``[rows, vocab]``.
 
@@ -220,11 +232,8 @@ class FastDecoder:
         """The prompts' forward; a prompt repeated in several rows (a GRPO group) is computed once."""
         B, P = ids.shape
         pad = self.mask[:, :P] != 0 if self.padded else None
-        key = ids if pad is None else torch.cat([ids, pad.long()], 1)
-        uniq, inv = torch.unique(key, dim=0, return_inverse=True)
-        U = uniq.shape[0]
-        first = torch.full((U,), B, dtype=torch.long, device=ids.device).scatter_reduce_(
-            0, inv, torch.arange(B, device=ids.device), "amin") if U < B else None
+        first, inv = distinct_rows(ids if pad is None else torch.cat([ids, pad.long()], 1))
+        U = B if first is None else first.shape[0]
         if first is not None:
             ids, pos, pad = ids[first], pos[first], None if pad is None else pad[first]
         mask = None

@@ -42,7 +42,7 @@ from rlvr.console import detail, keep_detail
 from rlvr.models.logprobs import autocast_ctx
 from rlvr.models.truncation import Truncation, kept_tokens
 from rlvr.rollout.engine import Generation, SamplingParams
-from rlvr.rollout.fast_decode import FastDecoder, unsupported_reason
+from rlvr.rollout.fast_decode import FastDecoder, distinct_rows, unsupported_reason
 from rlvr.rollout.seeds import RowStream, draw_uniforms
 
 log = logging.getLogger(__name__)
@@ -195,7 +195,8 @@ class HFEngine:
 
 
 class _HFDecoder:
-    """The model's own forward over a preallocated DynamicCache: ``(ids, pos) -> last logits``."""
+    """The model's own forward over a preallocated DynamicCache: ``(ids, pos) -> last logits``; the prompt
+    pass forwards each distinct prompt once."""
 
     def __init__(self, model, prompt_mask: torch.Tensor, capacity: int, bf16: bool):
         B, P = prompt_mask.shape
@@ -207,8 +208,25 @@ class _HFDecoder:
         self.cache_kw = cache_kwarg(model)
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        if self.length == 0:
+            return self._prefill(ids, pos)
         self.length += ids.shape[1]
-        att = self.att[:, :self.length] if self.padded else None
+        return self._forward(ids, pos, self.att[:, :self.length] if self.padded else None)
+
+    def _prefill(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The prompts' forward; a prompt repeated in several rows (a GRPO group) is computed once and its
+        cache copied to its rows."""
+        P = ids.shape[1]
+        self.length = P
+        att = self.att[:, :P]
+        first, inv = distinct_rows(torch.cat([ids, att], 1))
+        if first is None:
+            return self._forward(ids, pos, att if self.padded else None)
+        logits = self._forward(ids[first], pos[first], att[first] if self.padded else None)
+        self.cache.batch_select_indices(inv)
+        return logits.index_select(0, inv)
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, att: torch.Tensor | None) -> torch.Tensor:
         with autocast_ctx(self.bf16, ids.device.type):
             return self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True,
                               logits_to_keep=1, **{self.cache_kw: self.cache}).logits[:, -1]

@@ -20,25 +20,29 @@ from rlvr.losses.policy import clipped_surrogate
 from rlvr.losses.value import clipped_value_loss
 from rlvr.models.heads import token_values
 from rlvr.models.logprobs import token_logprobs
+from rlvr.models.prefix_share import PrefixCache
 from rlvr.models.truncation import Truncation
 from rlvr.trainers.variants import PolicyInputs, policy_loss
 
 
-def update_logprobs(model, b: TokenBatch, cfg, bf16: bool, entropy_grad: bool = False):
+def update_logprobs(model, b: TokenBatch, cfg, bf16: bool, entropy_grad: bool = False,
+                    prefix: PrefixCache | None = None):
     """``(logprobs [B, T], entropy [B, T])`` of micro-batch ``b`` under the policy being trained, with the
-    stage's sampling temperature and truncation (``cfg.sampling``) and the training precision."""
+    stage's sampling temperature and truncation (``cfg.sampling``) and the training precision (``prefix``: the
+    update's cache of its groups' prompts, ``rlvr.models.prefix_share``)."""
     return token_logprobs(model, b.input_ids, b.attention_mask, cfg.sampling.temperature, with_entropy=True,
                           bf16=bf16, entropy_grad=entropy_grad, wanted=b.loss_mask,
-                          truncation=Truncation.of(cfg.sampling))
+                          truncation=Truncation.of(cfg.sampling), prefix=prefix)
 
 
-def micro_loss(model, mb: TokenBatch, cfg, counts_kw: dict, on_policy: bool, bf16: bool = False):
+def micro_loss(model, mb: TokenBatch, cfg, counts_kw: dict, on_policy: bool, bf16: bool = False,
+               prefix: PrefixCache | None = None):
     """Loss of one RL micro-batch, already divided by the mini-batch's global denominator."""
     b = mb.to(model.device)
     lm, old = b.loss_mask, b.old_logprobs
     # the engine's logprobs of the sampled tokens: kept apart when old_logprobs were recomputed (off-policy)
     sampler = b.sampler_logprobs if b.sampler_logprobs is not None else b.old_logprobs
-    logprobs, entropy = update_logprobs(model, b, cfg, bf16, entropy_grad=bool(cfg.entropy_coef))
+    logprobs, entropy = update_logprobs(model, b, cfg, bf16, entropy_grad=bool(cfg.entropy_coef), prefix=prefix)
     gap_metrics = {}
     if on_policy:  # old = the forward itself (ratio exactly 1); the sampler's logprobs only measure the gap
         gap = torch.where(lm.bool(), (logprobs.detach() - old).abs(), torch.zeros_like(old))
@@ -67,19 +71,20 @@ def micro_loss(model, mb: TokenBatch, cfg, counts_kw: dict, on_policy: bool, bf1
 
 
 def micro_batch_loss(model, batch: TokenBatch, cfg, counts_kw: dict, on_policy: bool, bf16: bool,
-                     rows: list[int]):
+                     rows: list[int], prefix: PrefixCache | None = None):
     """:func:`micro_loss` of the rows ``rows`` of ``batch`` (the form ``accumulate`` calls, bound with
     ``functools.partial``)."""
-    return micro_loss(model, batch.rows(rows), cfg, counts_kw, on_policy, bf16)
+    return micro_loss(model, batch.rows(rows), cfg, counts_kw, on_policy, bf16, prefix)
 
 
-def ppo_micro_loss(policy, critic, batch: TokenBatch, cfg, denom: float, bf16: bool, rows: list[int]):
+def ppo_micro_loss(policy, critic, batch: TokenBatch, cfg, denom: float, bf16: bool, rows: list[int],
+                   prefix: PrefixCache | None = None):
     """PPO's loss of the rows ``rows`` of ``batch``: the token-sum of the clipped policy loss + ``vf_coef`` x the
     clipped value loss, divided by the mini-batch's tokens ``denom``. Metrics are token-weighted sums
     (``<name>_sum``, with ``tokens_sum``: what ``accumulate`` adds up across micro-batches)."""
     b = batch.rows(rows).to(next(policy.parameters()).device)
     lm = b.loss_mask
-    logprobs, entropy = update_logprobs(policy, b, cfg, bf16)
+    logprobs, entropy = update_logprobs(policy, b, cfg, bf16, prefix=prefix)
     pg, pmet = clipped_surrogate(logprobs, b.old_logprobs, b.advantages, lm, cfg.eps, cfg.eps)
     values = token_values(critic, b.input_ids, b.attention_mask, bf16)
     vf, vmet = clipped_value_loss(values, b.values, b.returns, lm, cfg.value_clip)

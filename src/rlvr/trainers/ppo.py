@@ -57,6 +57,7 @@ from rlvr.models.heads import (
     token_values,
 )
 from rlvr.models.load import load_model_and_tokenizer
+from rlvr.models.prefix_share import shared_prefixes
 from rlvr.models.truncation import Truncation
 from rlvr.monitoring.metrics import PhaseTimer
 from rlvr.rollout.collector import collect
@@ -219,8 +220,10 @@ def ppo_update(b: TokenBatch, policy, critic, opts, scheds, cfg, seed: int, step
     for epoch_minis in minibatch_rows(len(b), cfg.mini_batches, cfg.ppo_epochs, seed, step):
         for mini in epoch_minis:
             denom = float(b.loss_mask[mini].sum().clamp(min=1))
-            met = accumulate(update_micro_batches(policy, b, mini, cfg.micro_batch_size, micro_tokens),
-                             partial(ppo_micro_loss, policy, critic, b, cfg, denom, bf16), len(mini))
+            with shared_prefixes() as prefix:  # a group's prompt forwarded once (rlvr.models.prefix_share)
+                met = accumulate(update_micro_batches(policy, b, mini, cfg.micro_batch_size, micro_tokens),
+                                 partial(ppo_micro_loss, policy, critic, b, cfg, denom, bf16, prefix=prefix),
+                                 len(mini))
             if not math.isfinite(met.pop("train/loss")) or not grads_finite(policy, critic):
                 skip_update((popt, copt))  # a non-finite mini-batch: no update at all
                 skipped += 1

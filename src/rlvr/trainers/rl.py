@@ -38,6 +38,7 @@ from rlvr.data.order import TaskStream, minibatch_rows
 from rlvr.data.sources import load_task_source
 from rlvr.losses.aggregate import global_counts
 from rlvr.losses.mismatch import mismatch_metrics
+from rlvr.models.prefix_share import shared_prefixes
 from rlvr.models.truncation import Truncation
 from rlvr.monitoring.health_actions import apply_knobs, rl_knobs
 from rlvr.monitoring.metrics import PhaseTimer
@@ -121,7 +122,9 @@ def update_minibatch(model, batch: TokenBatch, cfg, on_policy: bool, bf16: bool 
     micros = update_micro_batches(model, batch, list(range(len(batch))), cfg.micro_batch_size, micro_tokens)
     norm_len = cfg.sampling.max_new_tokens if cfg.loss.aggregation == "seq-mean-token-sum-norm" else None
     kw = counts.overrides(cfg.loss.aggregation, norm_len=norm_len)
-    met = accumulate(micros, partial(micro_batch_loss, model, batch, cfg, kw, on_policy, bf16), total)
+    with shared_prefixes() as prefix:  # a group's prompt forwarded once (rlvr.models.prefix_share)
+        met = accumulate(micros, partial(micro_batch_loss, model, batch, cfg, kw, on_policy, bf16, prefix=prefix),
+                         total)
     dist.reduce_grads(model)
     return reduce_metrics(met, dist)
 

@@ -13,6 +13,7 @@ from rlvr import hooks
 from rlvr.data.collate import TokenBatch, micro_token_budget, plan_micro_batches, split_overhead
 from rlvr.losses.kl import kl_penalty
 from rlvr.models.logprobs import token_logprobs
+from rlvr.models.prefix_share import shared_prefixes
 from rlvr.models.truncation import NONE as NO_TRUNCATION
 from rlvr.models.truncation import Truncation
 from rlvr.trainers.common import reference_model
@@ -45,15 +46,15 @@ def forward_logprobs(model, batch: TokenBatch, temperature: float, micro: int, b
                      micro_tokens: int | str | None = "auto") -> torch.Tensor:
     """``[B, T]``: each forwarded row's logprobs under ``model`` (no grad, 0 on padding), with the update's
     temperature, truncation (top-k / top-p) and precision, over ``micros`` (row ids; default: the
-    length-sorted plan of all rows)."""
+    length-sorted plan of all rows), a group's prompt computed once (``rlvr.models.prefix_share``)."""
     out = torch.zeros_like(batch.loss_mask, dtype=torch.float32)
     if micros is None:
         micros = update_micro_batches(model, batch, list(range(len(batch))), micro, micro_tokens)
-    with hooks.reuse_weights():
+    with hooks.reuse_weights(), shared_prefixes() as prefix:
         for rows in micros:
             mb = batch.rows(rows).to(model.device)
             lp, _ = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature, bf16=bf16, wanted=mb.loss_mask,
-                                   truncation=truncation)
+                                   truncation=truncation, prefix=prefix)
             T = mb.input_ids.shape[1]
             out[rows, :T] = torch.where(mb.attention_mask.bool(), lp.float(), 0.0).to(out.device)
     return out

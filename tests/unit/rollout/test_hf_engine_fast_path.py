@@ -160,3 +160,28 @@ def test_auto_decode_threads_use_one_thread_for_small_cpu_batches_only(tiny_dir,
     from rlvr.config.rl import SamplingConfig
 
     assert SamplingConfig().decode_threads == "auto"
+
+
+def test_the_hf_prefill_forwards_each_distinct_prompt_once_and_changes_no_sample(tiny_dir, monkeypatch):
+    """G samples of each prompt: the HF decoder's prompt pass runs each distinct prompt once (3 rows, not 12)
+    and copies its cache to the group's rows; the samples are those of the row-by-row prefill."""
+    model, tok = load_pretrained(tiny_dir)
+    params = SamplingParams(n=4, temperature=1.0, max_new_tokens=10, stop_token_ids=stop_token_ids(tok), seed=2)
+    ps = prompts(tok)
+    rows_forwarded = []
+    forward = hf_engine._HFDecoder._forward
+
+    def spy(self, ids, pos, att):
+        rows_forwarded.append(ids.shape[0])
+        return forward(self, ids, pos, att)
+
+    monkeypatch.setattr(hf_engine._HFDecoder, "_forward", spy)
+    shared = HFEngine(model, tok, fast_decode=False).generate(ps, params)
+    assert rows_forwarded[0] == 3 and rows_forwarded[1] == 12
+    monkeypatch.setattr(hf_engine, "distinct_rows", lambda key: (None, None))  # every row's prompt forwarded
+    rows_forwarded.clear()
+    each = HFEngine(model, tok, fast_decode=False).generate(ps, params)
+    assert rows_forwarded[0] == 12
+    assert shared.completion_ids == each.completion_ids
+    for a, b in zip(shared.old_logprobs, each.old_logprobs):
+        assert torch.allclose(torch.tensor(a), torch.tensor(b), atol=1e-5)
