@@ -7,7 +7,9 @@ training-time logprobs match the sampling policy's (the engine samples from ``lo
 
 The model's body runs once (the HF decoder, or the ``forward`` hook's packed forward); the output projection
 runs with the log-softmax, the entropy and the argmax in chunks of tokens (``rlvr.models.lm_head``), so the
-``[tokens, V]`` logits of a micro-batch never exist at once, forward or backward. Every consumer goes
+``[tokens, V]`` logits of a micro-batch never exist at once, forward or backward. On the HF path a pass's
+``PrefixCache`` runs the prefix a micro-batch's rows share (a GRPO group's prompt) once per pass
+(``rlvr.models.prefix_share``). Every consumer goes
 through here: the RL and PPO updates and their old / reference passes (:func:`token_logprobs`), the
 preference step and its reference cache (:func:`sequence_logprobs`), SFT and its held-out loss
 (:func:`token_nll`).

@@ -38,7 +38,11 @@ ENABLED = True
 
 class PrefixCache:
     """The keys and values of the last prefix a pass computed (one at a time: a pass's micro-batches keep a
-    group's rows together), with their pending gradient under autograd."""
+    group's rows together), with their pending gradient under autograd.
+
+    The contract of a pass under autograd (``trainers.common.accumulate``'s loop): one forward through the cache
+    per micro-batch, and that micro-batch's backward before the next forward — a prefix is backpropagated when
+    the next micro-batch asks for another one, so its last reader's gradient must already be in its leaves."""
 
     def __init__(self):
         self._key = None
