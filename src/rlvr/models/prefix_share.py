@@ -29,6 +29,8 @@ import contextlib
 
 import torch
 
+from rlvr.models.kv_cache import cache_kwarg
+
 MIN_SHARED = 4
 """A shared prefix shorter than this many tokens is not worth a separate decoder call."""
 
@@ -62,8 +64,6 @@ class PrefixCache:
         S = shared_length(input_ids, attention_mask, wanted)
         if S < MIN_SHARED or not supports(dec) or (torch.is_grad_enabled() and _checkpointed(dec)):
             return None
-        from rlvr.rollout.hf_engine import cache_kwarg  # the forward's cache keyword, by transformers version
-
         kw = cache_kwarg(dec)
         key = (id(dec), torch.is_grad_enabled(), tuple(input_ids[0, :S].tolist()))
         if key != self._key:

@@ -32,13 +32,13 @@ Hot-path choices (measured in bench/grpo_vs_trl.py, docs/benchmarks.md):
 
 from __future__ import annotations
 
-import inspect
 import logging
 
 import torch
 
 from rlvr import omp_wait
 from rlvr.console import detail, keep_detail
+from rlvr.models.kv_cache import cache_kwarg
 from rlvr.models.logprobs import autocast_ctx
 from rlvr.models.truncation import Truncation, kept_tokens
 from rlvr.rollout.engine import Generation, SamplingParams
@@ -234,13 +234,6 @@ class _HFDecoder:
     def select(self, keep: torch.Tensor) -> None:
         self.att = self.att[keep]
         self.cache.batch_select_indices(keep)
-
-
-def cache_kwarg(model) -> str:
-    """The forward() keyword for the KV cache: ``cache`` (transformers >= 5.2x) or ``past_key_values``."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(type(base).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
 
 
 def make_cache(capacity: int):
