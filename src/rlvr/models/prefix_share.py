@@ -18,9 +18,9 @@ by its mini-batch's denominators wherever its prefix is computed).
 
 The packed forward of the accelerations shares a group's prompt within a micro-batch its own way
 (``rlvr.hooks``); this is the plain PyTorch / transformers path's. Decoders whose attention is not full causal
-attention over one cache (sliding windows, linear attention), models without an HF KV cache and, under
-autograd, gradient checkpointing (a recomputed layer would append to the cache twice) are left to the
-whole-row forward.
+attention over one cache (sliding windows, linear attention), models whose forward fills no HF KV cache (checked
+on each forward: the cache must hold the prefix, then the prefix and the continuation) and, under autograd,
+gradient checkpointing (a recomputed layer would append to the cache twice) are left to the whole-row forward.
 """
 
 from __future__ import annotations
@@ -68,23 +68,31 @@ class PrefixCache:
         key = (id(dec), torch.is_grad_enabled(), tuple(input_ids[0, :S].tolist()))
         if key != self._key:
             self.flush()
-            self._compute(dec, input_ids[:1, :S], position_ids[:1, :S], kw)
+            if not self._compute(dec, input_ids[:1, :S], position_ids[:1, :S], kw):
+                return None
             self._key = key
             self.prefix_tokens += S
-        B = input_ids.shape[0]
-        self.shared_tokens += S * B
+        B, T = input_ids.shape
         cache = _empty_cache()
         for i, (k, v) in enumerate(self._leaves):
             cache.update(k.expand(B, -1, -1, -1), v.expand(B, -1, -1, -1), i)
         out = dec(input_ids=input_ids[:, S:], attention_mask=attention_mask, position_ids=position_ids[:, S:],
                   use_cache=True, **{kw: cache})
+        if cache.get_seq_length() != T:  # the decoder did not attend through the cache: its states are wrong
+            return None
+        self.shared_tokens += S * B
         return out.last_hidden_state, S
 
-    def _compute(self, dec, ids: torch.Tensor, pos: torch.Tensor, kw: str) -> None:
+    def _compute(self, dec, ids: torch.Tensor, pos: torch.Tensor, kw: str) -> bool:
+        """Run the prefix and keep its keys and values; False where the decoder filled no cache of that length."""
         cache = _empty_cache()
         dec(input_ids=ids, position_ids=pos, use_cache=True, **{kw: cache})
-        self._kv = _layers(cache)
+        kv = _layers(cache)
+        if not kv or any(k.shape[-2] != ids.shape[1] for k, _ in kv):
+            return False
+        self._kv = kv
         self._leaves = [(_leaf(k), _leaf(v)) for k, v in self._kv]
+        return True
 
     def flush(self) -> None:
         """Backpropagate the gradient the continuations left on the cached prefix through its forward, and

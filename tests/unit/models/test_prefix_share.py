@@ -194,3 +194,19 @@ def test_gradient_checkpointing_trains_on_whole_rows():
     with torch.no_grad():
         _, _, cache = with_prefix_no_backward(m, batches)
     assert cache.prefix_tokens == 8
+
+
+def test_a_decoder_that_fills_no_cache_is_forwarded_whole(monkeypatch):
+    """A decoder whose forward ignores the cache it is given would run the continuations without their prompt:
+    the cache's length is checked (here: the prefix's forward left it empty) and the rows are forwarded whole."""
+    from rlvr.models import prefix_share
+
+    m = model(6)
+    ids, att, lm = group_rows(prompt_len=9, rows=2, total=16, seed=7)
+
+    monkeypatch.setattr(prefix_share, "_layers", lambda cache: [])  # the prefix's forward left nothing
+    with torch.no_grad(), shared_prefixes() as cache:
+        lp, _ = token_logprobs(m, ids, att, wanted=lm, prefix=cache, packed=False)
+        whole, _ = token_logprobs(m, ids, att, wanted=lm, packed=False)
+    assert cache.prefix_tokens == 0 and cache.shared_tokens == 0
+    assert torch.equal(lp, whole)
