@@ -9,8 +9,9 @@ advantages spread over [-1, 1], the reference logprobs taken from the policy (on
 (``auto``: ``rlvr.data.collate.micro_token_budget``'s scaling; N: N padded tokens), ``--reps`` times in turn: the
 reference pass (``update.reference_logprobs``, no gradient; under LoRA the policy with its adapters off) and the
 update's forward and backward (``rl.update_minibatch``; gradients zeroed after it, no optimizer step, so every
-repetition sees the same weights), after one untimed warm-up of both in the first budget. Reports the
-micro-batches each budget cuts, the median seconds of each phase, and how far each budget's first repetition
+repetition sees the same weights), after one untimed warm-up of both in the first budget; beside them the
+reference pass as the trainers cut it (``update.reference_micros``: the no-grad budget, ``ref_wide_s``). Reports
+the micro-batches each budget cuts, the median seconds of each phase, and how far each budget's first repetition
 raised the process's peak RSS (budgets run in the order given, smallest first: the peak only grows).
 ``--share-prompts on,off`` repeats every budget with a group's prompt forwarded once per pass
 (``rlvr.models.prefix_share``, the default) and with whole rows.
@@ -56,7 +57,7 @@ def main(argv=None) -> dict:
     from rlvr.models import prefix_share
     from rlvr.models.load import load_model_and_tokenizer
     from rlvr.trainers.rl import update_minibatch
-    from rlvr.trainers.update import reference_logprobs, update_micro_batches
+    from rlvr.trainers.update import reference_logprobs, reference_micros, update_micro_batches
 
     lora = LoraConfig(r=a.lora, alpha=2 * a.lora, target_modules=LORA_TARGETS) if a.lora else None
     model, tok = load_model_and_tokenizer(ModelConfig(path=a.model_dir, lora=lora))
@@ -83,12 +84,18 @@ def main(argv=None) -> dict:
         prefix_share.ENABLED = share == "on"
         budget = b if b == "auto" else int(b)
         micros = update_micro_batches(model, batch, list(range(a.rows)), a.rows, budget)
+        wide = reference_micros(model, batch, [list(range(a.rows))], a.rows, budget)
         before = peak_rss_mb()["peak_mb"]
-        ref_s, upd_s, growth = [], [], None
+        ref_s, wide_s, upd_s, growth = [], [], [], None
         for _ in range(a.reps):
             t0 = time.perf_counter()
             with torch.no_grad():
                 batch.ref_logprobs = reference_logprobs(None, model, batch, 1.0, a.rows, micros=micros)
+            t1 = time.perf_counter()
+            with torch.no_grad():
+                wide_lp = reference_logprobs(None, model, batch, 1.0, a.rows, micros=wide)
+            wide_s.append(time.perf_counter() - t1)
+            gap = float((wide_lp - batch.ref_logprobs).abs().max())
             t1 = time.perf_counter()
             update_minibatch(model, batch, stage, on_policy=True, micro_tokens=budget)
             t2 = time.perf_counter()
@@ -97,7 +104,9 @@ def main(argv=None) -> dict:
             upd_s.append(t2 - t1)
             growth = peak_rss_mb()["peak_mb"] - before if growth is None else growth
         rec = {"tokens": micro_token_budget(model, budget), "micro_batches": len(micros),
-               "ref_s": round(statistics.median(ref_s), 2), "update_s": round(statistics.median(upd_s), 2),
+               "ref_s": round(statistics.median(ref_s), 2), "ref_wide_micro_batches": len(wide),
+               "ref_wide_s": round(statistics.median(wide_s), 2), "ref_wide_max_abs_gap": gap,
+               "update_s": round(statistics.median(upd_s), 2),
                "peak_growth_mb": round(growth, 1)}
         name = b if a.share_prompts == "on" else f"{b} share_prompts={share}"
         out["budgets"][name] = rec

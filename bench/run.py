@@ -100,6 +100,9 @@ def parse_args(argv: list[str] | None = None):
                     "setting as given instead of the search")
     ap.add_argument("--sequential", action="store_true", help="with --shape: each mode's two sides one after the "
                     "other, not alternating (for full fine-tuning, whose two processes do not fit in memory together)")
+    ap.add_argument("--no-loss-check", action="store_true", help="with --shape: the GRPO modes without their "
+                    "fixed-batch loss check (float32 and bf16, both sides: a large share of a mode's run at the 0.5B "
+                    "shape; --loss-checks-only runs it alone)")
     ap.add_argument("--loss-checks-only", action="store_true", help="with --shape: each mode's fixed-batch loss check "
                     "only (float32 and bf16 autocast, rlvr against TRL on the same batch), no steps")
     ap.add_argument("--probe-steps", type=int, default=2, help="with --shape: steps of each TRL probe of the "
@@ -343,7 +346,7 @@ def run_shape_mode(a, mode: str, model_dir: str, say) -> dict:
     common = ["--model-dir", model_dir, "--lora", str(rank), "--timeout", str(SHAPE_TIMEOUT_S), *micro_args(a),
               *(["--sequential"] if a.sequential else [])]
     if kind == "grpo":
-        common += ["--max-new", str(a.max_new)]
+        common += ["--max-new", str(a.max_new), *(["--no-loss-check"] if a.no_loss_check else [])]
     if a.loss_checks_only:
         mod, spell = shape_bench(kind)
         setting = spell({"precision": "fp32", "micro": SHAPE_ROWS[kind]})  # the check's batch is its own

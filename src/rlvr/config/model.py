@@ -89,14 +89,15 @@ class ModelConfig(Section):
     gradient_checkpointing: bool = False
     """Trade compute for memory on large models."""
     micro_tokens: int | Literal["auto"] | None = "auto"
-    """Most padded tokens in one training micro-batch (the RL update and its reference / old-logprob passes, the
-    preference step and its reference cache, an SFT step whose ``micro_batch_size`` is unset; a single longer
-    row excepted): a bound on activation memory, paid
-    for in speed (smaller GEMMs, prompts no longer shared across a cut). ``auto``: on the CPU, tokens x hidden
-    size x layers <= 1024 x 256 x 6 (1024 tokens of the 5m tiny model, 3072 of the 1m; ``rlvr.data.collate``),
-    none on other devices; an integer: that many tokens; ``null``: none (the fastest; the activations grow with
-    the micro-batch). The gradient does not depend on the cutting. The trainers pass it to the micro-batch
-    planner (``rlvr.data.collate.micro_token_budget``) as an argument."""
+    """Most padded tokens in one training micro-batch (the RL update and its old-logprob pass, the preference
+    step and its reference cache, an SFT step whose ``micro_batch_size`` is unset; a single longer row
+    excepted): a bound on activation memory, paid for in speed (smaller GEMMs, prompts no longer shared across a
+    cut). ``auto``: on the CPU, tokens x hidden size x layers <= 2048 x 256 x 6 (2048 tokens of the 5m tiny
+    model, 6144 of the 1m, 146 of the Qwen2.5-0.5B shape; ``rlvr.data.collate``), none on other devices, and the
+    RL and PPO reference passes, which keep no activations, cut by 16 times it
+    (``rlvr.trainers.update.NO_GRAD_BUDGET_FACTOR``); an integer: that many tokens in every pass; ``null``: none
+    (the fastest; the activations grow with the micro-batch). The gradient does not depend on the cutting. The
+    trainers pass it to the micro-batch planner (``rlvr.data.collate.micro_token_budget``) as an argument."""
     logit_chunk: int | None = Field(None, ge=1)
     """Tokens whose logits exist at once in a training forward: the output projection runs with the log-softmax
     (logprobs, entropy, SFT's NLL) this many tokens at a time, forward and backward, so memory grows with it,

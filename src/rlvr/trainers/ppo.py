@@ -82,6 +82,7 @@ from rlvr.trainers.update import (
     first_update_micros,
     recompute_old_logprobs,
     reference_logprobs,
+    reference_micros,
     update_micro_batches,
 )
 from rlvr.verifiers.judge import default_judge
@@ -180,14 +181,15 @@ def evaluate_batch(b: TokenBatch, policy, ref, critic, stage: PPOStage, bf16: bo
                    micro_tokens: int | str | None = "auto") -> dict:
     """Fill the batch's old logprobs (the training forward under no grad, in the training precision and the
     sampling's top-k / top-p truncation; the sampler's move to ``sampler_logprobs``), reference logprobs (LoRA:
-    adapters off) and values with the RL stage's update engine (``trainers/update.py``), on the micro-batches
-    of the first epoch's updates: the ratio and the value clip start at exactly 1 and 0 even where kernels round
-    by batch shape. Returns the sampler-vs-trainer mismatch (``rollout/logprob_mismatch_*``)."""
+    adapters off) and values with the RL stage's update engine (``trainers/update.py``), the old logprobs and
+    values on the micro-batches of the first epoch's updates: the ratio and the value clip start at exactly 1
+    and 0 even where kernels round by batch shape (the reference pass: ``reference_micros``). Returns the sampler-vs-trainer mismatch (``rollout/logprob_mismatch_*``)."""
     first = minibatch_rows(len(b), stage.mini_batches, 1, seed, step)[0]
     micros = first_update_micros(policy, b, first, stage.micro_batch_size, micro_tokens)
     met = recompute_old_logprobs(policy, b, stage, bf16, micros, micro_tokens)
     b.ref_logprobs = reference_logprobs(ref, policy, b, stage.sampling.temperature, stage.micro_batch_size, bf16,
-                                        micros, Truncation.of(stage.sampling))
+                                        reference_micros(policy, b, first, stage.micro_batch_size, micro_tokens),
+                                        Truncation.of(stage.sampling))
     b.values = critic_values(critic, b, micros, bf16)
     return met
 

@@ -64,6 +64,7 @@ from rlvr.trainers.update import (  # noqa: F401 (the update engine, re-exported
     forward_logprobs,
     recompute_old_logprobs,
     reference_logprobs,
+    reference_micros,
     sampled_reference_kl,
     update_micro_batches,
 )
@@ -98,10 +99,11 @@ def needs_every_row(stage: RLStage, variant) -> bool:
 
 def first_update_reference(ref, model, batch: TokenBatch, stage: RLStage, bf16: bool, seed: int, step: int,
                            micro_tokens: int | str | None = "auto") -> torch.Tensor:
-    """The reference pass of a step (``[B, T]``): :func:`reference_logprobs` on the first update's micro-batches."""
+    """The reference pass of a step (``[B, T]``): :func:`reference_logprobs` on :func:`reference_micros` (the first
+    update's micro-batches, wider where the update's token budget binds)."""
     first = minibatch_rows(batch.num_rows, stage.mini_batches, 1, seed, step)[0]
     return reference_logprobs(ref, model, batch, stage.sampling.temperature, stage.micro_batch_size, bf16,
-                              first_update_micros(model, batch, first, stage.micro_batch_size, micro_tokens),
+                              reference_micros(model, batch, first, stage.micro_batch_size, micro_tokens),
                               Truncation.of(stage.sampling))
 
 
