@@ -183,7 +183,8 @@ def evaluate_batch(b: TokenBatch, policy, ref, critic, stage: PPOStage, bf16: bo
     sampling's top-k / top-p truncation; the sampler's move to ``sampler_logprobs``), reference logprobs (LoRA:
     adapters off) and values with the RL stage's update engine (``trainers/update.py``), the old logprobs and
     values on the micro-batches of the first epoch's updates: the ratio and the value clip start at exactly 1
-    and 0 even where kernels round by batch shape (the reference pass: ``reference_micros``). Returns the sampler-vs-trainer mismatch (``rollout/logprob_mismatch_*``)."""
+    and 0 even where kernels round by batch shape (the reference pass: ``reference_micros``). Returns the
+    sampler-vs-trainer mismatch (``rollout/logprob_mismatch_*``)."""
     first = minibatch_rows(len(b), stage.mini_batches, 1, seed, step)[0]
     micros = first_update_micros(policy, b, first, stage.micro_batch_size, micro_tokens)
     met = recompute_old_logprobs(policy, b, stage, bf16, micros, micro_tokens)

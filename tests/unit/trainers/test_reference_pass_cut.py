@@ -14,8 +14,13 @@ from rlvr.models.load import load_pretrained
 from rlvr.rollout.collector import Rollouts
 from rlvr.trainers import rl
 from rlvr.trainers import update as update_module
-from rlvr.trainers.update import (NO_GRAD_BUDGET_FACTOR, first_update_micros, no_grad_budget, reference_logprobs,
-                                  reference_micros)
+from rlvr.trainers.update import (
+    NO_GRAD_BUDGET_FACTOR,
+    first_update_micros,
+    no_grad_budget,
+    reference_logprobs,
+    reference_micros,
+)
 
 
 def batch_of(groups: int = 3, G: int = 4):
@@ -53,8 +58,8 @@ def test_where_the_budget_does_not_bind_the_reference_pass_is_cut_as_the_first_u
 
 def test_where_the_budget_binds_the_reference_pass_is_cut_wider_with_the_same_logprobs(tiny_dir, monkeypatch):
     """An automatic budget of 12 tokens puts (almost) each row in a micro-batch of its own for the update; the
-    reference pass gets 12 × 16 = 192 padded tokens a micro-batch: the rows of a mini-batch in a few forwards, every row once, and
-    logprobs equal to the row-by-row ones up to float rounding (the first step's KL ~ 0, not a bias)."""
+    reference pass gets 12 × 16 = 192 padded tokens a micro-batch: the rows of a mini-batch in a few forwards,
+    every row once, and logprobs equal to the row-by-row ones up to float rounding (the first step's KL ~ 0, not a bias)."""
     model, _ = load_pretrained(tiny_dir)
     ref, _ = load_pretrained(tiny_dir)
     c = model.config
